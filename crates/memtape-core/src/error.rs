@@ -1,0 +1,33 @@
+//! The one error type of memtape-core: every way a value can be invalid.
+
+/// What went wrong in the domain layer. Each variant names the offending value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A scope component is empty, too long or contains control characters.
+    #[error("invalid scope: {0}")]
+    InvalidScope(String),
+    /// A message breaks a structural rule (for example a tool result without tool_call_id).
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
+    /// An entry's stored kind does not agree with its payload, or its payload is malformed.
+    #[error("invalid entry: {0}")]
+    InvalidEntry(String),
+    /// A kind name that memtape does not know.
+    #[error("unknown kind {0:?} (expected one of message, tool_call, tool_result, anchor, event, system)")]
+    UnknownKind(String),
+    /// A role name that memtape does not know.
+    #[error("unknown role {0:?} (expected one of user, assistant, system, tool)")]
+    UnknownRole(String),
+    /// A line of an import file could not be read; nothing from the file is imported.
+    #[error("line {line}: {reason}")]
+    BadLine {
+        /// 1-based line number in the input.
+        line: usize,
+        /// Why the line was rejected.
+        reason: String,
+    },
+    /// An import file as a whole is inconsistent (for example a dangling parent reference).
+    #[error("invalid import: {0}")]
+    InvalidImport(String),
+}

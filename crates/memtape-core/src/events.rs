@@ -1,0 +1,13 @@
+//! Names of the events memtape itself writes on the tape. Projections (the session table,
+//! later the memory view) are folds over these.
+
+/// Moves a session's consolidation pointer: `data = {"through": <entry id>}`; entries with
+/// ids up to and including `through` are consolidated and left out of history.
+pub const SESSION_CONSOLIDATED: &str = "session.consolidated";
+
+/// Carries a session's free metadata (for example from a nanobot session file):
+/// `data = {"metadata": {...}}`. The latest one wins.
+pub const SESSION_METADATA: &str = "session.metadata";
+
+/// A Bub tape `error` entry, kept as an event so it round-trips: `data` is the error payload.
+pub const TAPE_ERROR: &str = "tape.error";

@@ -1,0 +1,101 @@
+//! JSONL interchange formats: memtape's own (lossless), nanobot session files and Bub tapes.
+//! Parsing is all-or-nothing: the first bad line is reported with its number and reason,
+//! and the caller imports nothing from that file.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::Value;
+
+use crate::{Error, Meta, Payload, Result};
+
+pub mod bub;
+pub mod memtape;
+pub mod nanobot;
+
+/// A supported JSONL format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// memtape's own entry-per-line format.
+    Memtape,
+    /// A nanobot session file (`sessions/{key}.jsonl`).
+    Nanobot,
+    /// A Bub / republic tape (`TapeEntry` per line).
+    Bub,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "memtape" => Ok(Format::Memtape),
+            "nanobot" => Ok(Format::Nanobot),
+            "bub" => Ok(Format::Bub),
+            other => Err(format!("unknown format {other:?} (expected memtape, nanobot or bub)")),
+        }
+    }
+}
+
+/// One entry read from a foreign format, before it has a scope or an id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Imported {
+    /// What it carries.
+    pub payload: Payload,
+    /// Metadata carried over from the source line.
+    pub meta: Meta,
+    /// When it was written, as the source says (or the import time when it says nothing).
+    pub created_at: DateTime<Utc>,
+}
+
+/// Yields `(line number, parsed JSON)` for each non-blank line, or the first bad line.
+pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value)>> + '_ {
+    text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()).map(|(i, line)| {
+        serde_json::from_str(line)
+            .map(|v| (i + 1, v))
+            .map_err(|e| Error::BadLine {
+                line: i + 1,
+                reason: format!("not valid JSON: {e}"),
+            })
+    })
+}
+
+/// The error for line `line`.
+pub(crate) fn bad(line: usize, reason: impl Into<String>) -> Error {
+    Error::BadLine {
+        line,
+        reason: reason.into(),
+    }
+}
+
+/// Reads a timestamp: RFC 3339, or a naive ISO 8601 time (Python's `isoformat()`), taken as UTC.
+pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&Utc));
+    }
+    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+        .map(|t| t.and_utc())
+}
+
+/// Reads the optional timestamp field `key` of a line's object.
+pub(crate) fn time_field(line: usize, obj: &serde_json::Map<String, Value>, key: &str) -> Result<Option<DateTime<Utc>>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_time(s)
+            .map(Some)
+            .ok_or_else(|| bad(line, format!("{key} {s:?} is not a timestamp"))),
+        Some(other) => Err(bad(line, format!("{key} must be a string, not {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_isoformat_is_read_as_utc() {
+        let t = parse_time("2026-03-10T14:30:00.123456").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-03-10T14:30:00.123456+00:00");
+        assert!(parse_time("2026-03-10T14:30:00+08:00").is_some());
+        assert!(parse_time("yesterday").is_none());
+    }
+}

@@ -1,0 +1,190 @@
+//! nanobot session files: a `{"_type": "metadata", ...}` line, then one OpenAI-style message
+//! per line with a `timestamp`. Fields nanobot adds that memtape does not model are kept in
+//! the entry's meta and written back on export.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::formats::{Imported, bad, json_lines, time_field};
+use crate::{Entry, Error, Message, Payload, Result};
+
+/// The message fields memtape models; everything else on a line goes to meta.
+const MESSAGE_FIELDS: [&str; 7] = [
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning_content",
+    "files",
+];
+
+/// A parsed nanobot session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Session {
+    /// The session key (`channel:chat_id`), if the metadata line names one.
+    pub key: Option<String>,
+    /// When the session was created.
+    pub created_at: Option<DateTime<Utc>>,
+    /// When it was last updated.
+    pub updated_at: Option<DateTime<Utc>>,
+    /// Free metadata.
+    pub metadata: Map<String, Value>,
+    /// How many leading messages are consolidated (nanobot's `last_consolidated` index).
+    pub last_consolidated: usize,
+    /// The messages, in order.
+    pub messages: Vec<Imported>,
+}
+
+/// Parses a nanobot session file. Messages without a timestamp get the previous one's (or
+/// `now` for the first).
+pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
+    let mut session = Session {
+        key: None,
+        created_at: None,
+        updated_at: None,
+        metadata: Map::new(),
+        last_consolidated: 0,
+        messages: Vec::new(),
+    };
+    let mut seen_metadata = false;
+    let mut last_time = None;
+    for item in json_lines(text) {
+        let (line, value) = item?;
+        let Value::Object(mut obj) = value else {
+            return Err(bad(line, "expected a JSON object"));
+        };
+        if obj.get("_type").and_then(Value::as_str) == Some("metadata") {
+            if seen_metadata {
+                return Err(bad(line, "a second metadata line"));
+            }
+            seen_metadata = true;
+            session.key = match obj.get("key") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(k)) => Some(k.clone()),
+                Some(other) => return Err(bad(line, format!("key must be a string, not {other}"))),
+            };
+            session.created_at = time_field(line, &obj, "created_at")?;
+            session.updated_at = time_field(line, &obj, "updated_at")?;
+            session.metadata = match obj.remove("metadata") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(m)) => m,
+                Some(other) => return Err(bad(line, format!("metadata must be an object, not {other}"))),
+            };
+            session.last_consolidated = match obj.get("last_consolidated") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| bad(line, format!("last_consolidated must be a whole number, not {v}")))?,
+            };
+            continue;
+        }
+        let created_at = time_field(line, &obj, "timestamp")?.or(last_time).unwrap_or(now);
+        last_time = Some(created_at);
+        obj.remove("timestamp");
+        let mut fields = Map::new();
+        for key in MESSAGE_FIELDS {
+            if let Some(v) = obj.remove(key) {
+                fields.insert(key.to_owned(), v);
+            }
+        }
+        if !fields.contains_key("role") {
+            return Err(bad(line, "a message line needs a role"));
+        }
+        let message: Message = serde_json::from_value(Value::Object(fields)).map_err(|e| bad(line, e.to_string()))?;
+        message.validate().map_err(|e| bad(line, e.to_string()))?;
+        session.messages.push(Imported {
+            payload: Payload::Message(message),
+            meta: obj,
+            created_at,
+        });
+    }
+    if session.last_consolidated > session.messages.len() {
+        return Err(Error::InvalidImport(format!(
+            "last_consolidated is {} but the file has only {} messages",
+            session.last_consolidated,
+            session.messages.len()
+        )));
+    }
+    Ok(session)
+}
+
+/// Writes a nanobot session file: the metadata line, then each message entry of `entries`
+/// (anchors and events have no place in a nanobot session and are left out).
+pub fn render(
+    key: &str,
+    metadata: &Map<String, Value>,
+    last_consolidated: usize,
+    entries: &[Entry],
+    out: &mut String,
+) {
+    let time = |t: DateTime<Utc>| t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string();
+    let messages: Vec<&Entry> = entries.iter().filter(|e| e.message().is_some()).collect();
+    let created = messages.first().map(|e| time(e.created_at));
+    let updated = messages.last().map(|e| time(e.created_at));
+    let head = json!({
+        "_type": "metadata",
+        "key": key,
+        "created_at": created,
+        "updated_at": updated,
+        "metadata": metadata,
+        "last_consolidated": last_consolidated,
+    });
+    out.push_str(&head.to_string());
+    out.push('\n');
+    for entry in messages {
+        let mut obj = match entry.payload.to_json() {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        };
+        obj.entry("content").or_insert(Value::Null);
+        obj.insert("timestamp".into(), Value::String(time(entry.created_at)));
+        for (k, v) in &entry.meta {
+            obj.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        out.push_str(&Value::Object(obj).to_string());
+        out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Kind;
+
+    const FILE: &str = r#"{"_type": "metadata", "key": "telegram:42", "created_at": "2026-03-10T14:30:00.000001", "updated_at": "2026-03-10T14:31:00", "metadata": {"lang": "en"}, "last_consolidated": 1}
+{"role": "user", "content": "hi", "timestamp": "2026-03-10T14:30:00.000001"}
+{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "exec", "arguments": "{}"}}], "timestamp": "2026-03-10T14:30:01"}
+{"role": "tool", "tool_call_id": "c1", "name": "exec", "content": "ok", "timestamp": "2026-03-10T14:30:02", "tools_used": ["exec"]}
+"#;
+
+    #[test]
+    fn reads_the_metadata_line_and_messages() {
+        let s = parse(FILE, DateTime::UNIX_EPOCH).unwrap();
+        assert_eq!(s.key.as_deref(), Some("telegram:42"));
+        assert_eq!(s.last_consolidated, 1);
+        assert_eq!(s.metadata["lang"], "en");
+        let kinds: Vec<Kind> = s.messages.iter().map(|m| m.payload.kind()).collect();
+        assert_eq!(kinds, [Kind::Message, Kind::ToolCall, Kind::ToolResult]);
+        assert_eq!(s.messages[2].meta["tools_used"], json!(["exec"]));
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let text = "{\"role\": \"user\", \"content\": \"a\"}\n{\"role\": \"tool\", \"content\": \"x\"}\n";
+        let err = parse(text, DateTime::UNIX_EPOCH).unwrap_err();
+        assert!(err.to_string().starts_with("line 2:"), "{err}");
+        assert!(err.to_string().contains("tool_call_id"), "{err}");
+        let err = parse("{\"role\": \"user\"\n", DateTime::UNIX_EPOCH).unwrap_err();
+        assert!(err.to_string().starts_with("line 1: not valid JSON"), "{err}");
+        let err = parse("{\"content\": \"a\"}\n", DateTime::UNIX_EPOCH).unwrap_err();
+        assert!(err.to_string().contains("needs a role"), "{err}");
+    }
+
+    #[test]
+    fn pointer_past_the_end_is_refused() {
+        let text = "{\"_type\": \"metadata\", \"last_consolidated\": 3}\n{\"role\": \"user\", \"content\": \"a\"}\n";
+        assert!(parse(text, DateTime::UNIX_EPOCH).is_err());
+    }
+}
