@@ -1,1 +1,92 @@
-//! placeholder
+//! memtape-store: where the tape lives. The [`Store`] trait, the embedded SQLite store
+//! ([`SqliteStore`], WAL mode, the default) and an in-memory store ([`MemoryStore`], for
+//! tests). Both enforce the same write rules (see [`rules`]), so a scope's projection
+//! ([`ScopeInfo`]) and parent links mean the same everywhere.
+//!
+//! ```
+//! use memtape_core::{Message, NewEntry, Payload, Scope};
+//! use memtape_store::{MemoryStore, Store};
+//!
+//! let store = MemoryStore::new();
+//! let scope = Scope::agent("t", "a")?.with_session("s1")?;
+//! let now = chrono::DateTime::UNIX_EPOCH;
+//! let first = store.append(vec![NewEntry::new(scope.clone(), Payload::Message(Message::user("hi")), now)])?;
+//! let second = store.append(vec![NewEntry::new(scope.clone(), Payload::Message(Message::assistant("hello")), now)])?;
+//! assert_eq!(second[0].parent, Some(first[0].id)); // conversations chain themselves
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod memory;
+pub mod rules;
+mod sqlite;
+
+use chrono::{DateTime, Utc};
+use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
+
+pub use error::Error;
+pub use memory::MemoryStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a store knows about one scope: a projection of its entries, kept up to date in the
+/// same transaction as every append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeInfo {
+    /// The scope.
+    pub scope: Scope,
+    /// How many entries it has.
+    pub entries: u64,
+    /// How many of them are conversational (messages, tool calls and results, system).
+    pub messages: u64,
+    /// The latest conversational entry: the parent a new message gets by default.
+    pub head: Option<EntryId>,
+    /// The latest entry of any kind.
+    pub last_id: Option<EntryId>,
+    /// The consolidation pointer: entries up to and including this id are consolidated
+    /// (0 when nothing is).
+    pub last_consolidated: EntryId,
+    /// When the first entry was written.
+    pub first_at: Option<DateTime<Utc>>,
+    /// When the latest entry was written.
+    pub last_at: Option<DateTime<Utc>>,
+}
+
+/// How a [`Store::restore`] placed the entries it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Every entry kept its id (they all came after the store's last one).
+    KeptIds,
+    /// The entries were numbered anew after the store's last id; parent links followed.
+    Renumbered,
+}
+
+/// A tape store. Appends are atomic and durable when they return; entries are never
+/// modified or deleted. Every read is confined to a scope or a tenant, so one tenant
+/// never sees another's entries.
+pub trait Store: Send + Sync {
+    /// Appends `entries` in order, in one transaction, and returns them with their ids.
+    /// A conversational entry without a parent is linked to its scope's head.
+    fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>>;
+
+    /// Writes whole entries back (an import of memtape's own format) in one transaction:
+    /// with their ids when they all come after the store's last id, else renumbered.
+    fn restore(&self, entries: Vec<Entry>) -> Result<Placement>;
+
+    /// The entry with `id`, if it exists and belongs to `tenant`.
+    fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>>;
+
+    /// The entries of exactly `scope` that pass `filter`.
+    fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>>;
+
+    /// What the store knows about `scope`, if it has any entry.
+    fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>>;
+
+    /// Every scope of `tenant` that has entries.
+    fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>>;
+
+    /// The highest id in the store (0 when empty).
+    fn last_id(&self) -> Result<EntryId>;
+}

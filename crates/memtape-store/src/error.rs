@@ -1,0 +1,77 @@
+//! The one error type of memtape-store.
+
+use std::path::PathBuf;
+
+use memtape_core::EntryId;
+
+/// What went wrong in a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An entry or scope broke a domain rule.
+    #[error(transparent)]
+    Invalid(#[from] memtape_core::Error),
+    /// A parent reference that cannot be followed.
+    #[error("parent {parent} of the new entry {why}")]
+    BadParent {
+        /// The parent given.
+        parent: EntryId,
+        /// Why it was refused.
+        why: String,
+    },
+    /// A session.consolidated event pointing at something other than an entry of its scope.
+    #[error("cannot move the consolidation pointer of {scope} to {through}: {why}")]
+    BadPointer {
+        /// The scope.
+        scope: String,
+        /// The target.
+        through: u64,
+        /// Why it was refused.
+        why: String,
+    },
+    /// The database was written by a newer memtape.
+    #[error(
+        "the store at {path} has schema version {found}, newer than this memtape supports ({supported}); upgrade memtape to open it"
+    )]
+    NewerSchema {
+        /// The database file.
+        path: PathBuf,
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The file is a SQLite database, but not memtape's.
+    #[error("{path} is not a memtape store (application id {found:#x})")]
+    NotMemtape {
+        /// The database file.
+        path: PathBuf,
+        /// The application id found.
+        found: i64,
+    },
+    /// No store exists at the path.
+    #[error("no memtape store at {0} (run `memtape init` to create one)")]
+    Missing(PathBuf),
+    /// A stored row could not be read back.
+    #[error("corrupt entry {id}: {why}")]
+    Corrupt {
+        /// The entry.
+        id: i64,
+        /// What is wrong.
+        why: String,
+    },
+    /// A time outside the range the store can hold (1677–2262).
+    #[error("time {0} is outside the range memtape stores (years 1677 to 2262)")]
+    TimeOutOfRange(String),
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The filesystem failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,117 @@
+//! An in-memory store: the same rules as SQLite, no durability. For tests and embedding.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
+
+use crate::rules::{check_restored, plan_restore, prepare};
+use crate::{Placement, Result, ScopeInfo, Store};
+
+/// A store held in memory.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: BTreeMap<u64, Entry>,
+    scopes: BTreeMap<Scope, ScopeInfo>,
+}
+
+impl Inner {
+    fn lookup(&self, id: EntryId) -> Option<(Scope, Kind)> {
+        self.entries.get(&id.0).map(|e| (e.scope.clone(), e.kind()))
+    }
+
+    fn last_id(&self) -> EntryId {
+        self.entries.last_key_value().map_or(EntryId(0), |(_, e)| e.id)
+    }
+
+    /// Runs `f` and undoes everything it did to the entries and scopes if it fails.
+    fn atomically<T>(&mut self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        let (last, scopes) = (self.last_id().0, self.scopes.clone());
+        let out = f(self);
+        if out.is_err() {
+            self.entries.split_off(&(last + 1));
+            self.scopes = scopes;
+        }
+        out
+    }
+
+    fn push(&mut self, entry: Entry) {
+        self.scopes
+            .entry(entry.scope.clone())
+            .or_insert_with(|| ScopeInfo::empty(entry.scope.clone()))
+            .apply(&entry);
+        self.entries.insert(entry.id.0, entry);
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the data consistent (every change is
+        // undone on error), so a poisoned lock is still safe to use.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Store for MemoryStore {
+    fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.lock().atomically(|inner| {
+            let mut out = Vec::with_capacity(entries.len());
+            for new in entries {
+                let id = EntryId(inner.last_id().0 + 1);
+                let info = inner.scopes.get(&new.scope).cloned().unwrap_or_else(|| ScopeInfo::empty(new.scope.clone()));
+                let entry = prepare(new, id, &info, &mut |id| Ok(inner.lookup(id)))?;
+                inner.push(entry.clone());
+                out.push(entry);
+            }
+            Ok(out)
+        })
+    }
+
+    fn restore(&self, entries: Vec<Entry>) -> Result<Placement> {
+        self.lock().atomically(|inner| {
+            let (entries, placement) = plan_restore(entries, inner.last_id())?;
+            for entry in entries {
+                let info = inner.scopes.get(&entry.scope).cloned().unwrap_or_else(|| ScopeInfo::empty(entry.scope.clone()));
+                check_restored(&entry, &info, &mut |id| Ok(inner.lookup(id)))?;
+                inner.push(entry);
+            }
+            Ok(placement)
+        })
+    }
+
+    fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
+        Ok(self.lock().entries.get(&id.0).filter(|e| e.scope.tenant() == tenant).cloned())
+    }
+
+    fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
+        let inner = self.lock();
+        let matching = |e: &&Entry| &e.scope == scope && filter.matches(e);
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        Ok(match filter.order {
+            Order::Asc => inner.entries.values().filter(matching).take(limit).cloned().collect(),
+            Order::Desc => inner.entries.values().rev().filter(matching).take(limit).cloned().collect(),
+        })
+    }
+
+    fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
+        Ok(self.lock().scopes.get(scope).cloned())
+    }
+
+    fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
+        Ok(self.lock().scopes.values().filter(|i| i.scope.tenant() == tenant).cloned().collect())
+    }
+
+    fn last_id(&self) -> Result<EntryId> {
+        Ok(self.lock().last_id())
+    }
+}

@@ -1,0 +1,179 @@
+//! The write rules every store applies inside its write transaction: payload validation,
+//! parent linking, the scope projection and the consolidation pointer. Stores supply
+//! lookups; the decisions are made here, once.
+
+use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope, events};
+
+use crate::{Error, Placement, Result, ScopeInfo};
+
+impl ScopeInfo {
+    /// The projection of a scope with no entries yet.
+    pub fn empty(scope: Scope) -> Self {
+        ScopeInfo {
+            scope,
+            entries: 0,
+            messages: 0,
+            head: None,
+            last_id: None,
+            last_consolidated: EntryId(0),
+            first_at: None,
+            last_at: None,
+        }
+    }
+
+    /// Folds one new entry of this scope into the projection.
+    pub fn apply(&mut self, entry: &Entry) {
+        self.entries += 1;
+        if entry.kind().is_conversational() {
+            self.messages += 1;
+            self.head = Some(entry.id);
+        }
+        self.last_id = Some(entry.id);
+        self.first_at.get_or_insert(entry.created_at);
+        self.last_at = Some(entry.created_at);
+        if let Some(through) = consolidated_through(&entry.payload) {
+            self.last_consolidated = EntryId(through);
+        }
+    }
+}
+
+/// The target of a `session.consolidated` event, if `payload` is one.
+fn consolidated_through(payload: &Payload) -> Option<u64> {
+    match payload {
+        Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED => e.data.get("through").and_then(|v| v.as_u64()),
+        _ => None,
+    }
+}
+
+/// Where an existing entry belongs and what it is, for checking references to it.
+pub type Lookup<'a> = dyn FnMut(EntryId) -> Result<Option<(Scope, Kind)>> + 'a;
+
+/// Turns `new` into the entry stored under `id`, given its scope's projection so far:
+/// validates the payload, links a conversational entry to the scope's head when no parent
+/// is given, checks an explicit parent (an earlier conversational entry of the same scope)
+/// and checks a consolidation pointer move (0, or an entry of the same scope).
+pub fn prepare(new: NewEntry, id: EntryId, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<Entry> {
+    new.payload.validate()?;
+    let conversational = new.payload.kind().is_conversational();
+    let parent = match (new.parent, conversational) {
+        (None, true) => info.head,
+        (None, false) => None,
+        (Some(p), false) => {
+            return Err(Error::BadParent {
+                parent: p,
+                why: format!("is given to a {}, but only messages have parents", new.payload.kind()),
+            });
+        }
+        (Some(p), true) => {
+            check_parent(p, id, &new.scope, lookup)?;
+            Some(p)
+        }
+    };
+    if let Some(through) = consolidated_through(&new.payload) {
+        check_pointer(through, &new.scope, info, lookup)?;
+    } else if matches!(&new.payload, Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED) {
+        return Err(Error::BadPointer {
+            scope: new.scope.to_string(),
+            through: 0,
+            why: "the event needs data {\"through\": <entry id>}".into(),
+        });
+    }
+    Ok(Entry {
+        id,
+        scope: new.scope,
+        payload: new.payload,
+        meta: new.meta,
+        created_at: new.created_at,
+        parent,
+    })
+}
+
+fn check_parent(parent: EntryId, id: EntryId, scope: &Scope, lookup: &mut Lookup<'_>) -> Result<()> {
+    let refuse = |why: String| Err(Error::BadParent { parent, why });
+    if parent >= id {
+        return refuse(format!("is not before entry {id}"));
+    }
+    match lookup(parent)? {
+        None => refuse("does not exist".into()),
+        Some((s, _)) if &s != scope => refuse(format!("belongs to another scope ({s})")),
+        Some((_, kind)) if !kind.is_conversational() => refuse(format!("is a {kind}, not a message")),
+        Some(_) => Ok(()),
+    }
+}
+
+fn check_pointer(through: u64, scope: &Scope, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
+    if through == 0 {
+        return Ok(());
+    }
+    let refuse = |why: &str| {
+        Err(Error::BadPointer {
+            scope: scope.to_string(),
+            through,
+            why: why.to_owned(),
+        })
+    };
+    if info.last_id.is_none_or(|last| through > last.0) {
+        return refuse("no entry of this scope has that id yet");
+    }
+    match lookup(EntryId(through))? {
+        Some((s, _)) if &s == scope => Ok(()),
+        _ => refuse("that entry is not in this scope"),
+    }
+}
+
+/// Plans a restore: keeps the entries' ids when they all come after `last_id`, else numbers
+/// them anew from `last_id + 1`, remapping parents and pointer targets. A reference to an
+/// entry outside the set is refused when renumbering (there is nothing to map it to).
+pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<Entry>, Placement)> {
+    if entries.first().is_none_or(|e| e.id > last_id) {
+        return Ok((entries, Placement::KeptIds));
+    }
+    let map: std::collections::HashMap<EntryId, EntryId> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id, EntryId(last_id.0 + 1 + i as u64)))
+        .collect();
+    let remap = |old: EntryId, what: &str, id: EntryId| {
+        map.get(&old).copied().ok_or_else(|| {
+            Error::Invalid(memtape_core::Error::InvalidImport(format!(
+                "entry {id} refers to {what} {old}, which is not in the file, so it cannot be renumbered"
+            )))
+        })
+    };
+    for e in &mut entries {
+        let old_id = e.id;
+        e.id = map[&old_id];
+        if let Some(p) = e.parent {
+            e.parent = Some(remap(p, "parent", old_id)?);
+        }
+        if let Payload::Event(ev) = &mut e.payload {
+            if ev.name == events::SESSION_CONSOLIDATED {
+                if let Some(t) = ev.data.get("through").and_then(|v| v.as_u64()).filter(|t| *t > 0) {
+                    let new = remap(EntryId(t), "pointer target", old_id)?;
+                    ev.data["through"] = serde_json::Value::from(new.0);
+                }
+            }
+        }
+    }
+    Ok((entries, Placement::Renumbered))
+}
+
+/// Checks one restored entry against what is already stored (its parent and pointer
+/// target must be earlier entries of its scope) and returns it as a [`NewEntry`]-shaped
+/// check; the entry itself is stored unchanged.
+pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
+    entry.payload.validate()?;
+    if let Some(p) = entry.parent {
+        if !entry.kind().is_conversational() {
+            return Err(Error::BadParent {
+                parent: p,
+                why: format!("is given to a {}, but only messages have parents", entry.kind()),
+            });
+        }
+        check_parent(p, entry.id, &entry.scope, lookup)?;
+    }
+    if let Some(through) = consolidated_through(&entry.payload) {
+        check_pointer(through, &entry.scope, info, lookup)?;
+    }
+    Ok(())
+}

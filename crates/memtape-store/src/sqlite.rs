@@ -1,0 +1,506 @@
+//! The embedded SQLite store: one database file in the data directory, WAL mode, every
+//! append one durable transaction (synchronous=FULL), readers on their own connections so
+//! they never wait for the writer.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use chrono::{DateTime, Utc};
+use memtape_core::{Entry, EntryId, Filter, Kind, Meta, NewEntry, Order, Payload, Scope};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
+
+use crate::rules::{check_restored, plan_restore, prepare};
+use crate::{Error, Placement, Result, ScopeInfo, Store};
+
+/// The schema version this build writes. Databases with a higher version are refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Marks the database file as memtape's ("mtap").
+const APPLICATION_ID: i64 = 0x6d74_6170;
+
+/// Migrations: `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE scopes (
+    scope_id          INTEGER PRIMARY KEY,
+    tenant            TEXT NOT NULL,
+    agent             TEXT NOT NULL,
+    user              TEXT NOT NULL DEFAULT '',
+    session           TEXT NOT NULL DEFAULT '',
+    node              TEXT NOT NULL DEFAULT '',
+    entries           INTEGER NOT NULL DEFAULT 0,
+    messages          INTEGER NOT NULL DEFAULT 0,
+    head              INTEGER,
+    last_id           INTEGER,
+    last_consolidated INTEGER NOT NULL DEFAULT 0,
+    first_at          INTEGER,
+    last_at           INTEGER,
+    UNIQUE (tenant, agent, user, session, node)
+);
+CREATE TABLE entries (
+    id         INTEGER PRIMARY KEY,
+    scope_id   INTEGER NOT NULL REFERENCES scopes(scope_id),
+    kind       TEXT NOT NULL,
+    name       TEXT,
+    parent     INTEGER REFERENCES entries(id),
+    created_at INTEGER NOT NULL,
+    payload    TEXT NOT NULL,
+    meta       TEXT NOT NULL
+);
+CREATE INDEX entries_by_scope ON entries(scope_id, id);
+CREATE INDEX entries_by_kind ON entries(scope_id, kind, id);
+CREATE INDEX entries_by_name ON entries(scope_id, name, id) WHERE name IS NOT NULL;
+CREATE INDEX entries_by_time ON entries(scope_id, created_at);
+CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
+    BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
+CREATE TRIGGER entries_append_only_delete BEFORE DELETE ON entries
+    BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
+"#];
+
+/// The embedded SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every write is a transaction that rolls back on error, so a poisoned lock guards
+    // nothing half-done.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn to_nanos(t: DateTime<Utc>) -> Result<i64> {
+    t.timestamp_nanos_opt().ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
+}
+
+fn from_nanos(n: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_nanos(n)
+}
+
+fn opt(s: Option<&str>) -> &str {
+    s.unwrap_or("")
+}
+
+fn some(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+impl SqliteStore {
+    /// The database's file name inside the data directory.
+    pub const FILE_NAME: &'static str = "memtape.db";
+
+    /// Opens the store in `dir`, creating the directory and database if needed.
+    pub fn create(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        Self::open_at(dir.join(Self::FILE_NAME), true)
+    }
+
+    /// Opens the existing store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_at(dir.join(Self::FILE_NAME), false)
+    }
+
+    fn open_at(path: PathBuf, create: bool) -> Result<Self> {
+        if !create && !path.exists() {
+            return Err(Error::Missing(path));
+        }
+        let mut writer = Connection::open(&path)?;
+        configure(&writer)?;
+        migrate(&mut writer, &path)?;
+        Ok(SqliteStore {
+            path,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs SQLite's integrity check; `"ok"` when the file is sound.
+    pub fn integrity_check(&self) -> Result<String> {
+        self.read(|c| Ok(c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?))
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = lock(&self.readers).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => {
+                let c = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+                )?;
+                c.busy_timeout(std::time::Duration::from_secs(10))?;
+                c
+            }
+        };
+        let out = f(&conn);
+        lock(&self.readers).push(conn);
+        out
+    }
+
+    /// Runs `f` in one IMMEDIATE transaction with the scopes it touches cached, writes the
+    /// touched scope projections back and commits (durably) only if `f` succeeds.
+    fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut w = Writer {
+            tx: &tx,
+            scopes: HashMap::new(),
+        };
+        let out = f(&mut w)?;
+        for (scope_id, info) in w.scopes.values() {
+            save_scope(&tx, *scope_id, info)?;
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+}
+
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    debug_assert_eq!(mode, "wal");
+    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    Ok(())
+}
+
+fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let app: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tables: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    if app != APPLICATION_ID && (app != 0 || tables > 0) {
+        return Err(Error::NotMemtape {
+            path: path.to_owned(),
+            found: app,
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(Error::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (v, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", v as i64 + 1)?;
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+    tx.commit()?;
+    Ok(())
+}
+
+struct Writer<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+    scopes: HashMap<Scope, (i64, ScopeInfo)>,
+}
+
+impl Writer<'_> {
+    fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)> {
+        if let Some(found) = self.scopes.get(scope) {
+            return Ok(found.clone());
+        }
+        let found = match load_scope(self.tx, scope)? {
+            Some(found) => found,
+            None => {
+                self.tx.execute(
+                    "INSERT INTO scopes (tenant, agent, user, session, node) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        scope.tenant(),
+                        scope.agent_name(),
+                        opt(scope.user()),
+                        opt(scope.session()),
+                        opt(scope.node())
+                    ],
+                )?;
+                (self.tx.last_insert_rowid(), ScopeInfo::empty(scope.clone()))
+            }
+        };
+        self.scopes.insert(scope.clone(), found.clone());
+        Ok(found)
+    }
+
+    fn last_id(&self) -> Result<EntryId> {
+        last_id(self.tx)
+    }
+
+    fn lookup(&self, id: EntryId) -> Result<Option<(Scope, Kind)>> {
+        let row = self
+            .tx
+            .prepare_cached(
+                "SELECT s.tenant, s.agent, s.user, s.session, s.node, e.kind
+                 FROM entries e JOIN scopes s USING (scope_id) WHERE e.id = ?1",
+            )?
+            .query_row([id.0 as i64], |r| Ok((scope_from_row(r, 0)?, r.get::<_, String>(5)?)))
+            .optional()?;
+        match row {
+            None => Ok(None),
+            Some((scope, kind)) => Ok(Some((scope?, kind.parse::<Kind>()?))),
+        }
+    }
+
+    fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
+        let meta = serde_json::to_string(&entry.meta).map_err(|e| Error::Corrupt {
+            id: entry.id.0 as i64,
+            why: e.to_string(),
+        })?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO entries (id, scope_id, kind, name, parent, created_at, payload, meta)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                entry.id.0 as i64,
+                scope_id,
+                entry.kind().as_str(),
+                entry.payload.name(),
+                entry.parent.map(|p| p.0 as i64),
+                to_nanos(entry.created_at)?,
+                entry.payload.to_json().to_string(),
+                meta,
+            ])?;
+        let (_, info) = self
+            .scopes
+            .get_mut(&entry.scope)
+            .ok_or_else(|| Error::Corrupt {
+                id: entry.id.0 as i64,
+                why: "scope not loaded".into(),
+            })?;
+        info.apply(entry);
+        Ok(())
+    }
+}
+
+fn last_id(conn: &Connection) -> Result<EntryId> {
+    let id: Option<i64> = conn.query_row("SELECT max(id) FROM entries", [], |r| r.get(0))?;
+    Ok(EntryId(id.unwrap_or(0) as u64))
+}
+
+fn scope_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Scope>> {
+    Ok(Scope::from_parts(
+        r.get(at)?,
+        r.get(at + 1)?,
+        some(r.get(at + 2)?),
+        some(r.get(at + 3)?),
+        some(r.get(at + 4)?),
+    )
+    .map_err(Error::Invalid))
+}
+
+const SCOPE_COLUMNS: &str = "scope_id, tenant, agent, user, session, node, entries, messages, head, last_id, last_consolidated, first_at, last_at";
+
+fn info_from_row(r: &Row<'_>) -> rusqlite::Result<Result<(i64, ScopeInfo)>> {
+    let scope = match scope_from_row(r, 1)? {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let id = |v: Option<i64>| v.map(|v| EntryId(v as u64));
+    Ok(Ok((
+        r.get(0)?,
+        ScopeInfo {
+            scope,
+            entries: r.get::<_, i64>(6)? as u64,
+            messages: r.get::<_, i64>(7)? as u64,
+            head: id(r.get(8)?),
+            last_id: id(r.get(9)?),
+            last_consolidated: EntryId(r.get::<_, i64>(10)? as u64),
+            first_at: r.get::<_, Option<i64>>(11)?.map(from_nanos),
+            last_at: r.get::<_, Option<i64>>(12)?.map(from_nanos),
+        },
+    )))
+}
+
+fn load_scope(conn: &Connection, scope: &Scope) -> Result<Option<(i64, ScopeInfo)>> {
+    let sql = format!(
+        "SELECT {SCOPE_COLUMNS} FROM scopes WHERE tenant = ?1 AND agent = ?2 AND user = ?3 AND session = ?4 AND node = ?5"
+    );
+    conn.prepare_cached(&sql)?
+        .query_row(
+            params![
+                scope.tenant(),
+                scope.agent_name(),
+                opt(scope.user()),
+                opt(scope.session()),
+                opt(scope.node())
+            ],
+            info_from_row,
+        )
+        .optional()?
+        .transpose()
+}
+
+fn save_scope(conn: &Connection, scope_id: i64, info: &ScopeInfo) -> Result<()> {
+    let id = |v: Option<EntryId>| v.map(|v| v.0 as i64);
+    conn.prepare_cached(
+        "UPDATE scopes SET entries = ?2, messages = ?3, head = ?4, last_id = ?5, last_consolidated = ?6,
+         first_at = ?7, last_at = ?8 WHERE scope_id = ?1",
+    )?
+    .execute(params![
+        scope_id,
+        info.entries as i64,
+        info.messages as i64,
+        id(info.head),
+        id(info.last_id),
+        info.last_consolidated.0 as i64,
+        info.first_at.map(to_nanos).transpose()?,
+        info.last_at.map(to_nanos).transpose()?,
+    ])?;
+    Ok(())
+}
+
+const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta";
+
+/// Reads the entry columns (in [`ENTRY_COLUMNS`] order) starting at column `at`.
+fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Entry>> {
+    let payload: String = r.get(at + 4)?;
+    let meta: String = r.get(at + 5)?;
+    Ok(decode(r.get(at)?, scope, r.get(at + 1)?, r.get(at + 2)?, r.get(at + 3)?, &payload, &meta))
+}
+
+impl Store for SqliteStore {
+    fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.write(|w| {
+            let mut next = w.last_id()?.0 + 1;
+            let mut out = Vec::with_capacity(entries.len());
+            for new in entries {
+                let (scope_id, _) = w.scope(&new.scope)?;
+                let info = w.scopes[&new.scope].1.clone();
+                let entry = prepare(new, EntryId(next), &info, &mut |id| w.lookup(id))?;
+                w.insert(scope_id, &entry)?;
+                next += 1;
+                out.push(entry);
+            }
+            Ok(out)
+        })
+    }
+
+    fn restore(&self, entries: Vec<Entry>) -> Result<Placement> {
+        self.write(|w| {
+            let (entries, placement) = plan_restore(entries, w.last_id()?)?;
+            for entry in &entries {
+                let (scope_id, info) = w.scope(&entry.scope)?;
+                let info = w.scopes.get(&entry.scope).map_or(info, |(_, i)| i.clone());
+                check_restored(entry, &info, &mut |id| w.lookup(id))?;
+                w.insert(scope_id, entry)?;
+            }
+            Ok(placement)
+        })
+    }
+
+    fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
+                 WHERE e.id = ?1 AND s.tenant = ?2",
+                ENTRY_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect::<Vec<_>>().join(", ")
+            );
+            let mut stmt = c.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![id.0 as i64, tenant])?;
+            let Some(row) = rows.next()? else {
+                return Ok(None);
+            };
+            let scope = scope_from_row(row, 0)??;
+            let entry = entry_from_row(&scope, row, 5)??;
+            Ok(Some(entry))
+        })
+    }
+
+    fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
+        self.read(|c| {
+            let Some((scope_id, _)) = load_scope(c, scope)? else {
+                return Ok(Vec::new());
+            };
+            let mut sql = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE scope_id = ?");
+            let mut args: Vec<SqlValue> = vec![SqlValue::Integer(scope_id)];
+            if let Some(a) = filter.after {
+                sql.push_str(" AND id > ?");
+                args.push(SqlValue::Integer(a.0 as i64));
+            }
+            if let Some(b) = filter.before {
+                sql.push_str(" AND id < ?");
+                args.push(SqlValue::Integer(b.0 as i64));
+            }
+            if !filter.kinds.is_empty() {
+                sql.push_str(&format!(" AND kind IN ({})", vec!["?"; filter.kinds.len()].join(", ")));
+                args.extend(filter.kinds.iter().map(|k| SqlValue::Text(k.as_str().to_owned())));
+            }
+            if let Some(n) = &filter.name {
+                sql.push_str(" AND name = ?");
+                args.push(SqlValue::Text(n.clone()));
+            }
+            if let Some(s) = filter.since {
+                sql.push_str(" AND created_at >= ?");
+                args.push(SqlValue::Integer(to_nanos(s)?));
+            }
+            if let Some(u) = filter.until {
+                sql.push_str(" AND created_at < ?");
+                args.push(SqlValue::Integer(to_nanos(u)?));
+            }
+            sql.push_str(match filter.order {
+                Order::Asc => " ORDER BY id ASC",
+                Order::Desc => " ORDER BY id DESC",
+            });
+            if let Some(l) = filter.limit {
+                sql.push_str(" LIMIT ?");
+                args.push(SqlValue::Integer(i64::try_from(l).unwrap_or(i64::MAX)));
+            }
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = stmt.query_map(params_from_iter(args), |r| entry_from_row(scope, r, 0))?;
+            rows.map(|r| r?).collect()
+        })
+    }
+
+    fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
+        self.read(|c| Ok(load_scope(c, scope)?.map(|(_, info)| info)))
+    }
+
+    fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT {SCOPE_COLUMNS} FROM scopes WHERE tenant = ?1 AND entries > 0 ORDER BY agent, user, session, node"
+            );
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = stmt.query_map([tenant], info_from_row)?;
+            rows.map(|r| Ok(r??.1)).collect()
+        })
+    }
+
+    fn last_id(&self) -> Result<EntryId> {
+        self.read(|c| last_id(c))
+    }
+}
+
+fn decode(
+    id: i64,
+    scope: &Scope,
+    kind: String,
+    parent: Option<i64>,
+    created_at: i64,
+    payload: &str,
+    meta: &str,
+) -> Result<Entry> {
+    let corrupt = |why: String| Error::Corrupt { id, why };
+    let kind: Kind = kind.parse().map_err(|e: memtape_core::Error| corrupt(e.to_string()))?;
+    let value = serde_json::from_str(payload).map_err(|e| corrupt(e.to_string()))?;
+    let payload = Payload::from_json(kind, value).map_err(|e| corrupt(e.to_string()))?;
+    let meta: Meta = serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?;
+    Ok(Entry {
+        id: EntryId(id as u64),
+        scope: scope.clone(),
+        payload,
+        meta,
+        created_at: from_nanos(created_at),
+        parent: parent.map(|p| EntryId(p as u64)),
+    })
+}

@@ -1,0 +1,219 @@
+//! One behavioural suite for every Store implementation: the SQLite store and the
+//! in-memory store must agree on ids, parent links, projections, filters and atomicity.
+
+use chrono::{DateTime, Duration, Utc};
+use memtape_core::{Anchor, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope, ToolCall, events};
+use memtape_store::{MemoryStore, Placement, SqliteStore, Store};
+use serde_json::json;
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::UNIX_EPOCH + Duration::seconds(1_700_000_000 + secs)
+}
+
+fn session(name: &str) -> Scope {
+    Scope::agent("acme", "bot").unwrap().with_session(name).unwrap()
+}
+
+fn msg(scope: &Scope, m: Message, at: i64) -> NewEntry {
+    NewEntry::new(scope.clone(), Payload::Message(m), t(at))
+}
+
+fn event(scope: &Scope, name: &str, data: serde_json::Value) -> NewEntry {
+    NewEntry::new(
+        scope.clone(),
+        Payload::Event(Event {
+            name: name.into(),
+            data,
+        }),
+        t(0),
+    )
+}
+
+fn anchor(scope: &Scope, name: &str) -> NewEntry {
+    NewEntry::new(
+        scope.clone(),
+        Payload::Anchor(Anchor {
+            name: name.into(),
+            state: None,
+        }),
+        t(0),
+    )
+}
+
+/// Runs `check` against a fresh store of each kind.
+fn each_store(check: impl Fn(&dyn Store)) {
+    check(&MemoryStore::new());
+    let dir = tempfile::tempdir().unwrap();
+    check(&SqliteStore::create(dir.path()).unwrap());
+}
+
+#[test]
+fn ids_increase_and_messages_chain_to_their_scope_head() {
+    each_store(|store| {
+        let (s1, s2) = (session("s1"), session("s2"));
+        let a = store.append(vec![msg(&s1, Message::user("hi"), 0)]).unwrap();
+        let b = store.append(vec![msg(&s2, Message::user("other"), 1)]).unwrap();
+        let c = store
+            .append(vec![anchor(&s1, "phase/1"), msg(&s1, Message::assistant("hello"), 2)])
+            .unwrap();
+        assert_eq!([a[0].id, b[0].id, c[0].id, c[1].id], [EntryId(1), EntryId(2), EntryId(3), EntryId(4)]);
+        assert_eq!(a[0].parent, None);
+        assert_eq!(c[0].parent, None, "anchors are not part of threads");
+        assert_eq!(c[1].parent, Some(a[0].id), "the head of s1, not of s2 and not the anchor");
+
+        let info = store.scope_info(&s1).unwrap().unwrap();
+        assert_eq!((info.entries, info.messages, info.head, info.last_id), (3, 2, Some(EntryId(4)), Some(EntryId(4))));
+        assert_eq!((info.first_at, info.last_at), (Some(t(0)), Some(t(2))));
+        assert_eq!(store.last_id().unwrap(), EntryId(4));
+    });
+}
+
+#[test]
+fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
+    each_store(|store| {
+        let (s1, s2) = (session("s1"), session("s2"));
+        let first = store.append(vec![msg(&s1, Message::user("q"), 0)]).unwrap()[0].id;
+        store.append(vec![msg(&s1, Message::assistant("a1"), 1)]).unwrap();
+        let other = store.append(vec![msg(&s2, Message::user("x"), 0)]).unwrap()[0].id;
+        let ev = store.append(vec![anchor(&s1, "a")]).unwrap()[0].id;
+
+        // A regenerated answer names the question it answers again.
+        let mut regen = msg(&s1, Message::assistant("a2"), 2);
+        regen.parent = Some(first);
+        assert_eq!(store.append(vec![regen]).unwrap()[0].parent, Some(first));
+
+        for (parent, why) in [(other, "another scope"), (ev, "not a message"), (EntryId(999), "is not before")] {
+            let mut bad = msg(&s1, Message::assistant("x"), 3);
+            bad.parent = Some(parent);
+            let err = store.append(vec![bad]).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+    });
+}
+
+#[test]
+fn a_failed_batch_appends_nothing() {
+    each_store(|store| {
+        let s = session("s");
+        store.append(vec![msg(&s, Message::user("keep"), 0)]).unwrap();
+        let bad_tool = Message {
+            tool_call_id: None,
+            ..Message::tool_result("c", "r")
+        };
+        let err = store
+            .append(vec![msg(&s, Message::assistant("lost"), 1), msg(&s, bad_tool, 2)])
+            .unwrap_err();
+        assert!(err.to_string().contains("tool_call_id"), "{err}");
+        assert_eq!(store.last_id().unwrap(), EntryId(1));
+        let info = store.scope_info(&s).unwrap().unwrap();
+        assert_eq!((info.entries, info.head), (1, Some(EntryId(1))));
+        // The next append still gets the next id.
+        assert_eq!(store.append(vec![msg(&s, Message::assistant("ok"), 3)]).unwrap()[0].id, EntryId(2));
+    });
+}
+
+#[test]
+fn the_consolidation_pointer_is_an_event_projected_onto_the_scope() {
+    each_store(|store| {
+        let (s, other) = (session("s"), session("o"));
+        let ids: Vec<EntryId> = store
+            .append((0..4).map(|i| msg(&s, Message::user(format!("m{i}")), i)).collect())
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        let foreign = store.append(vec![msg(&other, Message::user("x"), 0)]).unwrap()[0].id;
+        store.append(vec![event(&s, events::SESSION_CONSOLIDATED, json!({"through": ids[1].0}))]).unwrap();
+        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, ids[1]);
+
+        for (data, why) in [
+            (json!({"through": foreign.0}), "not in this scope"),
+            (json!({"through": 999}), "no entry of this scope"),
+            (json!({"nope": 1}), "needs data"),
+        ] {
+            let err = store.append(vec![event(&s, events::SESSION_CONSOLIDATED, data)]).unwrap_err();
+            assert!(err.to_string().contains(why), "{err}");
+        }
+        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, ids[1]);
+    });
+}
+
+#[test]
+fn scans_filter_by_kind_name_ids_time_order_and_limit() {
+    each_store(|store| {
+        let s = session("s");
+        let call = Message::assistant_tool_calls(vec![ToolCall::function("c1", "f", "{}")]);
+        store
+            .append(vec![
+                msg(&s, Message::user("u0"), 0),
+                anchor(&s, "phase/1"),
+                msg(&s, call, 10),
+                msg(&s, Message::tool_result("c1", "r"), 11),
+                anchor(&s, "phase/2"),
+                msg(&s, Message::assistant("a"), 20),
+            ])
+            .unwrap();
+        let ids = |f: Filter| store.scan(&s, &f).unwrap().iter().map(|e| e.id.0).collect::<Vec<_>>();
+        assert_eq!(ids(Filter::default()), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(ids(Filter { kinds: vec![Kind::Anchor], ..Default::default() }), [2, 5]);
+        assert_eq!(ids(Filter { kinds: vec![Kind::ToolCall, Kind::ToolResult], ..Default::default() }), [3, 4]);
+        assert_eq!(ids(Filter { name: Some("phase/2".into()), ..Default::default() }), [5]);
+        assert_eq!(ids(Filter { after: Some(EntryId(2)), before: Some(EntryId(5)), ..Default::default() }), [3, 4]);
+        assert_eq!(ids(Filter { since: Some(t(10)), until: Some(t(20)), ..Default::default() }), [3, 4]);
+        assert_eq!(ids(Filter { order: Order::Desc, limit: Some(2), ..Default::default() }), [6, 5]);
+        assert!(store.scan(&session("none"), &Filter::default()).unwrap().is_empty());
+    });
+}
+
+#[test]
+fn tenants_never_see_each_other() {
+    each_store(|store| {
+        let mine = session("s");
+        let theirs = Scope::agent("globex", "bot").unwrap().with_session("s").unwrap();
+        let a = store.append(vec![msg(&mine, Message::user("mine"), 0)]).unwrap()[0].id;
+        store.append(vec![msg(&theirs, Message::user("theirs"), 0)]).unwrap();
+        assert!(store.get("acme", a).unwrap().is_some());
+        assert!(store.get("globex", a).unwrap().is_none());
+        assert_eq!(store.scopes("acme").unwrap().len(), 1);
+        assert_eq!(store.scopes("globex").unwrap()[0].scope, theirs);
+        // The same session name under another tenant has its own head.
+        let next = store.append(vec![msg(&theirs, Message::assistant("x"), 1)]).unwrap();
+        assert_eq!(next[0].parent, Some(EntryId(2)));
+    });
+}
+
+#[test]
+fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
+    each_store(|store| {
+        let s = session("s");
+        store.append(vec![msg(&s, Message::user("existing"), 0)]).unwrap();
+        let source = MemoryStore::new();
+        source.append(vec![msg(&s, Message::user("q"), 0), msg(&s, Message::assistant("a"), 1)]).unwrap();
+        source.append(vec![event(&s, events::SESSION_CONSOLIDATED, json!({"through": 1}))]).unwrap();
+        let exported = source.scan(&s, &Filter::default()).unwrap();
+
+        // Ids 1..3 collide with the store's entry 1: renumbered to 2..4, links followed.
+        assert_eq!(store.restore(exported.clone()).unwrap(), Placement::Renumbered);
+        let got = store.scan(&s, &Filter { after: Some(EntryId(1)), ..Default::default() }).unwrap();
+        assert_eq!(got.iter().map(|e| e.id.0).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(got[1].parent, Some(EntryId(2)));
+        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, EntryId(2));
+
+        // Ids past the last one are kept as they are.
+        let later: Vec<_> = exported
+            .into_iter()
+            .map(|mut e| {
+                e.scope = session("t");
+                e.id = EntryId(e.id.0 + 10);
+                e.parent = e.parent.map(|p| EntryId(p.0 + 10));
+                if let Payload::Event(ev) = &mut e.payload {
+                    ev.data = json!({"through": 11});
+                }
+                e
+            })
+            .collect();
+        assert_eq!(store.restore(later).unwrap(), Placement::KeptIds);
+        assert_eq!(store.last_id().unwrap(), EntryId(13));
+        assert_eq!(store.get("acme", EntryId(12)).unwrap().unwrap().parent, Some(EntryId(11)));
+    });
+}

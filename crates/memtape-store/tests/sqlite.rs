@@ -1,0 +1,106 @@
+//! SQLite-specific guarantees: persistence across reopen, schema versioning, refusal of
+//! foreign and newer databases, append-only enforcement, and readers beside a writer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::DateTime;
+use memtape_core::{EntryId, Filter, Message, NewEntry, Payload, Scope};
+use memtape_store::{SCHEMA_VERSION, SqliteStore, Store};
+
+fn scope() -> Scope {
+    Scope::agent("t", "a").unwrap().with_session("s").unwrap()
+}
+
+fn user(text: &str) -> NewEntry {
+    NewEntry::new(scope(), Payload::Message(Message::user(text)), DateTime::UNIX_EPOCH)
+}
+
+#[test]
+fn entries_and_projections_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::create(dir.path()).unwrap();
+        store.append(vec![user("one"), user("two")]).unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let all = store.scan(&scope(), &Filter::default()).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[1].parent, Some(EntryId(1)));
+    assert_eq!(store.scope_info(&scope()).unwrap().unwrap().head, Some(EntryId(2)));
+    assert_eq!(store.append(vec![user("three")]).unwrap()[0].parent, Some(EntryId(2)));
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+}
+
+#[test]
+fn opening_a_missing_store_says_how_to_create_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("no memtape store") && err.contains("memtape init"), "{err}");
+}
+
+#[test]
+fn a_database_from_a_newer_memtape_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SqliteStore::create(dir.path()).unwrap());
+    let path = dir.path().join(SqliteStore::FILE_NAME);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    drop(conn);
+    let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && err.contains("upgrade memtape"), "{err}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, SCHEMA_VERSION + 1);
+}
+
+#[test]
+fn another_programs_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join(SqliteStore::FILE_NAME)).unwrap();
+    conn.execute_batch("CREATE TABLE t(x);").unwrap();
+    drop(conn);
+    let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("not a memtape store"), "{err}");
+}
+
+#[test]
+fn the_database_itself_refuses_to_modify_or_delete_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    store.append(vec![user("never changes")]).unwrap();
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    for sql in ["UPDATE entries SET payload = '{}'", "DELETE FROM entries"] {
+        let err = conn.execute(sql, []).unwrap_err().to_string();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    assert_eq!(store.scan(&scope(), &Filter::default()).unwrap()[0].message().unwrap().content_text(), "never changes");
+}
+
+#[test]
+fn readers_work_while_a_writer_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::create(dir.path()).unwrap());
+    store.append(vec![user("seed")]).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, done) = (store.clone(), done.clone());
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                store.append(vec![user(&format!("m{i}"))]).unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let mut reads = 0;
+    let mut last_seen = 0;
+    while !done.load(Ordering::SeqCst) {
+        let n = store.scan(&scope(), &Filter::default()).unwrap().len();
+        assert!(n >= last_seen, "a reader saw the tape shrink");
+        last_seen = n;
+        reads += 1;
+    }
+    writer.join().unwrap();
+    assert!(reads > 1, "the reader never ran beside the writer");
+    assert_eq!(store.scan(&scope(), &Filter::default()).unwrap().len(), 201);
+}
