@@ -1,1 +1,268 @@
-//! placeholder
+//! memtape: long-term memory for LLM agents. [`Engine`] is the facade the CLI and servers
+//! use: it appends to the tape, selects history, walks threads, answers anchor queries and
+//! moves the tape in and out of JSONL formats, over any [`Store`].
+//!
+//! ```
+//! use memtape::{Engine, HistoryLimits, Message, Scope};
+//!
+//! let engine = Engine::in_memory();
+//! let chat = Scope::agent("default", "default")?.with_session("demo")?;
+//! engine.append(&chat, Message::user("My name is Ada."), Default::default())?;
+//! engine.append(&chat, Message::assistant("Hello Ada!"), Default::default())?;
+//! let history = engine.history(&chat, &HistoryLimits::default())?;
+//! assert_eq!(history.len(), 2);
+//! # Ok::<(), memtape::Error>(())
+//! ```
+
+mod error;
+mod io;
+
+pub use io::ImportReport;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use memtape_core::{NewEntry, Order, Payload, select_history, walk_thread};
+use serde_json::{Map, Value, json};
+
+pub use error::Error;
+pub use memtape_core::{
+    Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits, Kind, Message, Meta,
+    Role, Scope, TapeQuery, TokenCounter, ToolCall, events, formats::Format,
+};
+pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The conversational kinds: the entries that make up threads and history.
+const CONVERSATIONAL: [Kind; 4] = [Kind::Message, Kind::ToolCall, Kind::ToolResult, Kind::System];
+
+/// How many entries history and thread walks read from the store at a time.
+const PAGE: usize = 256;
+
+/// Options for one append.
+#[derive(Clone, Debug, Default)]
+pub struct AppendOptions {
+    /// The message this one follows; by default the session's latest message.
+    pub parent: Option<EntryId>,
+    /// Caller metadata.
+    pub meta: Meta,
+}
+
+/// The memtape engine over a store `S`.
+pub struct Engine<S: Store = SqliteStore> {
+    store: S,
+    tokens: Box<dyn TokenCounter>,
+    clock: Box<dyn Fn() -> DateTime<Utc> + Send + Sync>,
+}
+
+impl Engine<SqliteStore> {
+    /// Creates (or opens) the store in `dir`.
+    pub fn init(dir: &Path) -> Result<Self> {
+        Ok(Self::with_store(SqliteStore::create(dir)?))
+    }
+
+    /// Opens the existing store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        Ok(Self::with_store(SqliteStore::open(dir)?))
+    }
+}
+
+impl Engine<MemoryStore> {
+    /// An engine over a fresh in-memory store.
+    pub fn in_memory() -> Self {
+        Self::with_store(MemoryStore::new())
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// An engine over `store`, counting tokens with cl100k and reading the system clock.
+    pub fn with_store(store: S) -> Self {
+        Engine {
+            store,
+            tokens: Box::new(Bpe::new(BpeEncoding::Cl100k)),
+            clock: Box::new(Utc::now),
+        }
+    }
+
+    /// Counts tokens with `counter` instead.
+    pub fn with_tokens(mut self, counter: impl TokenCounter + 'static) -> Self {
+        self.tokens = Box::new(counter);
+        self
+    }
+
+    /// Reads time from `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: impl Fn() -> DateTime<Utc> + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The token counter history limits are measured with.
+    pub fn tokens(&self) -> &dyn TokenCounter {
+        self.tokens.as_ref()
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
+    }
+
+    /// Appends a message to a session; it returns once the entry is durable.
+    pub fn append(&self, session: &Scope, message: Message, options: AppendOptions) -> Result<Entry> {
+        let entry = NewEntry {
+            scope: session.clone(),
+            payload: Payload::Message(message),
+            meta: options.meta,
+            created_at: self.now(),
+            parent: options.parent,
+        };
+        self.append_one(entry)
+    }
+
+    fn append_one(&self, entry: NewEntry) -> Result<Entry> {
+        let mut out = self.store.append(vec![entry])?;
+        out.pop().ok_or_else(|| Error::Internal("the store returned no entry".into()))
+    }
+
+    /// Appends entries as they are, in one transaction.
+    pub fn append_entries(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        Ok(self.store.append(entries)?)
+    }
+
+    /// Writes an anchor (Bub's handoff) named `name` with optional state.
+    pub fn anchor(&self, scope: &Scope, name: &str, state: Option<Map<String, Value>>) -> Result<Entry> {
+        let anchor = Anchor {
+            name: name.to_owned(),
+            state,
+        };
+        self.append_one(NewEntry::new(scope.clone(), Payload::Anchor(anchor), self.now()))
+    }
+
+    /// Writes an event named `name` with `data`.
+    pub fn event(&self, scope: &Scope, name: &str, data: Value) -> Result<Entry> {
+        let event = Event {
+            name: name.to_owned(),
+            data,
+        };
+        self.append_one(NewEntry::new(scope.clone(), Payload::Event(event), self.now()))
+    }
+
+    /// Moves the session's consolidation pointer: entries up to `through` leave history.
+    /// The move is itself an entry on the tape.
+    pub fn mark_consolidated(&self, session: &Scope, through: EntryId) -> Result<Entry> {
+        self.event(session, events::SESSION_CONSOLIDATED, json!({ "through": through.0 }))
+    }
+
+    /// The history to send to a model: the unconsolidated messages of the session's
+    /// current thread, under `limits`, following the nanobot and Dify rules
+    /// ([`memtape_core::select_history`]). Reads only the tail it needs.
+    pub fn history(&self, session: &Scope, limits: &HistoryLimits) -> Result<Vec<Entry>> {
+        let Some(info) = self.store.scope_info(session)? else {
+            return Ok(Vec::new());
+        };
+        let Some(head) = info.head else {
+            return Ok(Vec::new());
+        };
+        let pointer = info.last_consolidated;
+        let thread = self.walk(session, head, pointer, limits.max_messages)?;
+        let messages: Vec<&Message> = thread.iter().filter_map(Entry::message).collect();
+        let keep = select_history(&messages, limits, self.tokens.as_ref());
+        let mut thread: Vec<Option<Entry>> = thread.into_iter().map(Some).collect();
+        Ok(keep.into_iter().filter_map(|i| thread[i].take()).collect())
+    }
+
+    /// Walks the thread ending at `leaf` in `scope` back to a root, to the first entry at or
+    /// before `stop_at`, or to `max` entries, reading the store a page at a time.
+    fn walk(&self, scope: &Scope, leaf: EntryId, stop_at: EntryId, max: usize) -> Result<Vec<Entry>> {
+        let mut page: HashMap<EntryId, Entry> = HashMap::new();
+        let mut fetch = |id: EntryId| -> Result<Option<Entry>> {
+            if let Some(e) = page.remove(&id) {
+                return Ok(Some(e));
+            }
+            let filter = Filter {
+                after: Some(stop_at),
+                before: Some(EntryId(id.0 + 1)),
+                kinds: CONVERSATIONAL.to_vec(),
+                order: Order::Desc,
+                limit: Some(PAGE.min(max.saturating_add(1))),
+                ..Filter::default()
+            };
+            page = self.store.scan(scope, &filter)?.into_iter().map(|e| (e.id, e)).collect();
+            Ok(page.remove(&id))
+        };
+        let Some(leaf) = fetch(leaf)? else {
+            return Ok(Vec::new());
+        };
+        walk_thread(leaf, &mut fetch, |e| e.id <= stop_at, max)
+    }
+
+    /// The thread that ends at `leaf`, root first (Dify's extract_thread_messages).
+    pub fn thread(&self, tenant: &str, leaf: EntryId) -> Result<Vec<Entry>> {
+        let entry = self.store.get(tenant, leaf)?.ok_or(Error::NoEntry(leaf))?;
+        if !entry.kind().is_conversational() {
+            return Err(Error::NotAMessage(leaf, entry.kind()));
+        }
+        self.walk(&entry.scope, leaf, EntryId(0), usize::MAX)
+    }
+
+    /// Entries of `scope` selected by `query` (anchor slices, kinds, time), in tape order.
+    pub fn query(&self, scope: &Scope, query: &TapeQuery) -> Result<Vec<Entry>> {
+        let last_anchor = |name: Option<&str>| -> Result<EntryId> {
+            let filter = Filter {
+                kinds: vec![Kind::Anchor],
+                name: name.map(str::to_owned),
+                order: Order::Desc,
+                limit: Some(1),
+                ..Filter::default()
+            };
+            let found = self.store.scan(scope, &filter)?;
+            found
+                .first()
+                .map(|e| e.id)
+                .ok_or_else(|| Error::NoAnchor(name.map_or_else(|| "(any)".to_owned(), str::to_owned), scope.to_string()))
+        };
+        let (after, before) = match &query.range {
+            AnchorRange::All => (None, None),
+            AnchorRange::FromLast => (Some(last_anchor(None)?), None),
+            AnchorRange::After(name) => (Some(last_anchor(Some(name))?), None),
+            AnchorRange::Between(start, end) => {
+                let start = last_anchor(Some(start))?;
+                let filter = Filter {
+                    after: Some(start),
+                    kinds: vec![Kind::Anchor],
+                    name: Some(end.clone()),
+                    limit: Some(1),
+                    ..Filter::default()
+                };
+                let end = self.store.scan(scope, &filter)?.first().map(|e| e.id);
+                (Some(start), end)
+            }
+        };
+        let filter = Filter {
+            after,
+            before,
+            kinds: query.kinds.clone(),
+            since: query.since,
+            until: query.until,
+            limit: query.limit,
+            ..Filter::default()
+        };
+        Ok(self.store.scan(scope, &filter)?)
+    }
+
+    /// The sessions of `tenant` (scopes that hold a conversation), with their projections.
+    pub fn sessions(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
+        Ok(self
+            .store
+            .scopes(tenant)?
+            .into_iter()
+            .filter(|i| i.scope.session().is_some())
+            .collect())
+    }
+}

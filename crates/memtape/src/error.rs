@@ -1,0 +1,36 @@
+//! The one error type of the memtape facade.
+
+use memtape_core::{EntryId, Kind};
+
+/// What went wrong in an engine call. Each variant names the offending value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store failed or refused a write.
+    #[error(transparent)]
+    Store(#[from] memtape_store::Error),
+    /// A value broke a domain rule (a bad line in an import, an invalid scope, ...).
+    #[error(transparent)]
+    Invalid(#[from] memtape_core::Error),
+    /// No entry with that id in this tenant.
+    #[error("no entry {0}")]
+    NoEntry(EntryId),
+    /// A thread was asked for from an entry that is not a message.
+    #[error("entry {0} is a {1}, not a message: threads run through messages")]
+    NotAMessage(EntryId, Kind),
+    /// An anchor query named an anchor the scope does not have.
+    #[error("no anchor {0} in {1}")]
+    NoAnchor(String, String),
+    /// An import or export needs a session that was not given.
+    #[error("{0}")]
+    NeedSession(String),
+    /// An import would mix into a session that already has entries.
+    #[error("{0} already has {1} entries; import into a new session (--session) so nothing is mixed")]
+    SessionNotEmpty(String, u64),
+    /// Writing an export failed.
+    #[error("writing the export: {0}")]
+    Write(#[from] std::io::Error),
+    /// A broken internal expectation.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

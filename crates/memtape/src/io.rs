@@ -1,0 +1,191 @@
+//! Import and export of the tape in JSONL formats. Every import is one store transaction:
+//! a file with a bad line, or one that would mix into an existing session, imports nothing.
+
+use std::io::Write;
+
+use memtape_core::formats::{self, Format, Imported};
+use memtape_core::{Entry, EntryId, Event, Filter, Payload, Scope, events};
+use serde_json::{Map, Value, json};
+
+use crate::{Engine, Error, Placement, Result, Store};
+
+/// What an import did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportReport {
+    /// How many entries were written.
+    pub entries: usize,
+    /// The sessions written to.
+    pub sessions: Vec<Scope>,
+    /// Whether the entries kept their ids.
+    pub placement: Placement,
+}
+
+impl<S: Store> Engine<S> {
+    /// Imports `text` in `format`. Foreign formats land in `base` (tenant, agent, user)
+    /// under the session `session`, or the one the file names (nanobot's key). memtape's
+    /// own format keeps each entry's scope, except that `session` replaces the session.
+    pub fn import(&self, format: Format, text: &str, base: &Scope, session: Option<&str>) -> Result<ImportReport> {
+        let now = self.now();
+        let entries = match format {
+            Format::Memtape => {
+                let mut entries = formats::memtape::parse(text)?;
+                if let Some(s) = session {
+                    for e in &mut entries {
+                        if e.scope.session().is_some() {
+                            e.scope = Scope::from_parts(
+                                e.scope.tenant().to_owned(),
+                                e.scope.agent_name().to_owned(),
+                                e.scope.user().map(str::to_owned),
+                                Some(s.to_owned()),
+                                e.scope.node().map(str::to_owned),
+                            )?;
+                        }
+                    }
+                }
+                entries
+            }
+            Format::Nanobot => {
+                let file = formats::nanobot::parse(text, now)?;
+                let key = session.map(str::to_owned).or(file.key.clone()).ok_or_else(|| {
+                    Error::NeedSession("the nanobot file names no session key: pass --session".into())
+                })?;
+                let scope = base.clone().with_session(key)?;
+                let mut items = Vec::new();
+                if file.key.is_some() || !file.metadata.is_empty() {
+                    let data = json!({
+                        "key": file.key,
+                        "metadata": file.metadata,
+                        "created_at": file.created_at,
+                        "updated_at": file.updated_at,
+                    });
+                    items.push(event_item(events::SESSION_METADATA, data, file.created_at.unwrap_or(now)));
+                }
+                let first_message = items.len();
+                items.extend(file.messages);
+                let mut entries = chain(&scope, items);
+                if file.last_consolidated > 0 {
+                    let through = entries[first_message + file.last_consolidated - 1].id;
+                    let at = entries[first_message + file.last_consolidated - 1].created_at;
+                    let item = event_item(events::SESSION_CONSOLIDATED, json!({"through": through.0}), at);
+                    entries.extend(chain_from(&scope, vec![item], entries.len()));
+                }
+                entries
+            }
+            Format::Bub => {
+                let name = session
+                    .ok_or_else(|| Error::NeedSession("a Bub tape names no session: pass --session".into()))?;
+                chain(&base.clone().with_session(name)?, formats::bub::parse(text, now)?)
+            }
+        };
+        let mut sessions: Vec<Scope> = Vec::new();
+        for e in &entries {
+            if !sessions.contains(&e.scope) {
+                sessions.push(e.scope.clone());
+            }
+        }
+        for scope in &sessions {
+            if let Some(info) = self.store.scope_info(scope)? {
+                return Err(Error::SessionNotEmpty(scope.to_string(), info.entries));
+            }
+        }
+        let count = entries.len();
+        let placement = self.store.restore(entries)?;
+        Ok(ImportReport {
+            entries: count,
+            sessions,
+            placement,
+        })
+    }
+
+    /// Writes `session` (or, for memtape's own format without a session, every scope of
+    /// `tenant`) to `out` in `format`.
+    pub fn export(&self, format: Format, tenant: &str, session: Option<&Scope>, out: &mut dyn Write) -> Result<()> {
+        if let (Format::Memtape, None) = (format, session) {
+            let mut all: Vec<Entry> = Vec::new();
+            for info in self.store.scopes(tenant)? {
+                all.extend(self.store.scan(&info.scope, &Filter::default())?);
+            }
+            all.sort_by_key(|e| e.id);
+            for e in &all {
+                writeln!(out, "{}", formats::memtape::line(e))?;
+            }
+            return Ok(());
+        }
+        let scope = session.ok_or_else(|| {
+            Error::NeedSession(format!("a {format:?} export holds one session: name it").to_lowercase())
+        })?;
+        let entries = self.store.scan(scope, &Filter::default())?;
+        let mut text = String::new();
+        match format {
+            Format::Memtape => {
+                for e in &entries {
+                    text.push_str(&formats::memtape::line(e));
+                    text.push('\n');
+                }
+            }
+            Format::Bub => formats::bub::render(&entries, &mut text),
+            Format::Nanobot => {
+                let pointer = self.store.scope_info(scope)?.map_or(EntryId(0), |i| i.last_consolidated);
+                let consolidated = entries
+                    .iter()
+                    .filter(|e| e.message().is_some() && e.id <= pointer)
+                    .count();
+                let metadata = entries
+                    .iter()
+                    .rev()
+                    .find_map(|e| match &e.payload {
+                        Payload::Event(ev) if ev.name == events::SESSION_METADATA => {
+                            ev.data.get("metadata").and_then(Value::as_object).cloned()
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                let key = scope.session().unwrap_or_default();
+                formats::nanobot::render(key, &metadata, consolidated, &entries, &mut text);
+            }
+        }
+        out.write_all(text.as_bytes())?;
+        Ok(())
+    }
+}
+
+fn event_item(name: &str, data: Value, at: chrono::DateTime<chrono::Utc>) -> Imported {
+    Imported {
+        payload: Payload::Event(Event {
+            name: name.to_owned(),
+            data,
+        }),
+        meta: Map::new(),
+        created_at: at,
+    }
+}
+
+/// Gives imported items provisional ids 1, 2, ... and links each message to the previous
+/// one, so the store can restore them as a unit (renumbering them after its last id).
+fn chain(scope: &Scope, items: Vec<Imported>) -> Vec<Entry> {
+    chain_from(scope, items, 0)
+}
+
+fn chain_from(scope: &Scope, items: Vec<Imported>, already: usize) -> Vec<Entry> {
+    let mut head: Option<EntryId> = None;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let id = EntryId((already + i + 1) as u64);
+            let conversational = item.payload.kind().is_conversational();
+            let entry = Entry {
+                id,
+                scope: scope.clone(),
+                parent: if conversational { head } else { None },
+                payload: item.payload,
+                meta: item.meta,
+                created_at: item.created_at,
+            };
+            if conversational {
+                head = Some(id);
+            }
+            entry
+        })
+        .collect()
+}
