@@ -1,1 +1,399 @@
-fn main() {}
+//! The `memtape` command: a thin front-end over the memtape engine. Flags are parsed by
+//! clap, checked into typed values here, and every failure exits non-zero with a message
+//! that names what is wrong.
+
+mod output;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Parser, Subcommand};
+use memtape::{
+    AnchorRange, AppendOptions, Engine, EntryId, Format, HistoryLimits, Kind, Message, Role, Scope, SqliteStore, Store,
+    TapeQuery, ToolCall,
+};
+use serde_json::{Map, Value};
+
+/// memtape: long-term memory for LLM agents — an append-only tape of conversations and
+/// memory, in one SQLite file.
+#[derive(Parser)]
+#[command(name = "memtape", version, about, max_term_width = 100)]
+struct Cli {
+    /// Where the store lives (default: the platform's data directory, e.g. ~/.local/share/memtape).
+    #[arg(long, global = true, env = "MEMTAPE_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The tenant whose data to use.
+    #[arg(long, global = true, default_value = "default")]
+    tenant: String,
+    /// The agent whose memory and sessions to use.
+    #[arg(long, global = true, default_value = "default")]
+    agent: String,
+    /// Narrow to one user of the agent.
+    #[arg(long, global = true)]
+    user: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the store (safe to run again).
+    Init,
+    /// Append a message to a session; prints the new entry's id.
+    Append {
+        /// The session (conversation) key.
+        session: String,
+        /// Who wrote it.
+        #[arg(long, value_parser = ["user", "assistant", "system", "tool"])]
+        role: String,
+        /// The text.
+        #[arg(long, default_value = "")]
+        content: String,
+        /// Tool calls, as a JSON list of OpenAI tool calls (assistant only).
+        #[arg(long, value_name = "JSON")]
+        tool_calls: Option<String>,
+        /// The call a tool message answers.
+        #[arg(long, value_name = "ID")]
+        tool_call_id: Option<String>,
+        /// A participant or tool name.
+        #[arg(long)]
+        name: Option<String>,
+        /// The message this one follows (to regenerate an answer); default: the latest.
+        #[arg(long, value_name = "ID")]
+        parent: Option<u64>,
+        /// Metadata to keep with the entry, as a JSON object.
+        #[arg(long, value_name = "JSON")]
+        meta: Option<String>,
+    },
+    /// Show the history a model would get: the unconsolidated tail of the current thread.
+    History {
+        /// The session key.
+        session: String,
+        /// At most this many messages.
+        #[arg(long, default_value_t = 500)]
+        max_messages: usize,
+        /// At most this many tokens (cl100k).
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        /// Print a JSON array of OpenAI chat messages.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List sessions.
+    Sessions {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the thread that ends at an entry (regenerated answers replace their siblings).
+    Thread {
+        /// The entry at the end of the thread.
+        entry_id: u64,
+        /// Print JSON entries.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write an anchor (a named boundary) into a session; prints its id.
+    Anchor {
+        /// The session key.
+        session: String,
+        /// The anchor's name.
+        name: String,
+        /// State to carry, as a JSON object.
+        #[arg(long, value_name = "JSON")]
+        state: Option<String>,
+    },
+    /// List a session's tape entries.
+    Entries {
+        /// The session key.
+        session: String,
+        /// Only entries after the last anchor with this name.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["from_last_anchor", "between"])]
+        after_anchor: Option<String>,
+        /// Only entries after the last anchor.
+        #[arg(long, conflicts_with = "between")]
+        from_last_anchor: bool,
+        /// Only entries between two named anchors.
+        #[arg(long, num_args = 2, value_names = ["START", "END"])]
+        between: Option<Vec<String>>,
+        /// Only entries of these kinds (message, tool_call, tool_result, anchor, event, system).
+        #[arg(long = "kind", value_name = "K")]
+        kinds: Vec<String>,
+        /// Only entries from this time on (RFC 3339 or YYYY-MM-DD).
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Only entries before this time.
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        /// At most this many entries.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON entries.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import a JSONL file: all of it, or nothing if any line is bad.
+    Import {
+        /// memtape, nanobot or bub.
+        #[arg(long)]
+        format: Format,
+        /// The file.
+        file: PathBuf,
+        /// The session to import into (default: the nanobot key, or the Bub file's name).
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+    },
+    /// Export to stdout: one session, or (memtape format) the whole store.
+    Export {
+        /// memtape, nanobot or bub.
+        #[arg(long)]
+        format: Format,
+        /// The session key.
+        session: Option<String>,
+    },
+    /// Move a session's consolidation pointer: entries up to ID leave its history.
+    Consolidate {
+        /// The session key.
+        session: String,
+        /// The last consolidated entry (0 to consolidate nothing).
+        through: u64,
+    },
+    /// Benchmarks (not tests): numbers for docs/benchmarks.md.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Durable append throughput and get_history latency on a large session.
+    Store {
+        /// Messages in the large session.
+        #[arg(long, default_value_t = 100_000)]
+        messages: usize,
+        /// Durable single-entry appends timed per run.
+        #[arg(long, default_value_t = 2_000)]
+        appends: usize,
+        /// Runs (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Where to put the scratch store (default: a temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memtape: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn data_dir(cli: &Cli) -> Result<PathBuf> {
+    match &cli.data_dir {
+        Some(d) => Ok(d.clone()),
+        None => Ok(dirs::data_dir()
+            .context("no platform data directory here: pass --data-dir or set MEMTAPE_DATA_DIR")?
+            .join("memtape")),
+    }
+}
+
+fn base_scope(cli: &Cli) -> Result<Scope> {
+    let scope = Scope::agent(cli.tenant.clone(), cli.agent.clone())?;
+    Ok(match &cli.user {
+        Some(u) => scope.with_user(u.clone())?,
+        None => scope,
+    })
+}
+
+fn session_scope(cli: &Cli, session: &str) -> Result<Scope> {
+    Ok(base_scope(cli)?.with_session(session)?)
+}
+
+fn json_object(what: &str, text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str(text).with_context(|| format!("{what} is not valid JSON"))? {
+        Value::Object(m) => Ok(m),
+        other => bail!("{what} must be a JSON object, not {other}"),
+    }
+}
+
+fn parse_time(what: &str, text: &str) -> Result<DateTime<Utc>> {
+    if let Some(t) = memtape::parse_time(text) {
+        return Ok(t);
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).context("midnight")?.and_utc());
+    }
+    bail!("{what} {text:?} is not a time (use RFC 3339, e.g. 2026-03-10T14:30:00Z, or YYYY-MM-DD)")
+}
+
+fn open(cli: &Cli) -> Result<Engine<SqliteStore>> {
+    Ok(Engine::open(&data_dir(cli)?)?)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    match &cli.command {
+        Command::Init => {
+            let dir = data_dir(&cli)?;
+            Engine::init(&dir)?;
+            writeln!(stdout, "memtape store ready at {}", dir.display())?;
+        }
+        Command::Append {
+            session,
+            role,
+            content,
+            tool_calls,
+            tool_call_id,
+            name,
+            parent,
+            meta,
+        } => {
+            let engine = open(&cli)?;
+            let role: Role = role.parse()?;
+            let mut message = Message::text(role, content.clone());
+            if let Some(calls) = tool_calls {
+                let calls: Vec<ToolCall> = serde_json::from_str(calls)
+                    .context("--tool-calls must be a JSON list of {id, type, function: {name, arguments}}")?;
+                if content.is_empty() {
+                    message.content = None;
+                }
+                message.tool_calls = calls;
+            }
+            message.tool_call_id = tool_call_id.clone();
+            message.name = name.clone();
+            let options = AppendOptions {
+                parent: parent.map(EntryId),
+                meta: meta.as_deref().map(|m| json_object("--meta", m)).transpose()?.unwrap_or_default(),
+            };
+            let entry = engine.append(&session_scope(&cli, session)?, message, options)?;
+            writeln!(stdout, "{}", entry.id)?;
+        }
+        Command::History {
+            session,
+            max_messages,
+            max_tokens,
+            json,
+        } => {
+            let engine = open(&cli)?;
+            let limits = HistoryLimits {
+                max_messages: *max_messages,
+                max_tokens: *max_tokens,
+            };
+            let history = engine.history(&session_scope(&cli, session)?, &limits)?;
+            if *json {
+                let messages: Vec<Value> = history.iter().filter_map(|e| e.message()).map(output::chat_message).collect();
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&messages)?)?;
+            } else {
+                for e in &history {
+                    writeln!(stdout, "{}", output::entry_line(e))?;
+                }
+            }
+        }
+        Command::Sessions { json } => {
+            let engine = open(&cli)?;
+            let sessions = engine.sessions(&cli.tenant)?;
+            if *json {
+                let list: Vec<Value> = sessions.iter().map(output::session_json).collect();
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&list)?)?;
+            } else {
+                for s in &sessions {
+                    writeln!(stdout, "{}", output::session_line(s))?;
+                }
+            }
+        }
+        Command::Thread { entry_id, json } => {
+            let engine = open(&cli)?;
+            let thread = engine.thread(&cli.tenant, EntryId(*entry_id))?;
+            output::entries(&mut stdout, &thread, *json)?;
+        }
+        Command::Anchor { session, name, state } => {
+            let engine = open(&cli)?;
+            let state = state.as_deref().map(|s| json_object("--state", s)).transpose()?;
+            let entry = engine.anchor(&session_scope(&cli, session)?, name, state)?;
+            writeln!(stdout, "{}", entry.id)?;
+        }
+        Command::Entries {
+            session,
+            after_anchor,
+            from_last_anchor,
+            between,
+            kinds,
+            since,
+            until,
+            limit,
+            json,
+        } => {
+            let engine = open(&cli)?;
+            let range = match (after_anchor, from_last_anchor, between) {
+                (Some(name), _, _) => AnchorRange::After(name.clone()),
+                (_, true, _) => AnchorRange::FromLast,
+                (_, _, Some(pair)) => AnchorRange::Between(pair[0].clone(), pair[1].clone()),
+                _ => AnchorRange::All,
+            };
+            let query = TapeQuery {
+                range,
+                kinds: kinds.iter().map(|k| k.parse::<Kind>()).collect::<Result<_, _>>()?,
+                since: since.as_deref().map(|t| parse_time("--since", t)).transpose()?,
+                until: until.as_deref().map(|t| parse_time("--until", t)).transpose()?,
+                limit: *limit,
+            };
+            let found = engine.query(&session_scope(&cli, session)?, &query)?;
+            output::entries(&mut stdout, &found, *json)?;
+        }
+        Command::Import { format, file, session } => {
+            let engine = open(&cli)?;
+            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let session = match (format, session) {
+                (Format::Bub, None) => file.file_stem().map(|s| s.to_string_lossy().into_owned()),
+                (_, s) => s.clone(),
+            };
+            let report = engine
+                .import(*format, &text, &base_scope(&cli)?, session.as_deref())
+                .with_context(|| format!("importing {} (nothing was imported)", file.display()))?;
+            let names: Vec<String> = report.sessions.iter().map(ToString::to_string).collect();
+            writeln!(stdout, "imported {} entries into {}", report.entries, names.join(", "))?;
+            if report.placement == memtape::Placement::Renumbered {
+                writeln!(stdout, "(ids were renumbered after the store's existing entries)")?;
+            }
+        }
+        Command::Export { format, session } => {
+            let engine = open(&cli)?;
+            let scope = session.as_deref().map(|s| session_scope(&cli, s)).transpose()?;
+            if let Some(s) = &scope {
+                if engine.store().scope_info(s)?.is_none() {
+                    bail!("no session {s}");
+                }
+            }
+            engine.export(*format, &cli.tenant, scope.as_ref(), &mut stdout)?;
+        }
+        Command::Consolidate { session, through } => {
+            let engine = open(&cli)?;
+            let entry = engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
+            writeln!(stdout, "{}", entry.id)?;
+        }
+        Command::Bench(BenchCommand::Store {
+            messages,
+            appends,
+            runs,
+            dir,
+        }) => {
+            let report = memtape_bench::store::run(&memtape_bench::store::Config {
+                messages: *messages,
+                appends: *appends,
+                runs: *runs,
+                dir: dir.clone(),
+            })?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
+}

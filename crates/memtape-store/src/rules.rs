@@ -90,10 +90,11 @@ pub fn prepare(new: NewEntry, id: EntryId, info: &ScopeInfo, lookup: &mut Lookup
 
 fn check_parent(parent: EntryId, id: EntryId, scope: &Scope, lookup: &mut Lookup<'_>) -> Result<()> {
     let refuse = |why: String| Err(Error::BadParent { parent, why });
-    if parent >= id {
+    let found = lookup(parent)?;
+    if found.is_some() && parent >= id {
         return refuse(format!("is not before entry {id}"));
     }
-    match lookup(parent)? {
+    match found {
         None => refuse("does not exist".into()),
         Some((s, _)) if &s != scope => refuse(format!("belongs to another scope ({s})")),
         Some((_, kind)) if !kind.is_conversational() => refuse(format!("is a {kind}, not a message")),

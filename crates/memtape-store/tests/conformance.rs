@@ -82,7 +82,7 @@ fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
         regen.parent = Some(first);
         assert_eq!(store.append(vec![regen]).unwrap()[0].parent, Some(first));
 
-        for (parent, why) in [(other, "another scope"), (ev, "not a message"), (EntryId(999), "is not before")] {
+        for (parent, why) in [(other, "another scope"), (ev, "not a message"), (EntryId(999), "does not exist")] {
             let mut bad = msg(&s1, Message::assistant("x"), 3);
             bad.parent = Some(parent);
             let err = store.append(vec![bad]).unwrap_err().to_string();

@@ -23,13 +23,14 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use memtape_core::{NewEntry, Order, Payload, select_history, walk_thread};
+use memtape_core::{Order, select_history, walk_thread};
 use serde_json::{Map, Value, json};
 
 pub use error::Error;
 pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits, Kind, Message, Meta,
-    Role, Scope, TapeQuery, TokenCounter, ToolCall, events, formats::Format,
+    NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
+    formats::{Format, parse_time},
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 
@@ -128,6 +129,16 @@ impl<S: Store> Engine<S> {
     fn append_one(&self, entry: NewEntry) -> Result<Entry> {
         let mut out = self.store.append(vec![entry])?;
         out.pop().ok_or_else(|| Error::Internal("the store returned no entry".into()))
+    }
+
+    /// Appends messages to a session in one transaction, each following the one before.
+    pub fn append_messages(&self, session: &Scope, messages: Vec<Message>) -> Result<Vec<Entry>> {
+        let now = self.now();
+        let entries = messages
+            .into_iter()
+            .map(|m| NewEntry::new(session.clone(), Payload::Message(m), now))
+            .collect();
+        Ok(self.store.append(entries)?)
     }
 
     /// Appends entries as they are, in one transaction.

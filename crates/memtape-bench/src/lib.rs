@@ -1,0 +1,43 @@
+//! memtape-bench: benchmarks run as commands (`memtape bench ...`), reporting medians over
+//! several runs. Nothing here is a test; tests never time anything.
+
+pub mod store;
+
+/// What can go wrong while benchmarking.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] memtape::Error),
+    /// Scratch files could not be made.
+    #[error("scratch directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The median of `values` (the upper one for an even count); 0 when empty.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The `q` quantile (0..=1) of `values`, nearest rank; 0 when empty.
+pub fn quantile(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
+}
+
+/// The process's peak resident memory in MB (Linux; 0 elsewhere).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
