@@ -50,7 +50,9 @@ pub struct Report {
 }
 
 fn text(i: usize) -> String {
-    format!("message {i}: the quick brown fox jumps over the lazy dog while we talk about project plans number {i}")
+    format!(
+        "message {i}: the quick brown fox jumps over the lazy dog while we talk about project plans number {i}"
+    )
 }
 
 /// Runs the benchmark.
@@ -59,7 +61,11 @@ pub fn run(config: &Config) -> Result<Report, Error> {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let chat = |name: &str| Scope::agent("bench", "bench").and_then(|s| s.with_session(name)).map_err(memtape::Error::from);
+    let chat = |name: &str| {
+        Scope::agent("bench", "bench")
+            .and_then(|s| s.with_session(name))
+            .map_err(memtape::Error::from)
+    };
     let runs = config.runs.max(1);
 
     let mut single = Vec::new();
@@ -88,7 +94,13 @@ pub fn run(config: &Config) -> Result<Report, Error> {
     for chunk in (0..config.messages).collect::<Vec<_>>().chunks(1000) {
         let batch = chunk
             .iter()
-            .map(|&i| if i % 2 == 0 { Message::user(text(i)) } else { Message::assistant(text(i)) })
+            .map(|&i| {
+                if i % 2 == 0 {
+                    Message::user(text(i))
+                } else {
+                    Message::assistant(text(i))
+                }
+            })
             .collect();
         engine.append_messages(&s, batch)?;
     }

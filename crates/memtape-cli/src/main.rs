@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Parser, Subcommand};
 use memtape::{
-    AnchorRange, AppendOptions, Engine, EntryId, Format, HistoryLimits, Kind, Message, Role, Scope, SqliteStore, Store,
-    TapeQuery, ToolCall,
+    AnchorRange, AppendOptions, Engine, EntryId, Format, HistoryLimits, Kind, Message, Role, Scope,
+    SqliteStore, Store, TapeQuery, ToolCall,
 };
 use serde_json::{Map, Value};
 
@@ -260,8 +260,9 @@ fn run(cli: Cli) -> Result<()> {
             let role: Role = role.parse()?;
             let mut message = Message::text(role, content.clone());
             if let Some(calls) = tool_calls {
-                let calls: Vec<ToolCall> = serde_json::from_str(calls)
-                    .context("--tool-calls must be a JSON list of {id, type, function: {name, arguments}}")?;
+                let calls: Vec<ToolCall> = serde_json::from_str(calls).context(
+                    "--tool-calls must be a JSON list of {id, type, function: {name, arguments}}",
+                )?;
                 if content.is_empty() {
                     message.content = None;
                 }
@@ -271,7 +272,11 @@ fn run(cli: Cli) -> Result<()> {
             message.name = name.clone();
             let options = AppendOptions {
                 parent: parent.map(EntryId),
-                meta: meta.as_deref().map(|m| json_object("--meta", m)).transpose()?.unwrap_or_default(),
+                meta: meta
+                    .as_deref()
+                    .map(|m| json_object("--meta", m))
+                    .transpose()?
+                    .unwrap_or_default(),
             };
             let entry = engine.append(&session_scope(&cli, session)?, message, options)?;
             writeln!(stdout, "{}", entry.id)?;
@@ -289,7 +294,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             let history = engine.history(&session_scope(&cli, session)?, &limits)?;
             if *json {
-                let messages: Vec<Value> = history.iter().filter_map(|e| e.message()).map(output::chat_message).collect();
+                let messages: Vec<Value> = history
+                    .iter()
+                    .filter_map(|e| e.message())
+                    .map(output::chat_message)
+                    .collect();
                 writeln!(stdout, "{}", serde_json::to_string_pretty(&messages)?)?;
             } else {
                 for e in &history {
@@ -314,9 +323,16 @@ fn run(cli: Cli) -> Result<()> {
             let thread = engine.thread(&cli.tenant, EntryId(*entry_id))?;
             output::entries(&mut stdout, &thread, *json)?;
         }
-        Command::Anchor { session, name, state } => {
+        Command::Anchor {
+            session,
+            name,
+            state,
+        } => {
             let engine = open(&cli)?;
-            let state = state.as_deref().map(|s| json_object("--state", s)).transpose()?;
+            let state = state
+                .as_deref()
+                .map(|s| json_object("--state", s))
+                .transpose()?;
             let entry = engine.anchor(&session_scope(&cli, session)?, name, state)?;
             writeln!(stdout, "{}", entry.id)?;
         }
@@ -340,17 +356,31 @@ fn run(cli: Cli) -> Result<()> {
             };
             let query = TapeQuery {
                 range,
-                kinds: kinds.iter().map(|k| k.parse::<Kind>()).collect::<Result<_, _>>()?,
-                since: since.as_deref().map(|t| parse_time("--since", t)).transpose()?,
-                until: until.as_deref().map(|t| parse_time("--until", t)).transpose()?,
+                kinds: kinds
+                    .iter()
+                    .map(|k| k.parse::<Kind>())
+                    .collect::<Result<_, _>>()?,
+                since: since
+                    .as_deref()
+                    .map(|t| parse_time("--since", t))
+                    .transpose()?,
+                until: until
+                    .as_deref()
+                    .map(|t| parse_time("--until", t))
+                    .transpose()?,
                 limit: *limit,
             };
             let found = engine.query(&session_scope(&cli, session)?, &query)?;
             output::entries(&mut stdout, &found, *json)?;
         }
-        Command::Import { format, file, session } => {
+        Command::Import {
+            format,
+            file,
+            session,
+        } => {
             let engine = open(&cli)?;
-            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
             let session = match (format, session) {
                 (Format::Bub, None) => file.file_stem().map(|s| s.to_string_lossy().into_owned()),
                 (_, s) => s.clone(),
@@ -359,14 +389,25 @@ fn run(cli: Cli) -> Result<()> {
                 .import(*format, &text, &base_scope(&cli)?, session.as_deref())
                 .with_context(|| format!("importing {} (nothing was imported)", file.display()))?;
             let names: Vec<String> = report.sessions.iter().map(ToString::to_string).collect();
-            writeln!(stdout, "imported {} entries into {}", report.entries, names.join(", "))?;
+            writeln!(
+                stdout,
+                "imported {} entries into {}",
+                report.entries,
+                names.join(", ")
+            )?;
             if report.placement == memtape::Placement::Renumbered {
-                writeln!(stdout, "(ids were renumbered after the store's existing entries)")?;
+                writeln!(
+                    stdout,
+                    "(ids were renumbered after the store's existing entries)"
+                )?;
             }
         }
         Command::Export { format, session } => {
             let engine = open(&cli)?;
-            let scope = session.as_deref().map(|s| session_scope(&cli, s)).transpose()?;
+            let scope = session
+                .as_deref()
+                .map(|s| session_scope(&cli, s))
+                .transpose()?;
             if let Some(s) = &scope {
                 if engine.store().scope_info(s)?.is_none() {
                     bail!("no session {s}");
@@ -376,7 +417,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Consolidate { session, through } => {
             let engine = open(&cli)?;
-            let entry = engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
+            let entry =
+                engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
             writeln!(stdout, "{}", entry.id)?;
         }
         Command::Bench(BenchCommand::Store {

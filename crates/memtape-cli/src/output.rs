@@ -38,7 +38,12 @@ pub fn entry_line(e: &Entry) -> String {
         Payload::Message(m) => {
             let mut s = format!("{}: {}", m.role.as_str(), one_line(&m.content_text()));
             for c in &m.tool_calls {
-                s.push_str(&format!(" [call {} {}({})]", c.id, c.function.name, one_line(&c.function.arguments)));
+                s.push_str(&format!(
+                    " [call {} {}({})]",
+                    c.id,
+                    c.function.name,
+                    one_line(&c.function.arguments)
+                ));
             }
             if let Some(id) = &m.tool_call_id {
                 s.push_str(&format!(" [answers {id}]"));
@@ -81,7 +86,10 @@ pub fn session_json(s: &ScopeInfo) -> Value {
 
 /// A session's projection for people.
 pub fn session_line(s: &ScopeInfo) -> String {
-    let when = s.last_at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_default();
+    let when = s
+        .last_at
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default();
     let mut line = format!(
         "{}  {} messages, {} entries, consolidated through #{}, last {}",
         s.scope.session().unwrap_or_default(),

@@ -1,6 +1,8 @@
 //! The `memtape` binary driven as users and scripts drive it: real processes, a real data
 //! directory, exact outputs for the forms scripts depend on, and clear failures.
 
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -30,14 +32,22 @@ impl Run {
 
     fn ok(&self, args: &[&str]) -> String {
         let out = self.cmd(args);
-        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
     fn fails(&self, args: &[&str]) -> String {
         let out = self.cmd(args);
         assert!(!out.status.success(), "{args:?} should fail");
-        assert!(out.stdout.is_empty(), "a failed command printed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.stdout.is_empty(),
+            "a failed command printed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         String::from_utf8(out.stderr).unwrap()
     }
 
@@ -53,10 +63,27 @@ impl Run {
 #[test]
 fn append_prints_ids_and_history_json_is_openai_chat_messages() {
     let r = Run::new();
-    assert_eq!(r.ok(&["append", "s1", "--role", "user", "--content", "hi"]), "1\n");
+    assert_eq!(
+        r.ok(&["append", "s1", "--role", "user", "--content", "hi"]),
+        "1\n"
+    );
     let calls = r#"[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"x\"}"}}]"#;
-    assert_eq!(r.ok(&["append", "s1", "--role", "assistant", "--tool-calls", calls]), "2\n");
-    r.ok(&["append", "s1", "--role", "tool", "--tool-call-id", "c1", "--name", "lookup", "--content", "found"]);
+    assert_eq!(
+        r.ok(&["append", "s1", "--role", "assistant", "--tool-calls", calls]),
+        "2\n"
+    );
+    r.ok(&[
+        "append",
+        "s1",
+        "--role",
+        "tool",
+        "--tool-call-id",
+        "c1",
+        "--name",
+        "lookup",
+        "--content",
+        "found",
+    ]);
     r.ok(&["append", "s1", "--role", "assistant", "--content", "done"]);
     let history = r.json(&["history", "s1", "--json"]);
     assert_eq!(
@@ -80,10 +107,24 @@ fn regenerating_with_parent_and_reading_the_thread() {
     let r = Run::new();
     r.ok(&["append", "s", "--role", "user", "--content", "A"]);
     r.ok(&["append", "s", "--role", "assistant", "--content", "A1"]);
-    r.ok(&["append", "s", "--role", "assistant", "--content", "A2", "--parent", "1"]);
+    r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "assistant",
+        "--content",
+        "A2",
+        "--parent",
+        "1",
+    ]);
     let leaf = r.ok(&["append", "s", "--role", "user", "--content", "C"]);
     let thread = r.json(&["thread", leaf.trim(), "--json"]);
-    let texts: Vec<&str> = thread.as_array().unwrap().iter().map(|e| e["payload"]["content"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = thread
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["payload"]["content"].as_str().unwrap())
+        .collect();
     assert_eq!(texts, ["A", "A2", "C"]);
     let history = r.json(&["history", "s", "--json"]);
     assert_eq!(history.as_array().unwrap().len(), 3);
@@ -93,14 +134,29 @@ fn regenerating_with_parent_and_reading_the_thread() {
 fn anchors_slice_entries_and_sessions_are_listed() {
     let r = Run::new();
     r.ok(&["append", "s", "--role", "user", "--content", "before"]);
-    assert_eq!(r.ok(&["anchor", "s", "phase/2", "--state", r#"{"owner":"ada"}"#]), "2\n");
+    assert_eq!(
+        r.ok(&["anchor", "s", "phase/2", "--state", r#"{"owner":"ada"}"#]),
+        "2\n"
+    );
     r.ok(&["append", "s", "--role", "user", "--content", "after"]);
-    r.ok(&["--user", "bob", "append", "s", "--role", "user", "--content", "bob's"]);
+    r.ok(&[
+        "--user",
+        "bob",
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "bob's",
+    ]);
     let after = r.json(&["entries", "s", "--after-anchor", "phase/2", "--json"]);
     assert_eq!(after.as_array().unwrap().len(), 1);
     assert_eq!(after[0]["payload"]["content"], "after");
     let anchors = r.json(&["entries", "s", "--kind", "anchor", "--json"]);
-    assert_eq!(anchors[0]["payload"], json!({"name": "phase/2", "state": {"owner": "ada"}}));
+    assert_eq!(
+        anchors[0]["payload"],
+        json!({"name": "phase/2", "state": {"owner": "ada"}})
+    );
     let sessions = r.json(&["sessions", "--json"]);
     assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
     assert_eq!(sessions[0]["messages"], 2);
@@ -128,7 +184,10 @@ fn nanobot_import_export_and_consolidation() {
     let said = r.ok(&["import", "--format", "nanobot", &file]);
     // The metadata event, two messages and the pointer move.
     assert!(said.starts_with("imported 4 entries"), "{said}");
-    assert_eq!(r.json(&["history", "telegram:42", "--json"]), json!([{"role": "user", "content": "new"}]));
+    assert_eq!(
+        r.json(&["history", "telegram:42", "--json"]),
+        json!([{"role": "user", "content": "new"}])
+    );
     let exported = r.ok(&["export", "--format", "nanobot", "telegram:42"]);
     let head: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
     assert_eq!(head["last_consolidated"], 1);
@@ -145,18 +204,43 @@ fn nanobot_import_export_and_consolidation() {
 fn a_bad_import_line_is_named_and_nothing_is_imported() {
     let r = Run::new();
     let file = r.path("bad.jsonl");
-    std::fs::write(&file, "{\"role\": \"user\", \"content\": \"fine\"}\n\n{\"role\": \"user\", \"content\": \n").unwrap();
+    std::fs::write(
+        &file,
+        "{\"role\": \"user\", \"content\": \"fine\"}\n\n{\"role\": \"user\", \"content\": \n",
+    )
+    .unwrap();
     let err = r.fails(&["import", "--format", "nanobot", &file, "--session", "x"]);
-    assert!(err.contains("line 3: not valid JSON") && err.contains("nothing was imported"), "{err}");
+    assert!(
+        err.contains("line 3: not valid JSON") && err.contains("nothing was imported"),
+        "{err}"
+    );
     assert_eq!(r.json(&["sessions", "--json"]), json!([]));
 }
 
 #[test]
 fn memtape_export_import_is_lossless_through_the_cli() {
     let r = Run::new();
-    r.ok(&["append", "s", "--role", "user", "--content", "hello", "--meta", r#"{"channel":"cli"}"#]);
+    r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "hello",
+        "--meta",
+        r#"{"channel":"cli"}"#,
+    ]);
     r.ok(&["anchor", "s", "x"]);
-    r.ok(&["--agent", "other", "append", "t", "--role", "system", "--content", "be kind"]);
+    r.ok(&[
+        "--agent",
+        "other",
+        "append",
+        "t",
+        "--role",
+        "system",
+        "--content",
+        "be kind",
+    ]);
     let dump = r.ok(&["export", "--format", "memtape"]);
     let file = r.path("dump.jsonl");
     std::fs::write(&file, &dump).unwrap();
@@ -169,26 +253,67 @@ fn memtape_export_import_is_lossless_through_the_cli() {
 fn errors_name_what_is_wrong_and_exit_non_zero() {
     let fresh = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
-        .args(["--data-dir", &fresh.path().join("nowhere").to_string_lossy(), "history", "s"])
+        .args([
+            "--data-dir",
+            &fresh.path().join("nowhere").to_string_lossy(),
+            "history",
+            "s",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("run `memtape init`"));
-    assert!(!fresh.path().join("nowhere").exists(), "a failed read created the store");
+    assert!(
+        !fresh.path().join("nowhere").exists(),
+        "a failed read created the store"
+    );
 
     let r = Run::new();
     for (args, says) in [
-        (vec!["append", "s", "--role", "tool", "--content", "x"], "needs tool_call_id"),
-        (vec!["append", "s", "--role", "user", "--content", "x", "--parent", "7"], "does not exist"),
-        (vec!["append", "s", "--role", "user", "--meta", "[1]"], "--meta must be a JSON object"),
-        (vec!["append", "s", "--role", "assistant", "--tool-calls", "{"], "--tool-calls must be"),
-        (vec!["anchor", "s", "a", "--state", "nope"], "--state is not valid JSON"),
-        (vec!["entries", "s", "--kind", "weird"], "unknown kind \"weird\""),
-        (vec!["entries", "s", "--since", "last week"], "--since \"last week\" is not a time"),
+        (
+            vec!["append", "s", "--role", "tool", "--content", "x"],
+            "needs tool_call_id",
+        ),
+        (
+            vec![
+                "append",
+                "s",
+                "--role",
+                "user",
+                "--content",
+                "x",
+                "--parent",
+                "7",
+            ],
+            "does not exist",
+        ),
+        (
+            vec!["append", "s", "--role", "user", "--meta", "[1]"],
+            "--meta must be a JSON object",
+        ),
+        (
+            vec!["append", "s", "--role", "assistant", "--tool-calls", "{"],
+            "--tool-calls must be",
+        ),
+        (
+            vec!["anchor", "s", "a", "--state", "nope"],
+            "--state is not valid JSON",
+        ),
+        (
+            vec!["entries", "s", "--kind", "weird"],
+            "unknown kind \"weird\"",
+        ),
+        (
+            vec!["entries", "s", "--since", "last week"],
+            "--since \"last week\" is not a time",
+        ),
         (vec!["thread", "42"], "no entry 42"),
         (vec!["export", "--format", "nanobot"], "name it"),
         (vec!["export", "--format", "bub", "ghost"], "no session"),
-        (vec!["import", "--format", "nanobot", "/nonexistent.jsonl"], "reading /nonexistent.jsonl"),
+        (
+            vec!["import", "--format", "nanobot", "/nonexistent.jsonl"],
+            "reading /nonexistent.jsonl",
+        ),
     ] {
         let err = r.fails(&args);
         assert!(err.contains(says), "{args:?}: {err}");
@@ -196,7 +321,11 @@ fn errors_name_what_is_wrong_and_exit_non_zero() {
     // Nothing was written by any of them.
     assert_eq!(r.json(&["sessions", "--json"]), json!([]));
     let bad_role = r.cmd(&["append", "s", "--role", "robot", "--content", "x"]);
-    assert_eq!(bad_role.status.code(), Some(2), "clap rejects unknown roles");
+    assert_eq!(
+        bad_role.status.code(),
+        Some(2),
+        "clap rejects unknown roles"
+    );
 }
 
 #[test]
@@ -204,6 +333,9 @@ fn init_is_idempotent_and_keeps_data() {
     let r = Run::new();
     r.ok(&["append", "s", "--role", "user", "--content", "kept"]);
     r.ok(&["init"]);
-    assert_eq!(r.json(&["history", "s", "--json"]), json!([{"role": "user", "content": "kept"}]));
+    assert_eq!(
+        r.json(&["history", "s", "--json"]),
+        json!([{"role": "user", "content": "kept"}])
+    );
     assert!(Path::new(&r.path("data/memtape.db")).exists());
 }

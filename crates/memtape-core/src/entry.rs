@@ -11,7 +11,9 @@ use crate::{Error, Result, Scope};
 pub type Meta = Map<String, Value>;
 
 /// The id of an entry: monotonic per store, never reused. Id 0 is never assigned.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct EntryId(pub u64);
 
@@ -182,7 +184,11 @@ fn function_type() -> String {
 
 impl ToolCall {
     /// A function call with JSON-encoded arguments.
-    pub fn function(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn function(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         ToolCall {
             id: id.into(),
             kind: function_type(),
@@ -206,7 +212,9 @@ pub struct FunctionCall {
 
 /// Some providers send arguments as a JSON object rather than a string (nanobot issue #1042);
 /// both are accepted and kept as a string.
-fn arguments_as_string<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+fn arguments_as_string<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::String(s) => s,
         other => other.to_string(),
@@ -370,7 +378,10 @@ impl Message {
             ));
         }
         if let Some(call) = self.tool_calls.iter().find(|c| c.id.is_empty()) {
-            return bad(format!("tool call {:?} has an empty id", call.function.name));
+            return bad(format!(
+                "tool call {:?} has an empty id",
+                call.function.name
+            ));
         }
         Ok(())
     }
@@ -443,8 +454,13 @@ impl Payload {
     pub fn validate(&self) -> Result<()> {
         match self {
             Payload::Message(m) => m.validate(),
-            Payload::Anchor(Anchor { name, .. }) | Payload::Event(Event { name, .. }) if name.trim().is_empty() => {
-                Err(Error::InvalidEntry(format!("{} name is empty", self.kind())))
+            Payload::Anchor(Anchor { name, .. }) | Payload::Event(Event { name, .. })
+                if name.trim().is_empty() =>
+            {
+                Err(Error::InvalidEntry(format!(
+                    "{} name is empty",
+                    self.kind()
+                )))
             }
             _ => Ok(()),
         }
@@ -542,7 +558,8 @@ impl Serialize for Entry {
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let raw = RawEntry::deserialize(d)?;
-        let payload = Payload::from_json(raw.kind, raw.payload).map_err(serde::de::Error::custom)?;
+        let payload =
+            Payload::from_json(raw.kind, raw.payload).map_err(serde::de::Error::custom)?;
         Ok(Entry {
             id: raw.id,
             scope: raw.scope,
@@ -602,13 +619,28 @@ mod tests {
     #[test]
     fn structural_rules_name_the_problem() {
         let mut m = Message::text(Role::Tool, "r");
-        assert!(m.validate().unwrap_err().to_string().contains("tool_call_id"));
+        assert!(
+            m.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tool_call_id")
+        );
         m.role = Role::User;
         m.tool_call_id = Some("x".into());
-        assert!(m.validate().unwrap_err().to_string().contains("only tool messages"));
+        assert!(
+            m.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("only tool messages")
+        );
         let mut u = Message::user("u");
         u.tool_calls.push(ToolCall::function("c", "f", "{}"));
-        assert!(u.validate().unwrap_err().to_string().contains("only assistant"));
+        assert!(
+            u.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("only assistant")
+        );
     }
 
     #[test]
@@ -622,7 +654,12 @@ mod tests {
     fn every_message_field_round_trips() {
         let json = r#"{"role":"assistant","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"http://x/y.png","detail":"low"}}],"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}],"name":"bot","reasoning_content":"thinking","files":[{"type":"image","transfer_method":"local_file","upload_file_id":"u1","belongs_to":"assistant"},{"type":"document","transfer_method":"remote_url","url":"http://x/d.pdf","belongs_to":"user"}]}"#;
         let m: Message = serde_json::from_str(json).unwrap();
-        assert_eq!(m.files[0].source, FileSource::LocalFile { upload_file_id: "u1".into() });
+        assert_eq!(
+            m.files[0].source,
+            FileSource::LocalFile {
+                upload_file_id: "u1".into()
+            }
+        );
         assert_eq!(serde_json::to_string(&m).unwrap(), json);
     }
 

@@ -14,7 +14,9 @@ pub enum Error {
     #[error("invalid entry: {0}")]
     InvalidEntry(String),
     /// A kind name that memtape does not know.
-    #[error("unknown kind {0:?} (expected one of message, tool_call, tool_result, anchor, event, system)")]
+    #[error(
+        "unknown kind {0:?} (expected one of message, tool_call, tool_result, anchor, event, system)"
+    )]
     UnknownKind(String),
     /// A role name that memtape does not know.
     #[error("unknown role {0:?} (expected one of user, assistant, system, tool)")]

@@ -36,13 +36,19 @@ impl Default for HistoryLimits {
 /// 5. with a token limit, drop from the front until the rest fits (Dify's TokenBufferMemory
 ///    pops the oldest). The limit is strict: if even the last message does not fit, the
 ///    history is empty.
-pub fn select_history(messages: &[&Message], limits: &HistoryLimits, counter: &dyn TokenCounter) -> Vec<usize> {
+pub fn select_history(
+    messages: &[&Message],
+    limits: &HistoryLimits,
+    counter: &dyn TokenCounter,
+) -> Vec<usize> {
     let start = messages.len().saturating_sub(limits.max_messages);
     let mut keep: Vec<usize> = (start..messages.len()).collect();
     let window_has_user = keep.iter().any(|&i| messages[i].role == Role::User);
-    let costs: Option<HashMap<usize, usize>> = limits
-        .max_tokens
-        .map(|_| keep.iter().map(|&i| (i, counter.count_message(messages[i]))).collect());
+    let costs: Option<HashMap<usize, usize>> = limits.max_tokens.map(|_| {
+        keep.iter()
+            .map(|&i| (i, counter.count_message(messages[i])))
+            .collect()
+    });
 
     loop {
         let before = keep.len();
@@ -118,7 +124,11 @@ mod tests {
     }
 
     fn calls(ids: &[&str]) -> Message {
-        Message::assistant_tool_calls(ids.iter().map(|id| ToolCall::function(*id, "f", "{}")).collect())
+        Message::assistant_tool_calls(
+            ids.iter()
+                .map(|id| ToolCall::function(*id, "f", "{}"))
+                .collect(),
+        )
     }
 
     #[test]
@@ -140,7 +150,11 @@ mod tests {
     #[test]
     fn nanobot_drops_orphaned_tool_results_at_the_window_edge() {
         // The consolidation pointer split a call from its result: the result is orphaned.
-        let msgs = vec![Message::tool_result("c1", "r1"), Message::user("u"), Message::assistant("a")];
+        let msgs = vec![
+            Message::tool_result("c1", "r1"),
+            Message::user("u"),
+            Message::assistant("a"),
+        ];
         assert_eq!(run(&msgs, HistoryLimits::default()), [1, 2]);
     }
 
@@ -180,7 +194,10 @@ mod tests {
     #[test]
     fn real_bpe_token_limit() {
         let bpe = Bpe::new(BpeEncoding::Cl100k);
-        let msgs = [Message::user("hello world"), Message::assistant("hello world")];
+        let msgs = [
+            Message::user("hello world"),
+            Message::assistant("hello world"),
+        ];
         let refs: Vec<&Message> = msgs.iter().collect();
         let limits = HistoryLimits {
             max_messages: 500,
@@ -219,7 +236,11 @@ mod tests {
                 Step::Calls(k) => {
                     let ids: Vec<String> = (0..=k % 3).map(|j| format!("c{n}_{j}")).collect();
                     issued.extend(ids.iter().cloned());
-                    Message::assistant_tool_calls(ids.iter().map(|id| ToolCall::function(id, "f", "{}")).collect())
+                    Message::assistant_tool_calls(
+                        ids.iter()
+                            .map(|id| ToolCall::function(id, "f", "{}"))
+                            .collect(),
+                    )
                 }
                 Step::Result(k) if !issued.is_empty() => {
                     let id = issued[usize::from(*k) % issued.len()].clone();

@@ -180,7 +180,10 @@ mod tests {
 
     #[test]
     fn node_without_session_is_a_configuration_error() {
-        let err = Scope::agent("t", "a").unwrap().with_node("llm1").unwrap_err();
+        let err = Scope::agent("t", "a")
+            .unwrap()
+            .with_node("llm1")
+            .unwrap_err();
         assert!(err.to_string().contains("needs a session"), "{err}");
     }
 
@@ -188,7 +191,12 @@ mod tests {
     fn empty_and_control_names_are_refused() {
         assert!(Scope::agent("", "a").is_err());
         assert!(Scope::agent("t", "a\n").is_err());
-        assert!(Scope::agent("t", "a").unwrap().with_session("x".repeat(300)).is_err());
+        assert!(
+            Scope::agent("t", "a")
+                .unwrap()
+                .with_session("x".repeat(300))
+                .is_err()
+        );
     }
 
     #[test]

@@ -70,16 +70,34 @@ mod tests {
         .map(|e| (e.id.0, e))
         .collect();
         let leaf = tape[&7].clone();
-        let thread = walk_thread(leaf, |id| Ok::<_, ()>(tape.get(&id.0).cloned()), |_| false, 100).unwrap();
+        let thread = walk_thread(
+            leaf,
+            |id| Ok::<_, ()>(tape.get(&id.0).cloned()),
+            |_| false,
+            100,
+        )
+        .unwrap();
         let texts: Vec<_> = thread
             .iter()
             .map(|e| e.message().unwrap().content_text().into_owned())
             .collect();
         assert_eq!(texts, ["A", "A''", "C", "C'"]);
 
-        let stopped = walk_thread(tape[&7].clone(), |id| Ok::<_, ()>(tape.get(&id.0).cloned()), |e| e.id.0 <= 5, 100).unwrap();
+        let stopped = walk_thread(
+            tape[&7].clone(),
+            |id| Ok::<_, ()>(tape.get(&id.0).cloned()),
+            |e| e.id.0 <= 5,
+            100,
+        )
+        .unwrap();
         assert_eq!(stopped.len(), 2);
-        let capped = walk_thread(tape[&7].clone(), |id| Ok::<_, ()>(tape.get(&id.0).cloned()), |_| false, 3).unwrap();
+        let capped = walk_thread(
+            tape[&7].clone(),
+            |id| Ok::<_, ()>(tape.get(&id.0).cloned()),
+            |_| false,
+            3,
+        )
+        .unwrap();
         assert_eq!(capped.iter().map(|e| e.id.0).collect::<Vec<_>>(), [5, 6, 7]);
     }
 }

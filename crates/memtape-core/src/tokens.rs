@@ -17,7 +17,10 @@ pub trait TokenCounter: Send + Sync {
             n += 1 + self.count(name);
         }
         for call in &message.tool_calls {
-            n += 3 + self.count(&call.id) + self.count(&call.function.name) + self.count(&call.function.arguments);
+            n += 3
+                + self.count(&call.id)
+                + self.count(&call.function.name)
+                + self.count(&call.function.arguments);
         }
         if let Some(id) = &message.tool_call_id {
             n += self.count(id);

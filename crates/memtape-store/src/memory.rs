@@ -26,7 +26,9 @@ impl Inner {
     }
 
     fn last_id(&self) -> EntryId {
-        self.entries.last_key_value().map_or(EntryId(0), |(_, e)| e.id)
+        self.entries
+            .last_key_value()
+            .map_or(EntryId(0), |(_, e)| e.id)
     }
 
     /// Runs `f` and undoes everything it did to the entries and scopes if it fails.
@@ -58,7 +60,9 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the data consistent (every change is
         // undone on error), so a poisoned lock is still safe to use.
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -68,7 +72,11 @@ impl Store for MemoryStore {
             let mut out = Vec::with_capacity(entries.len());
             for new in entries {
                 let id = EntryId(inner.last_id().0 + 1);
-                let info = inner.scopes.get(&new.scope).cloned().unwrap_or_else(|| ScopeInfo::empty(new.scope.clone()));
+                let info = inner
+                    .scopes
+                    .get(&new.scope)
+                    .cloned()
+                    .unwrap_or_else(|| ScopeInfo::empty(new.scope.clone()));
                 let entry = prepare(new, id, &info, &mut |id| Ok(inner.lookup(id)))?;
                 inner.push(entry.clone());
                 out.push(entry);
@@ -81,7 +89,11 @@ impl Store for MemoryStore {
         self.lock().atomically(|inner| {
             let (entries, placement) = plan_restore(entries, inner.last_id())?;
             for entry in entries {
-                let info = inner.scopes.get(&entry.scope).cloned().unwrap_or_else(|| ScopeInfo::empty(entry.scope.clone()));
+                let info = inner
+                    .scopes
+                    .get(&entry.scope)
+                    .cloned()
+                    .unwrap_or_else(|| ScopeInfo::empty(entry.scope.clone()));
                 check_restored(&entry, &info, &mut |id| Ok(inner.lookup(id)))?;
                 inner.push(entry);
             }
@@ -90,7 +102,12 @@ impl Store for MemoryStore {
     }
 
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
-        Ok(self.lock().entries.get(&id.0).filter(|e| e.scope.tenant() == tenant).cloned())
+        Ok(self
+            .lock()
+            .entries
+            .get(&id.0)
+            .filter(|e| e.scope.tenant() == tenant)
+            .cloned())
     }
 
     fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
@@ -98,8 +115,21 @@ impl Store for MemoryStore {
         let matching = |e: &&Entry| &e.scope == scope && filter.matches(e);
         let limit = filter.limit.unwrap_or(usize::MAX);
         Ok(match filter.order {
-            Order::Asc => inner.entries.values().filter(matching).take(limit).cloned().collect(),
-            Order::Desc => inner.entries.values().rev().filter(matching).take(limit).cloned().collect(),
+            Order::Asc => inner
+                .entries
+                .values()
+                .filter(matching)
+                .take(limit)
+                .cloned()
+                .collect(),
+            Order::Desc => inner
+                .entries
+                .values()
+                .rev()
+                .filter(matching)
+                .take(limit)
+                .cloned()
+                .collect(),
         })
     }
 
@@ -108,7 +138,13 @@ impl Store for MemoryStore {
     }
 
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
-        Ok(self.lock().scopes.values().filter(|i| i.scope.tenant() == tenant).cloned().collect())
+        Ok(self
+            .lock()
+            .scopes
+            .values()
+            .filter(|i| i.scope.tenant() == tenant)
+            .cloned()
+            .collect())
     }
 
     fn last_id(&self) -> Result<EntryId> {

@@ -40,7 +40,9 @@ impl ScopeInfo {
 /// The target of a `session.consolidated` event, if `payload` is one.
 fn consolidated_through(payload: &Payload) -> Option<u64> {
     match payload {
-        Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED => e.data.get("through").and_then(|v| v.as_u64()),
+        Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED => {
+            e.data.get("through").and_then(|v| v.as_u64())
+        }
         _ => None,
     }
 }
@@ -52,7 +54,12 @@ pub type Lookup<'a> = dyn FnMut(EntryId) -> Result<Option<(Scope, Kind)>> + 'a;
 /// validates the payload, links a conversational entry to the scope's head when no parent
 /// is given, checks an explicit parent (an earlier conversational entry of the same scope)
 /// and checks a consolidation pointer move (0, or an entry of the same scope).
-pub fn prepare(new: NewEntry, id: EntryId, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<Entry> {
+pub fn prepare(
+    new: NewEntry,
+    id: EntryId,
+    info: &ScopeInfo,
+    lookup: &mut Lookup<'_>,
+) -> Result<Entry> {
     new.payload.validate()?;
     let conversational = new.payload.kind().is_conversational();
     let parent = match (new.parent, conversational) {
@@ -61,7 +68,10 @@ pub fn prepare(new: NewEntry, id: EntryId, info: &ScopeInfo, lookup: &mut Lookup
         (Some(p), false) => {
             return Err(Error::BadParent {
                 parent: p,
-                why: format!("is given to a {}, but only messages have parents", new.payload.kind()),
+                why: format!(
+                    "is given to a {}, but only messages have parents",
+                    new.payload.kind()
+                ),
             });
         }
         (Some(p), true) => {
@@ -88,7 +98,12 @@ pub fn prepare(new: NewEntry, id: EntryId, info: &ScopeInfo, lookup: &mut Lookup
     })
 }
 
-fn check_parent(parent: EntryId, id: EntryId, scope: &Scope, lookup: &mut Lookup<'_>) -> Result<()> {
+fn check_parent(
+    parent: EntryId,
+    id: EntryId,
+    scope: &Scope,
+    lookup: &mut Lookup<'_>,
+) -> Result<()> {
     let refuse = |why: String| Err(Error::BadParent { parent, why });
     let found = lookup(parent)?;
     if found.is_some() && parent >= id {
@@ -97,12 +112,19 @@ fn check_parent(parent: EntryId, id: EntryId, scope: &Scope, lookup: &mut Lookup
     match found {
         None => refuse("does not exist".into()),
         Some((s, _)) if &s != scope => refuse(format!("belongs to another scope ({s})")),
-        Some((_, kind)) if !kind.is_conversational() => refuse(format!("is a {kind}, not a message")),
+        Some((_, kind)) if !kind.is_conversational() => {
+            refuse(format!("is a {kind}, not a message"))
+        }
         Some(_) => Ok(()),
     }
 }
 
-fn check_pointer(through: u64, scope: &Scope, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
+fn check_pointer(
+    through: u64,
+    scope: &Scope,
+    info: &ScopeInfo,
+    lookup: &mut Lookup<'_>,
+) -> Result<()> {
     if through == 0 {
         return Ok(());
     }
@@ -149,7 +171,12 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
         }
         if let Payload::Event(ev) = &mut e.payload {
             if ev.name == events::SESSION_CONSOLIDATED {
-                if let Some(t) = ev.data.get("through").and_then(|v| v.as_u64()).filter(|t| *t > 0) {
+                if let Some(t) = ev
+                    .data
+                    .get("through")
+                    .and_then(|v| v.as_u64())
+                    .filter(|t| *t > 0)
+                {
                     let new = remap(EntryId(t), "pointer target", old_id)?;
                     ev.data["through"] = serde_json::Value::from(new.0);
                 }
@@ -168,7 +195,10 @@ pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) 
         if !entry.kind().is_conversational() {
             return Err(Error::BadParent {
                 parent: p,
-                why: format!("is given to a {}, but only messages have parents", entry.kind()),
+                why: format!(
+                    "is given to a {}, but only messages have parents",
+                    entry.kind()
+                ),
             });
         }
         check_parent(p, entry.id, &entry.scope, lookup)?;

@@ -9,7 +9,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, Utc};
 use memtape_core::{Entry, EntryId, Filter, Kind, Meta, NewEntry, Order, Payload, Scope};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
+};
 
 use crate::rules::{check_restored, plan_restore, prepare};
 use crate::{Error, Placement, Result, ScopeInfo, Store};
@@ -73,7 +75,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn to_nanos(t: DateTime<Utc>) -> Result<i64> {
-    t.timestamp_nanos_opt().ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
+    t.timestamp_nanos_opt()
+        .ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
 }
 
 fn from_nanos(n: i64) -> DateTime<Utc> {
@@ -137,7 +140,9 @@ impl SqliteStore {
             None => {
                 let c = Connection::open_with_flags(
                     &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                        | OpenFlags::SQLITE_OPEN_URI,
                 )?;
                 c.busy_timeout(std::time::Duration::from_secs(10))?;
                 c
@@ -192,7 +197,11 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    for (v, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+    for (v, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(version).unwrap_or(0))
+    {
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", v as i64 + 1)?;
     }
@@ -242,7 +251,9 @@ impl Writer<'_> {
                 "SELECT s.tenant, s.agent, s.user, s.session, s.node, e.kind
                  FROM entries e JOIN scopes s USING (scope_id) WHERE e.id = ?1",
             )?
-            .query_row([id.0 as i64], |r| Ok((scope_from_row(r, 0)?, r.get::<_, String>(5)?)))
+            .query_row([id.0 as i64], |r| {
+                Ok((scope_from_row(r, 0)?, r.get::<_, String>(5)?))
+            })
             .optional()?;
         match row {
             None => Ok(None),
@@ -365,20 +376,27 @@ const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta";
 fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Entry>> {
     let payload: String = r.get(at + 4)?;
     let meta: String = r.get(at + 5)?;
-    Ok(decode(r.get(at)?, scope, r.get(at + 1)?, r.get(at + 2)?, r.get(at + 3)?, &payload, &meta))
+    Ok(decode(
+        r.get(at)?,
+        scope,
+        r.get(at + 1)?,
+        r.get(at + 2)?,
+        r.get(at + 3)?,
+        &payload,
+        &meta,
+    ))
 }
 
 impl Store for SqliteStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         self.write(|w| {
-            let mut next = w.last_id()?.0 + 1;
+            let first = w.last_id()?.0 + 1;
             let mut out = Vec::with_capacity(entries.len());
-            for new in entries {
+            for (next, new) in (first..).zip(entries) {
                 let (scope_id, _) = w.scope(&new.scope)?;
                 let info = w.scopes[&new.scope].1.clone();
                 let entry = prepare(new, EntryId(next), &info, &mut |id| w.lookup(id))?;
                 w.insert(scope_id, &entry)?;
-                next += 1;
                 out.push(entry);
             }
             Ok(out)
@@ -432,8 +450,16 @@ impl Store for SqliteStore {
                 args.push(SqlValue::Integer(b.0 as i64));
             }
             if !filter.kinds.is_empty() {
-                sql.push_str(&format!(" AND kind IN ({})", vec!["?"; filter.kinds.len()].join(", ")));
-                args.extend(filter.kinds.iter().map(|k| SqlValue::Text(k.as_str().to_owned())));
+                sql.push_str(&format!(
+                    " AND kind IN ({})",
+                    vec!["?"; filter.kinds.len()].join(", ")
+                ));
+                args.extend(
+                    filter
+                        .kinds
+                        .iter()
+                        .map(|k| SqlValue::Text(k.as_str().to_owned())),
+                );
             }
             if let Some(n) = &filter.name {
                 sql.push_str(" AND name = ?");
@@ -477,7 +503,7 @@ impl Store for SqliteStore {
     }
 
     fn last_id(&self) -> Result<EntryId> {
-        self.read(|c| last_id(c))
+        self.read(last_id)
     }
 }
 
@@ -491,7 +517,9 @@ fn decode(
     meta: &str,
 ) -> Result<Entry> {
     let corrupt = |why: String| Error::Corrupt { id, why };
-    let kind: Kind = kind.parse().map_err(|e: memtape_core::Error| corrupt(e.to_string()))?;
+    let kind: Kind = kind
+        .parse()
+        .map_err(|e: memtape_core::Error| corrupt(e.to_string()))?;
     let value = serde_json::from_str(payload).map_err(|e| corrupt(e.to_string()))?;
     let payload = Payload::from_json(kind, value).map_err(|e| corrupt(e.to_string()))?;
     let meta: Meta = serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?;

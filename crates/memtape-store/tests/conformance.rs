@@ -1,8 +1,13 @@
 //! One behavioural suite for every Store implementation: the SQLite store and the
 //! in-memory store must agree on ids, parent links, projections, filters and atomicity.
 
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
 use chrono::{DateTime, Duration, Utc};
-use memtape_core::{Anchor, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope, ToolCall, events};
+use memtape_core::{
+    Anchor, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope, ToolCall,
+    events,
+};
 use memtape_store::{MemoryStore, Placement, SqliteStore, Store};
 use serde_json::json;
 
@@ -11,7 +16,10 @@ fn t(secs: i64) -> DateTime<Utc> {
 }
 
 fn session(name: &str) -> Scope {
-    Scope::agent("acme", "bot").unwrap().with_session(name).unwrap()
+    Scope::agent("acme", "bot")
+        .unwrap()
+        .with_session(name)
+        .unwrap()
 }
 
 fn msg(scope: &Scope, m: Message, at: i64) -> NewEntry {
@@ -51,18 +59,35 @@ fn each_store(check: impl Fn(&dyn Store)) {
 fn ids_increase_and_messages_chain_to_their_scope_head() {
     each_store(|store| {
         let (s1, s2) = (session("s1"), session("s2"));
-        let a = store.append(vec![msg(&s1, Message::user("hi"), 0)]).unwrap();
-        let b = store.append(vec![msg(&s2, Message::user("other"), 1)]).unwrap();
-        let c = store
-            .append(vec![anchor(&s1, "phase/1"), msg(&s1, Message::assistant("hello"), 2)])
+        let a = store
+            .append(vec![msg(&s1, Message::user("hi"), 0)])
             .unwrap();
-        assert_eq!([a[0].id, b[0].id, c[0].id, c[1].id], [EntryId(1), EntryId(2), EntryId(3), EntryId(4)]);
+        let b = store
+            .append(vec![msg(&s2, Message::user("other"), 1)])
+            .unwrap();
+        let c = store
+            .append(vec![
+                anchor(&s1, "phase/1"),
+                msg(&s1, Message::assistant("hello"), 2),
+            ])
+            .unwrap();
+        assert_eq!(
+            [a[0].id, b[0].id, c[0].id, c[1].id],
+            [EntryId(1), EntryId(2), EntryId(3), EntryId(4)]
+        );
         assert_eq!(a[0].parent, None);
         assert_eq!(c[0].parent, None, "anchors are not part of threads");
-        assert_eq!(c[1].parent, Some(a[0].id), "the head of s1, not of s2 and not the anchor");
+        assert_eq!(
+            c[1].parent,
+            Some(a[0].id),
+            "the head of s1, not of s2 and not the anchor"
+        );
 
         let info = store.scope_info(&s1).unwrap().unwrap();
-        assert_eq!((info.entries, info.messages, info.head, info.last_id), (3, 2, Some(EntryId(4)), Some(EntryId(4))));
+        assert_eq!(
+            (info.entries, info.messages, info.head, info.last_id),
+            (3, 2, Some(EntryId(4)), Some(EntryId(4)))
+        );
         assert_eq!((info.first_at, info.last_at), (Some(t(0)), Some(t(2))));
         assert_eq!(store.last_id().unwrap(), EntryId(4));
     });
@@ -73,7 +98,9 @@ fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
     each_store(|store| {
         let (s1, s2) = (session("s1"), session("s2"));
         let first = store.append(vec![msg(&s1, Message::user("q"), 0)]).unwrap()[0].id;
-        store.append(vec![msg(&s1, Message::assistant("a1"), 1)]).unwrap();
+        store
+            .append(vec![msg(&s1, Message::assistant("a1"), 1)])
+            .unwrap();
         let other = store.append(vec![msg(&s2, Message::user("x"), 0)]).unwrap()[0].id;
         let ev = store.append(vec![anchor(&s1, "a")]).unwrap()[0].id;
 
@@ -82,7 +109,11 @@ fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
         regen.parent = Some(first);
         assert_eq!(store.append(vec![regen]).unwrap()[0].parent, Some(first));
 
-        for (parent, why) in [(other, "another scope"), (ev, "not a message"), (EntryId(999), "does not exist")] {
+        for (parent, why) in [
+            (other, "another scope"),
+            (ev, "not a message"),
+            (EntryId(999), "does not exist"),
+        ] {
             let mut bad = msg(&s1, Message::assistant("x"), 3);
             bad.parent = Some(parent);
             let err = store.append(vec![bad]).unwrap_err().to_string();
@@ -95,20 +126,31 @@ fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
 fn a_failed_batch_appends_nothing() {
     each_store(|store| {
         let s = session("s");
-        store.append(vec![msg(&s, Message::user("keep"), 0)]).unwrap();
+        store
+            .append(vec![msg(&s, Message::user("keep"), 0)])
+            .unwrap();
         let bad_tool = Message {
             tool_call_id: None,
             ..Message::tool_result("c", "r")
         };
         let err = store
-            .append(vec![msg(&s, Message::assistant("lost"), 1), msg(&s, bad_tool, 2)])
+            .append(vec![
+                msg(&s, Message::assistant("lost"), 1),
+                msg(&s, bad_tool, 2),
+            ])
             .unwrap_err();
         assert!(err.to_string().contains("tool_call_id"), "{err}");
         assert_eq!(store.last_id().unwrap(), EntryId(1));
         let info = store.scope_info(&s).unwrap().unwrap();
         assert_eq!((info.entries, info.head), (1, Some(EntryId(1))));
         // The next append still gets the next id.
-        assert_eq!(store.append(vec![msg(&s, Message::assistant("ok"), 3)]).unwrap()[0].id, EntryId(2));
+        assert_eq!(
+            store
+                .append(vec![msg(&s, Message::assistant("ok"), 3)])
+                .unwrap()[0]
+                .id,
+            EntryId(2)
+        );
     });
 }
 
@@ -117,24 +159,45 @@ fn the_consolidation_pointer_is_an_event_projected_onto_the_scope() {
     each_store(|store| {
         let (s, other) = (session("s"), session("o"));
         let ids: Vec<EntryId> = store
-            .append((0..4).map(|i| msg(&s, Message::user(format!("m{i}")), i)).collect())
+            .append(
+                (0..4)
+                    .map(|i| msg(&s, Message::user(format!("m{i}")), i))
+                    .collect(),
+            )
             .unwrap()
             .iter()
             .map(|e| e.id)
             .collect();
-        let foreign = store.append(vec![msg(&other, Message::user("x"), 0)]).unwrap()[0].id;
-        store.append(vec![event(&s, events::SESSION_CONSOLIDATED, json!({"through": ids[1].0}))]).unwrap();
-        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, ids[1]);
+        let foreign = store
+            .append(vec![msg(&other, Message::user("x"), 0)])
+            .unwrap()[0]
+            .id;
+        store
+            .append(vec![event(
+                &s,
+                events::SESSION_CONSOLIDATED,
+                json!({"through": ids[1].0}),
+            )])
+            .unwrap();
+        assert_eq!(
+            store.scope_info(&s).unwrap().unwrap().last_consolidated,
+            ids[1]
+        );
 
         for (data, why) in [
             (json!({"through": foreign.0}), "not in this scope"),
             (json!({"through": 999}), "no entry of this scope"),
             (json!({"nope": 1}), "needs data"),
         ] {
-            let err = store.append(vec![event(&s, events::SESSION_CONSOLIDATED, data)]).unwrap_err();
+            let err = store
+                .append(vec![event(&s, events::SESSION_CONSOLIDATED, data)])
+                .unwrap_err();
             assert!(err.to_string().contains(why), "{err}");
         }
-        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, ids[1]);
+        assert_eq!(
+            store.scope_info(&s).unwrap().unwrap().last_consolidated,
+            ids[1]
+        );
     });
 }
 
@@ -153,15 +216,66 @@ fn scans_filter_by_kind_name_ids_time_order_and_limit() {
                 msg(&s, Message::assistant("a"), 20),
             ])
             .unwrap();
-        let ids = |f: Filter| store.scan(&s, &f).unwrap().iter().map(|e| e.id.0).collect::<Vec<_>>();
+        let ids = |f: Filter| {
+            store
+                .scan(&s, &f)
+                .unwrap()
+                .iter()
+                .map(|e| e.id.0)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(ids(Filter::default()), [1, 2, 3, 4, 5, 6]);
-        assert_eq!(ids(Filter { kinds: vec![Kind::Anchor], ..Default::default() }), [2, 5]);
-        assert_eq!(ids(Filter { kinds: vec![Kind::ToolCall, Kind::ToolResult], ..Default::default() }), [3, 4]);
-        assert_eq!(ids(Filter { name: Some("phase/2".into()), ..Default::default() }), [5]);
-        assert_eq!(ids(Filter { after: Some(EntryId(2)), before: Some(EntryId(5)), ..Default::default() }), [3, 4]);
-        assert_eq!(ids(Filter { since: Some(t(10)), until: Some(t(20)), ..Default::default() }), [3, 4]);
-        assert_eq!(ids(Filter { order: Order::Desc, limit: Some(2), ..Default::default() }), [6, 5]);
-        assert!(store.scan(&session("none"), &Filter::default()).unwrap().is_empty());
+        assert_eq!(
+            ids(Filter {
+                kinds: vec![Kind::Anchor],
+                ..Default::default()
+            }),
+            [2, 5]
+        );
+        assert_eq!(
+            ids(Filter {
+                kinds: vec![Kind::ToolCall, Kind::ToolResult],
+                ..Default::default()
+            }),
+            [3, 4]
+        );
+        assert_eq!(
+            ids(Filter {
+                name: Some("phase/2".into()),
+                ..Default::default()
+            }),
+            [5]
+        );
+        assert_eq!(
+            ids(Filter {
+                after: Some(EntryId(2)),
+                before: Some(EntryId(5)),
+                ..Default::default()
+            }),
+            [3, 4]
+        );
+        assert_eq!(
+            ids(Filter {
+                since: Some(t(10)),
+                until: Some(t(20)),
+                ..Default::default()
+            }),
+            [3, 4]
+        );
+        assert_eq!(
+            ids(Filter {
+                order: Order::Desc,
+                limit: Some(2),
+                ..Default::default()
+            }),
+            [6, 5]
+        );
+        assert!(
+            store
+                .scan(&session("none"), &Filter::default())
+                .unwrap()
+                .is_empty()
+        );
     });
 }
 
@@ -169,15 +283,25 @@ fn scans_filter_by_kind_name_ids_time_order_and_limit() {
 fn tenants_never_see_each_other() {
     each_store(|store| {
         let mine = session("s");
-        let theirs = Scope::agent("globex", "bot").unwrap().with_session("s").unwrap();
-        let a = store.append(vec![msg(&mine, Message::user("mine"), 0)]).unwrap()[0].id;
-        store.append(vec![msg(&theirs, Message::user("theirs"), 0)]).unwrap();
+        let theirs = Scope::agent("globex", "bot")
+            .unwrap()
+            .with_session("s")
+            .unwrap();
+        let a = store
+            .append(vec![msg(&mine, Message::user("mine"), 0)])
+            .unwrap()[0]
+            .id;
+        store
+            .append(vec![msg(&theirs, Message::user("theirs"), 0)])
+            .unwrap();
         assert!(store.get("acme", a).unwrap().is_some());
         assert!(store.get("globex", a).unwrap().is_none());
         assert_eq!(store.scopes("acme").unwrap().len(), 1);
         assert_eq!(store.scopes("globex").unwrap()[0].scope, theirs);
         // The same session name under another tenant has its own head.
-        let next = store.append(vec![msg(&theirs, Message::assistant("x"), 1)]).unwrap();
+        let next = store
+            .append(vec![msg(&theirs, Message::assistant("x"), 1)])
+            .unwrap();
         assert_eq!(next[0].parent, Some(EntryId(2)));
     });
 }
@@ -186,18 +310,45 @@ fn tenants_never_see_each_other() {
 fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
     each_store(|store| {
         let s = session("s");
-        store.append(vec![msg(&s, Message::user("existing"), 0)]).unwrap();
+        store
+            .append(vec![msg(&s, Message::user("existing"), 0)])
+            .unwrap();
         let source = MemoryStore::new();
-        source.append(vec![msg(&s, Message::user("q"), 0), msg(&s, Message::assistant("a"), 1)]).unwrap();
-        source.append(vec![event(&s, events::SESSION_CONSOLIDATED, json!({"through": 1}))]).unwrap();
+        source
+            .append(vec![
+                msg(&s, Message::user("q"), 0),
+                msg(&s, Message::assistant("a"), 1),
+            ])
+            .unwrap();
+        source
+            .append(vec![event(
+                &s,
+                events::SESSION_CONSOLIDATED,
+                json!({"through": 1}),
+            )])
+            .unwrap();
         let exported = source.scan(&s, &Filter::default()).unwrap();
 
         // Ids 1..3 collide with the store's entry 1: renumbered to 2..4, links followed.
-        assert_eq!(store.restore(exported.clone()).unwrap(), Placement::Renumbered);
-        let got = store.scan(&s, &Filter { after: Some(EntryId(1)), ..Default::default() }).unwrap();
+        assert_eq!(
+            store.restore(exported.clone()).unwrap(),
+            Placement::Renumbered
+        );
+        let got = store
+            .scan(
+                &s,
+                &Filter {
+                    after: Some(EntryId(1)),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!(got.iter().map(|e| e.id.0).collect::<Vec<_>>(), [2, 3, 4]);
         assert_eq!(got[1].parent, Some(EntryId(2)));
-        assert_eq!(store.scope_info(&s).unwrap().unwrap().last_consolidated, EntryId(2));
+        assert_eq!(
+            store.scope_info(&s).unwrap().unwrap().last_consolidated,
+            EntryId(2)
+        );
 
         // Ids past the last one are kept as they are.
         let later: Vec<_> = exported
@@ -214,6 +365,9 @@ fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
             .collect();
         assert_eq!(store.restore(later).unwrap(), Placement::KeptIds);
         assert_eq!(store.last_id().unwrap(), EntryId(13));
-        assert_eq!(store.get("acme", EntryId(12)).unwrap().unwrap().parent, Some(EntryId(11)));
+        assert_eq!(
+            store.get("acme", EntryId(12)).unwrap().unwrap().parent,
+            Some(EntryId(11))
+        );
     });
 }

@@ -3,6 +3,8 @@
 //! acknowledged append is there, in order, that batches are all-or-nothing, and that the
 //! database is sound. The child is this test binary re-run on the `crash_child` entry.
 
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,7 +18,10 @@ const TRIAL_VAR: &str = "MEMTAPE_CRASH_TRIAL";
 const TRIALS: u32 = 30;
 
 fn scope() -> Scope {
-    Scope::agent("t", "a").unwrap().with_session("crash").unwrap()
+    Scope::agent("t", "a")
+        .unwrap()
+        .with_session("crash")
+        .unwrap()
 }
 
 /// Not a test: the child process's body, run only by `sigkill_at_random_moments`.
@@ -49,7 +54,13 @@ fn sigkill_at_random_moments() {
     let mut total_acked = 0;
     for trial in 0..TRIALS {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR_VAR, dir.path())
             .env(TRIAL_VAR, trial.to_string())
             .stdout(Stdio::piped())
@@ -91,14 +102,24 @@ fn sigkill_at_random_moments() {
             expected.extend((0..size).map(|j| format!("t{trial}-b{batch}-{j}/{size}")));
             batch += 1;
         }
-        assert_eq!(texts, expected, "trial {trial}: entries out of order or a batch torn");
+        assert_eq!(
+            texts, expected,
+            "trial {trial}: entries out of order or a batch torn"
+        );
         // Every acknowledged batch is stored (libtest may print its own text before the
         // first acknowledgement on the same line, hence split_once above).
-        assert!(acked.len() as u32 <= batch, "trial {trial}: acked {} batches, stored {batch}", acked.len());
+        assert!(
+            acked.len() as u32 <= batch,
+            "trial {trial}: acked {} batches, stored {batch}",
+            acked.len()
+        );
         for (i, ack) in acked.iter().enumerate() {
             assert_eq!(ack, &format!("t{trial}-b{i}"));
         }
     }
     eprintln!("{TRIALS} kills, {total_acked} acknowledged batches checked");
-    assert!(total_acked > 0, "no append was ever acknowledged: the child never ran");
+    assert!(
+        total_acked > 0,
+        "no append was ever acknowledged: the child never ran"
+    );
 }

@@ -1,6 +1,8 @@
 //! SQLite-specific guarantees: persistence across reopen, schema versioning, refusal of
 //! foreign and newer databases, append-only enforcement, and readers beside a writer.
 
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,7 +15,11 @@ fn scope() -> Scope {
 }
 
 fn user(text: &str) -> NewEntry {
-    NewEntry::new(scope(), Payload::Message(Message::user(text)), DateTime::UNIX_EPOCH)
+    NewEntry::new(
+        scope(),
+        Payload::Message(Message::user(text)),
+        DateTime::UNIX_EPOCH,
+    )
 }
 
 #[test]
@@ -27,8 +33,14 @@ fn entries_and_projections_survive_reopening() {
     let all = store.scan(&scope(), &Filter::default()).unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(all[1].parent, Some(EntryId(1)));
-    assert_eq!(store.scope_info(&scope()).unwrap().unwrap().head, Some(EntryId(2)));
-    assert_eq!(store.append(vec![user("three")]).unwrap()[0].parent, Some(EntryId(2)));
+    assert_eq!(
+        store.scope_info(&scope()).unwrap().unwrap().head,
+        Some(EntryId(2))
+    );
+    assert_eq!(
+        store.append(vec![user("three")]).unwrap()[0].parent,
+        Some(EntryId(2))
+    );
     assert_eq!(store.integrity_check().unwrap(), "ok");
 }
 
@@ -36,7 +48,10 @@ fn entries_and_projections_survive_reopening() {
 fn opening_a_missing_store_says_how_to_create_one() {
     let dir = tempfile::tempdir().unwrap();
     let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("no memtape store") && err.contains("memtape init"), "{err}");
+    assert!(
+        err.contains("no memtape store") && err.contains("memtape init"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -45,12 +60,19 @@ fn a_database_from_a_newer_memtape_is_refused_untouched() {
     drop(SqliteStore::create(dir.path()).unwrap());
     let path = dir.path().join(SqliteStore::FILE_NAME);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
     drop(conn);
     let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
-    assert!(err.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && err.contains("upgrade memtape"), "{err}");
+    assert!(
+        err.contains(&format!("schema version {}", SCHEMA_VERSION + 1))
+            && err.contains("upgrade memtape"),
+        "{err}"
+    );
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(v, SCHEMA_VERSION + 1);
 }
 
@@ -74,7 +96,13 @@ fn the_database_itself_refuses_to_modify_or_delete_entries() {
         let err = conn.execute(sql, []).unwrap_err().to_string();
         assert!(err.contains("append-only"), "{sql}: {err}");
     }
-    assert_eq!(store.scan(&scope(), &Filter::default()).unwrap()[0].message().unwrap().content_text(), "never changes");
+    assert_eq!(
+        store.scan(&scope(), &Filter::default()).unwrap()[0]
+            .message()
+            .unwrap()
+            .content_text(),
+        "never changes"
+    );
 }
 
 #[test]

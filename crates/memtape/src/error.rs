@@ -25,7 +25,9 @@ pub enum Error {
     #[error("{0}")]
     NeedSession(String),
     /// An import would mix into a session that already has entries.
-    #[error("{0} already has {1} entries; import into a new session (--session) so nothing is mixed")]
+    #[error(
+        "{0} already has {1} entries; import into a new session (--session) so nothing is mixed"
+    )]
     SessionNotEmpty(String, u64),
     /// Writing an export failed.
     #[error("writing the export: {0}")]

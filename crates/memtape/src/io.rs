@@ -24,7 +24,13 @@ impl<S: Store> Engine<S> {
     /// Imports `text` in `format`. Foreign formats land in `base` (tenant, agent, user)
     /// under the session `session`, or the one the file names (nanobot's key). memtape's
     /// own format keeps each entry's scope, except that `session` replaces the session.
-    pub fn import(&self, format: Format, text: &str, base: &Scope, session: Option<&str>) -> Result<ImportReport> {
+    pub fn import(
+        &self,
+        format: Format,
+        text: &str,
+        base: &Scope,
+        session: Option<&str>,
+    ) -> Result<ImportReport> {
         let now = self.now();
         let entries = match format {
             Format::Memtape => {
@@ -46,9 +52,14 @@ impl<S: Store> Engine<S> {
             }
             Format::Nanobot => {
                 let file = formats::nanobot::parse(text, now)?;
-                let key = session.map(str::to_owned).or(file.key.clone()).ok_or_else(|| {
-                    Error::NeedSession("the nanobot file names no session key: pass --session".into())
-                })?;
+                let key = session
+                    .map(str::to_owned)
+                    .or(file.key.clone())
+                    .ok_or_else(|| {
+                        Error::NeedSession(
+                            "the nanobot file names no session key: pass --session".into(),
+                        )
+                    })?;
                 let scope = base.clone().with_session(key)?;
                 let mut items = Vec::new();
                 if file.key.is_some() || !file.metadata.is_empty() {
@@ -58,7 +69,11 @@ impl<S: Store> Engine<S> {
                         "created_at": file.created_at,
                         "updated_at": file.updated_at,
                     });
-                    items.push(event_item(events::SESSION_METADATA, data, file.created_at.unwrap_or(now)));
+                    items.push(event_item(
+                        events::SESSION_METADATA,
+                        data,
+                        file.created_at.unwrap_or(now),
+                    ));
                 }
                 let first_message = items.len();
                 items.extend(file.messages);
@@ -66,15 +81,23 @@ impl<S: Store> Engine<S> {
                 if file.last_consolidated > 0 {
                     let through = entries[first_message + file.last_consolidated - 1].id;
                     let at = entries[first_message + file.last_consolidated - 1].created_at;
-                    let item = event_item(events::SESSION_CONSOLIDATED, json!({"through": through.0}), at);
+                    let item = event_item(
+                        events::SESSION_CONSOLIDATED,
+                        json!({"through": through.0}),
+                        at,
+                    );
                     entries.extend(chain_from(&scope, vec![item], entries.len()));
                 }
                 entries
             }
             Format::Bub => {
-                let name = session
-                    .ok_or_else(|| Error::NeedSession("a Bub tape names no session: pass --session".into()))?;
-                chain(&base.clone().with_session(name)?, formats::bub::parse(text, now)?)
+                let name = session.ok_or_else(|| {
+                    Error::NeedSession("a Bub tape names no session: pass --session".into())
+                })?;
+                chain(
+                    &base.clone().with_session(name)?,
+                    formats::bub::parse(text, now)?,
+                )
             }
         };
         let mut sessions: Vec<Scope> = Vec::new();
@@ -99,7 +122,13 @@ impl<S: Store> Engine<S> {
 
     /// Writes `session` (or, for memtape's own format without a session, every scope of
     /// `tenant`) to `out` in `format`.
-    pub fn export(&self, format: Format, tenant: &str, session: Option<&Scope>, out: &mut dyn Write) -> Result<()> {
+    pub fn export(
+        &self,
+        format: Format,
+        tenant: &str,
+        session: Option<&Scope>,
+        out: &mut dyn Write,
+    ) -> Result<()> {
         if let (Format::Memtape, None) = (format, session) {
             let mut all: Vec<Entry> = Vec::new();
             for info in self.store.scopes(tenant)? {
@@ -112,7 +141,9 @@ impl<S: Store> Engine<S> {
             return Ok(());
         }
         let scope = session.ok_or_else(|| {
-            Error::NeedSession(format!("a {format:?} export holds one session: name it").to_lowercase())
+            Error::NeedSession(
+                format!("a {format:?} export holds one session: name it").to_lowercase(),
+            )
         })?;
         let entries = self.store.scan(scope, &Filter::default())?;
         let mut text = String::new();
@@ -125,7 +156,10 @@ impl<S: Store> Engine<S> {
             }
             Format::Bub => formats::bub::render(&entries, &mut text),
             Format::Nanobot => {
-                let pointer = self.store.scope_info(scope)?.map_or(EntryId(0), |i| i.last_consolidated);
+                let pointer = self
+                    .store
+                    .scope_info(scope)?
+                    .map_or(EntryId(0), |i| i.last_consolidated);
                 let consolidated = entries
                     .iter()
                     .filter(|e| e.message().is_some() && e.id <= pointer)

@@ -28,8 +28,8 @@ use serde_json::{Map, Value, json};
 
 pub use error::Error;
 pub use memtape_core::{
-    Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits, Kind, Message, Meta,
-    NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
+    Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
+    Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
@@ -38,7 +38,12 @@ pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The conversational kinds: the entries that make up threads and history.
-const CONVERSATIONAL: [Kind; 4] = [Kind::Message, Kind::ToolCall, Kind::ToolResult, Kind::System];
+const CONVERSATIONAL: [Kind; 4] = [
+    Kind::Message,
+    Kind::ToolCall,
+    Kind::ToolResult,
+    Kind::System,
+];
 
 /// How many entries history and thread walks read from the store at a time.
 const PAGE: usize = 256;
@@ -115,7 +120,12 @@ impl<S: Store> Engine<S> {
     }
 
     /// Appends a message to a session; it returns once the entry is durable.
-    pub fn append(&self, session: &Scope, message: Message, options: AppendOptions) -> Result<Entry> {
+    pub fn append(
+        &self,
+        session: &Scope,
+        message: Message,
+        options: AppendOptions,
+    ) -> Result<Entry> {
         let entry = NewEntry {
             scope: session.clone(),
             payload: Payload::Message(message),
@@ -128,7 +138,8 @@ impl<S: Store> Engine<S> {
 
     fn append_one(&self, entry: NewEntry) -> Result<Entry> {
         let mut out = self.store.append(vec![entry])?;
-        out.pop().ok_or_else(|| Error::Internal("the store returned no entry".into()))
+        out.pop()
+            .ok_or_else(|| Error::Internal("the store returned no entry".into()))
     }
 
     /// Appends messages to a session in one transaction, each following the one before.
@@ -147,12 +158,21 @@ impl<S: Store> Engine<S> {
     }
 
     /// Writes an anchor (Bub's handoff) named `name` with optional state.
-    pub fn anchor(&self, scope: &Scope, name: &str, state: Option<Map<String, Value>>) -> Result<Entry> {
+    pub fn anchor(
+        &self,
+        scope: &Scope,
+        name: &str,
+        state: Option<Map<String, Value>>,
+    ) -> Result<Entry> {
         let anchor = Anchor {
             name: name.to_owned(),
             state,
         };
-        self.append_one(NewEntry::new(scope.clone(), Payload::Anchor(anchor), self.now()))
+        self.append_one(NewEntry::new(
+            scope.clone(),
+            Payload::Anchor(anchor),
+            self.now(),
+        ))
     }
 
     /// Writes an event named `name` with `data`.
@@ -161,13 +181,21 @@ impl<S: Store> Engine<S> {
             name: name.to_owned(),
             data,
         };
-        self.append_one(NewEntry::new(scope.clone(), Payload::Event(event), self.now()))
+        self.append_one(NewEntry::new(
+            scope.clone(),
+            Payload::Event(event),
+            self.now(),
+        ))
     }
 
     /// Moves the session's consolidation pointer: entries up to `through` leave history.
     /// The move is itself an entry on the tape.
     pub fn mark_consolidated(&self, session: &Scope, through: EntryId) -> Result<Entry> {
-        self.event(session, events::SESSION_CONSOLIDATED, json!({ "through": through.0 }))
+        self.event(
+            session,
+            events::SESSION_CONSOLIDATED,
+            json!({ "through": through.0 }),
+        )
     }
 
     /// The history to send to a model: the unconsolidated messages of the session's
@@ -190,7 +218,13 @@ impl<S: Store> Engine<S> {
 
     /// Walks the thread ending at `leaf` in `scope` back to a root, to the first entry at or
     /// before `stop_at`, or to `max` entries, reading the store a page at a time.
-    fn walk(&self, scope: &Scope, leaf: EntryId, stop_at: EntryId, max: usize) -> Result<Vec<Entry>> {
+    fn walk(
+        &self,
+        scope: &Scope,
+        leaf: EntryId,
+        stop_at: EntryId,
+        max: usize,
+    ) -> Result<Vec<Entry>> {
         let mut page: HashMap<EntryId, Entry> = HashMap::new();
         let mut fetch = |id: EntryId| -> Result<Option<Entry>> {
             if let Some(e) = page.remove(&id) {
@@ -204,7 +238,12 @@ impl<S: Store> Engine<S> {
                 limit: Some(PAGE.min(max.saturating_add(1))),
                 ..Filter::default()
             };
-            page = self.store.scan(scope, &filter)?.into_iter().map(|e| (e.id, e)).collect();
+            page = self
+                .store
+                .scan(scope, &filter)?
+                .into_iter()
+                .map(|e| (e.id, e))
+                .collect();
             Ok(page.remove(&id))
         };
         let Some(leaf) = fetch(leaf)? else {
@@ -233,10 +272,12 @@ impl<S: Store> Engine<S> {
                 ..Filter::default()
             };
             let found = self.store.scan(scope, &filter)?;
-            found
-                .first()
-                .map(|e| e.id)
-                .ok_or_else(|| Error::NoAnchor(name.map_or_else(|| "(any)".to_owned(), str::to_owned), scope.to_string()))
+            found.first().map(|e| e.id).ok_or_else(|| {
+                Error::NoAnchor(
+                    name.map_or_else(|| "(any)".to_owned(), str::to_owned),
+                    scope.to_string(),
+                )
+            })
         };
         let (after, before) = match &query.range {
             AnchorRange::All => (None, None),

@@ -41,9 +41,15 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Vec<Imported>> {
                 _ => Kind::Message,
             };
             let payload = match k {
-                Kind::Anchor => Payload::Anchor(serde_json::from_value::<Anchor>(v).map_err(|e| bad(line, e.to_string()))?),
-                Kind::Event => Payload::Event(serde_json::from_value::<Event>(v).map_err(|e| bad(line, e.to_string()))?),
-                _ => Payload::Message(serde_json::from_value::<Message>(v).map_err(|e| bad(line, e.to_string()))?),
+                Kind::Anchor => Payload::Anchor(
+                    serde_json::from_value::<Anchor>(v).map_err(|e| bad(line, e.to_string()))?,
+                ),
+                Kind::Event => Payload::Event(
+                    serde_json::from_value::<Event>(v).map_err(|e| bad(line, e.to_string()))?,
+                ),
+                _ => Payload::Message(
+                    serde_json::from_value::<Message>(v).map_err(|e| bad(line, e.to_string()))?,
+                ),
             };
             payload.validate().map_err(|e| bad(line, e.to_string()))?;
             Ok(payload)
@@ -58,12 +64,16 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Vec<Imported>> {
         match kind.as_str() {
             "message" | "anchor" | "event" => push(parse_as(Value::Object(payload))?),
             "system" => {
-                let content = payload.get("content").and_then(Value::as_str).unwrap_or_default();
+                let content = payload
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 push(Payload::Message(Message::text(Role::System, content)));
             }
             "tool_call" => {
-                let calls: Vec<ToolCall> = serde_json::from_value(payload.get("calls").cloned().unwrap_or(Value::Null))
-                    .map_err(|e| bad(line, format!("tool_call calls: {e}")))?;
+                let calls: Vec<ToolCall> =
+                    serde_json::from_value(payload.get("calls").cloned().unwrap_or(Value::Null))
+                        .map_err(|e| bad(line, format!("tool_call calls: {e}")))?;
                 if calls.is_empty() {
                     return Err(bad(line, "a tool_call entry with no calls"));
                 }
@@ -77,7 +87,11 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Vec<Imported>> {
                 if results.len() > pending.len() {
                     return Err(bad(
                         line,
-                        format!("{} results but only {} pending tool calls", results.len(), pending.len()),
+                        format!(
+                            "{} results but only {} pending tool calls",
+                            results.len(),
+                            pending.len()
+                        ),
                     ));
                 }
                 for (result, call) in results.iter().zip(&pending) {
@@ -177,7 +191,12 @@ mod tests {
         let items = parse(TAPE, DateTime::UNIX_EPOCH).unwrap();
         let kinds: Vec<Kind> = items.iter().map(|i| i.payload.kind()).collect();
         use Kind::*;
-        assert_eq!(kinds, [Anchor, System, Message, ToolCall, ToolResult, ToolResult, Event, Event]);
+        assert_eq!(
+            kinds,
+            [
+                Anchor, System, Message, ToolCall, ToolResult, ToolResult, Event, Event
+            ]
+        );
         let r2 = items[5].payload.as_message().unwrap();
         assert_eq!(r2.tool_call_id.as_deref(), Some("c2"));
         assert_eq!(r2.content_text(), r#"{"temp":21}"#);
@@ -186,9 +205,20 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_unmatched_results_are_bad_lines() {
-        let err = parse("{\"id\":1,\"kind\":\"weird\",\"payload\":{}}\n", DateTime::UNIX_EPOCH).unwrap_err();
-        assert!(err.to_string().contains("line 1") && err.to_string().contains("weird"), "{err}");
-        let err = parse("{\"id\":1,\"kind\":\"tool_result\",\"payload\":{\"results\":[1]}}\n", DateTime::UNIX_EPOCH).unwrap_err();
+        let err = parse(
+            "{\"id\":1,\"kind\":\"weird\",\"payload\":{}}\n",
+            DateTime::UNIX_EPOCH,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("line 1") && err.to_string().contains("weird"),
+            "{err}"
+        );
+        let err = parse(
+            "{\"id\":1,\"kind\":\"tool_result\",\"payload\":{\"results\":[1]}}\n",
+            DateTime::UNIX_EPOCH,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("pending"), "{err}");
     }
 }

@@ -11,12 +11,18 @@ pub fn parse(text: &str) -> Result<Vec<Entry>> {
         let entry: Entry = serde_json::from_value(value).map_err(|e| bad(line, e.to_string()))?;
         if let Some(prev) = out.last() {
             if entry.id <= prev.id {
-                return Err(bad(line, format!("id {} does not follow id {}", entry.id, prev.id)));
+                return Err(bad(
+                    line,
+                    format!("id {} does not follow id {}", entry.id, prev.id),
+                ));
             }
         }
         if let Some(p) = entry.parent {
             if p >= entry.id {
-                return Err(bad(line, format!("parent {p} is not before entry {}", entry.id)));
+                return Err(bad(
+                    line,
+                    format!("parent {p} is not before entry {}", entry.id),
+                ));
             }
         }
         out.push(entry);

@@ -29,7 +29,9 @@ impl std::str::FromStr for Format {
             "memtape" => Ok(Format::Memtape),
             "nanobot" => Ok(Format::Nanobot),
             "bub" => Ok(Format::Bub),
-            other => Err(format!("unknown format {other:?} (expected memtape, nanobot or bub)")),
+            other => Err(format!(
+                "unknown format {other:?} (expected memtape, nanobot or bub)"
+            )),
         }
     }
 }
@@ -47,14 +49,17 @@ pub struct Imported {
 
 /// Yields `(line number, parsed JSON)` for each non-blank line, or the first bad line.
 pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value)>> + '_ {
-    text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()).map(|(i, line)| {
-        serde_json::from_str(line)
-            .map(|v| (i + 1, v))
-            .map_err(|e| Error::BadLine {
-                line: i + 1,
-                reason: format!("not valid JSON: {e}"),
-            })
-    })
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .map(|v| (i + 1, v))
+                .map_err(|e| Error::BadLine {
+                    line: i + 1,
+                    reason: format!("not valid JSON: {e}"),
+                })
+        })
 }
 
 /// The error for line `line`.
@@ -70,14 +75,22 @@ pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Some(t.with_timezone(&Utc));
     }
-    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        .map(|t| t.and_utc())
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+    .map(|t| t.and_utc())
 }
 
 /// Reads the optional timestamp field `key` of a line's object.
-pub(crate) fn time_field(line: usize, obj: &serde_json::Map<String, Value>, key: &str) -> Result<Option<DateTime<Utc>>> {
+pub(crate) fn time_field(
+    line: usize,
+    obj: &serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<Option<DateTime<Utc>>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => parse_time(s)

@@ -69,18 +69,30 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
             session.metadata = match obj.remove("metadata") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(m)) => m,
-                Some(other) => return Err(bad(line, format!("metadata must be an object, not {other}"))),
+                Some(other) => {
+                    return Err(bad(
+                        line,
+                        format!("metadata must be an object, not {other}"),
+                    ));
+                }
             };
             session.last_consolidated = match obj.get("last_consolidated") {
                 None | Some(Value::Null) => 0,
                 Some(v) => v
                     .as_u64()
                     .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| bad(line, format!("last_consolidated must be a whole number, not {v}")))?,
+                    .ok_or_else(|| {
+                        bad(
+                            line,
+                            format!("last_consolidated must be a whole number, not {v}"),
+                        )
+                    })?,
             };
             continue;
         }
-        let created_at = time_field(line, &obj, "timestamp")?.or(last_time).unwrap_or(now);
+        let created_at = time_field(line, &obj, "timestamp")?
+            .or(last_time)
+            .unwrap_or(now);
         last_time = Some(created_at);
         obj.remove("timestamp");
         let mut fields = Map::new();
@@ -92,7 +104,8 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
         if !fields.contains_key("role") {
             return Err(bad(line, "a message line needs a role"));
         }
-        let message: Message = serde_json::from_value(Value::Object(fields)).map_err(|e| bad(line, e.to_string()))?;
+        let message: Message =
+            serde_json::from_value(Value::Object(fields)).map_err(|e| bad(line, e.to_string()))?;
         message.validate().map_err(|e| bad(line, e.to_string()))?;
         session.messages.push(Imported {
             payload: Payload::Message(message),
@@ -172,12 +185,16 @@ mod tests {
 
     #[test]
     fn a_bad_line_is_named() {
-        let text = "{\"role\": \"user\", \"content\": \"a\"}\n{\"role\": \"tool\", \"content\": \"x\"}\n";
+        let text =
+            "{\"role\": \"user\", \"content\": \"a\"}\n{\"role\": \"tool\", \"content\": \"x\"}\n";
         let err = parse(text, DateTime::UNIX_EPOCH).unwrap_err();
         assert!(err.to_string().starts_with("line 2:"), "{err}");
         assert!(err.to_string().contains("tool_call_id"), "{err}");
         let err = parse("{\"role\": \"user\"\n", DateTime::UNIX_EPOCH).unwrap_err();
-        assert!(err.to_string().starts_with("line 1: not valid JSON"), "{err}");
+        assert!(
+            err.to_string().starts_with("line 1: not valid JSON"),
+            "{err}"
+        );
         let err = parse("{\"content\": \"a\"}\n", DateTime::UNIX_EPOCH).unwrap_err();
         assert!(err.to_string().contains("needs a role"), "{err}");
     }
