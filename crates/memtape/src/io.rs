@@ -156,11 +156,15 @@ impl<S: Store> Engine<S> {
             }
             Format::Bub => formats::bub::render(&entries, &mut text),
             Format::Nanobot => {
-                let pointer = self
-                    .store
-                    .scope_info(scope)?
-                    .map_or(EntryId(0), |i| i.last_consolidated);
-                let consolidated = entries
+                // A nanobot session is linear: it carries the current thread, so answers
+                // replaced by a regeneration stay behind (memtape's own format keeps them).
+                let info = self.store.scope_info(scope)?;
+                let pointer = info.as_ref().map_or(EntryId(0), |i| i.last_consolidated);
+                let thread = match info.and_then(|i| i.head) {
+                    Some(head) => self.walk(scope, head, EntryId(0), usize::MAX)?,
+                    None => Vec::new(),
+                };
+                let consolidated = thread
                     .iter()
                     .filter(|e| e.message().is_some() && e.id <= pointer)
                     .count();
@@ -175,7 +179,7 @@ impl<S: Store> Engine<S> {
                     })
                     .unwrap_or_default();
                 let key = scope.session().unwrap_or_default();
-                formats::nanobot::render(key, &metadata, consolidated, &entries, &mut text);
+                formats::nanobot::render(key, &metadata, consolidated, &thread, &mut text);
             }
         }
         out.write_all(text.as_bytes())?;

@@ -318,3 +318,30 @@ fn imports_never_mix_into_an_existing_session() {
         ["run it", "", "done"]
     );
 }
+
+#[test]
+fn nanobot_export_carries_the_current_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir);
+    let s = session("s");
+    let q = say(&e, &s, Message::user("Q"));
+    say(&e, &s, Message::assistant("first answer"));
+    e.append(
+        &s,
+        Message::assistant("regenerated"),
+        AppendOptions {
+            parent: Some(q),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    e.export(Format::Nanobot, "default", Some(&s), &mut out)
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        !out.contains("first answer") && out.contains("regenerated"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 3);
+}

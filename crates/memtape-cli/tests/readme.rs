@@ -1,0 +1,69 @@
+//! The README's tour, run exactly as written: every command between the tour markers must
+//! succeed, with the freshly built `memtape` first on PATH and a scratch working directory.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let start = readme.find("<!-- tour -->").expect("README has a tour");
+    let end = readme
+        .find("<!-- /tour -->")
+        .expect("README's tour is closed");
+    let block = &readme[start..end];
+    let script: String = block
+        .lines()
+        .skip_while(|l| !l.starts_with("```sh"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        script.contains("memtape init"),
+        "the tour lost its commands:\n{script}"
+    );
+
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_memtape")).parent().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("PATH", path)
+        .env_remove("MEMTAPE_DATA_DIR")
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tour failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // What the tour's comments promise.
+    let thread_line = stdout
+        .lines()
+        .position(|l| l.starts_with("#1 message user: Hi, I'm Ada"))
+        .unwrap();
+    let thread: Vec<&str> = stdout.lines().skip(thread_line).take(4).collect();
+    assert!(
+        thread[3].starts_with("#6 message assistant: Checking the ledger"),
+        "{thread:?}"
+    );
+    // After `consolidate chat-1 2` (which prints the pointer event's id, 7) history starts at 4.
+    assert!(
+        stdout.contains("7\n#4 message user: Why was I charged twice?\n#6 message assistant: Checking the ledger...\nchat-1 "),
+        "{stdout}"
+    );
+    assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
+    assert!(work.path().join("memtape-data/memtape.db").exists());
+}
