@@ -44,12 +44,9 @@ pub fn select_history(
     let start = messages.len().saturating_sub(limits.max_messages);
     let mut keep: Vec<usize> = (start..messages.len()).collect();
     let window_has_user = keep.iter().any(|&i| messages[i].role == Role::User);
-    let costs: Option<HashMap<usize, usize>> = limits.max_tokens.map(|_| {
-        keep.iter()
-            .map(|&i| (i, counter.count_message(messages[i])))
-            .collect()
-    });
-
+    // Token costs are computed lazily, newest first: only the suffix that can fit is ever
+    // tokenized.
+    let mut costs: HashMap<usize, usize> = HashMap::new();
     loop {
         let before = keep.len();
 
@@ -87,12 +84,16 @@ pub fn select_history(
             complete
         });
 
-        if let (Some(max), Some(costs)) = (limits.max_tokens, &costs) {
-            let mut total: usize = keep.iter().map(|i| costs[i]).sum();
-            let mut cut = 0;
-            while total > max && cut < keep.len() {
-                total -= costs[&keep[cut]];
-                cut += 1;
+        if let Some(max) = limits.max_tokens {
+            // Keep the longest suffix that fits: the same as popping the oldest until it fits.
+            let (mut total, mut cut) = (0, keep.len());
+            for (pos, &i) in keep.iter().enumerate().rev() {
+                let cost = *costs.entry(i).or_insert_with(|| counter.count_message(messages[i]));
+                if total + cost > max {
+                    break;
+                }
+                total += cost;
+                cut = pos;
             }
             keep.drain(..cut);
         }
