@@ -88,7 +88,9 @@ pub fn select_history(
             // Keep the longest suffix that fits: the same as popping the oldest until it fits.
             let (mut total, mut cut) = (0, keep.len());
             for (pos, &i) in keep.iter().enumerate().rev() {
-                let cost = *costs.entry(i).or_insert_with(|| counter.count_message(messages[i]));
+                let cost = *costs
+                    .entry(i)
+                    .or_insert_with(|| counter.count_message(messages[i]));
                 if total + cost > max {
                     break;
                 }
