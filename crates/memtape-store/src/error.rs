@@ -49,6 +49,16 @@ pub enum Error {
         /// The application id found.
         found: i64,
     },
+    /// The filesystem does not support SQLite's write-ahead log (e.g. some network mounts).
+    #[error(
+        "{path}: the filesystem refused WAL mode (journal mode is {mode}); put the data directory on a local disk"
+    )]
+    NoWal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite fell back to.
+        mode: String,
+    },
     /// No store exists at the path.
     #[error("no memtape store at {0} (run `memtape init` to create one)")]
     Missing(PathBuf),

@@ -186,9 +186,9 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
     Ok((entries, Placement::Renumbered))
 }
 
-/// Checks one restored entry against what is already stored (its parent and pointer
-/// target must be earlier entries of its scope) and returns it as a [`NewEntry`]-shaped
-/// check; the entry itself is stored unchanged.
+/// Checks one restored entry against what is already stored: a valid payload, a parent that
+/// is an earlier message of its scope, a pointer target in its scope. The entry itself is
+/// stored unchanged.
 pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
     entry.payload.validate()?;
     if let Some(p) = entry.parent {

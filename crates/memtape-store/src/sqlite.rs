@@ -83,8 +83,16 @@ fn from_nanos(n: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_nanos(n)
 }
 
-fn opt(s: Option<&str>) -> &str {
-    s.unwrap_or("")
+/// The scope's key columns (tenant, agent, user, session, node); "" stands for none, which
+/// no valid scope component can be.
+fn scope_key(scope: &Scope) -> [&str; 5] {
+    [
+        scope.tenant(),
+        scope.agent_name(),
+        scope.user().unwrap_or(""),
+        scope.session().unwrap_or(""),
+        scope.node().unwrap_or(""),
+    ]
 }
 
 fn some(s: String) -> Option<String> {
@@ -114,7 +122,7 @@ impl SqliteStore {
             return Err(Error::Missing(path));
         }
         let mut writer = Connection::open(&path)?;
-        configure(&writer)?;
+        configure(&writer, &path)?;
         migrate(&mut writer, &path)?;
         Ok(SqliteStore {
             path,
@@ -171,10 +179,16 @@ impl SqliteStore {
     }
 }
 
-fn configure(conn: &Connection) -> Result<()> {
+fn configure(conn: &Connection, path: &Path) -> Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-    debug_assert_eq!(mode, "wal");
+    if !mode.eq_ignore_ascii_case("wal") {
+        // Without WAL, readers would block the writer: refuse rather than run degraded.
+        return Err(Error::NoWal {
+            path: path.to_owned(),
+            mode,
+        });
+    }
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
     Ok(())
 }
@@ -225,13 +239,7 @@ impl Writer<'_> {
             None => {
                 self.tx.execute(
                     "INSERT INTO scopes (tenant, agent, user, session, node) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![
-                        scope.tenant(),
-                        scope.agent_name(),
-                        opt(scope.user()),
-                        opt(scope.session()),
-                        opt(scope.node())
-                    ],
+                    scope_key(scope),
                 )?;
                 (self.tx.last_insert_rowid(), ScopeInfo::empty(scope.clone()))
             }
@@ -337,16 +345,7 @@ fn load_scope(conn: &Connection, scope: &Scope) -> Result<Option<(i64, ScopeInfo
         "SELECT {SCOPE_COLUMNS} FROM scopes WHERE tenant = ?1 AND agent = ?2 AND user = ?3 AND session = ?4 AND node = ?5"
     );
     conn.prepare_cached(&sql)?
-        .query_row(
-            params![
-                scope.tenant(),
-                scope.agent_name(),
-                opt(scope.user()),
-                opt(scope.session()),
-                opt(scope.node())
-            ],
-            info_from_row,
-        )
+        .query_row(scope_key(scope), info_from_row)
         .optional()?
         .transpose()
 }
@@ -393,8 +392,7 @@ impl Store for SqliteStore {
             let first = w.last_id()?.0 + 1;
             let mut out = Vec::with_capacity(entries.len());
             for (next, new) in (first..).zip(entries) {
-                let (scope_id, _) = w.scope(&new.scope)?;
-                let info = w.scopes[&new.scope].1.clone();
+                let (scope_id, info) = w.scope(&new.scope)?;
                 let entry = prepare(new, EntryId(next), &info, &mut |id| w.lookup(id))?;
                 w.insert(scope_id, &entry)?;
                 out.push(entry);
@@ -408,7 +406,6 @@ impl Store for SqliteStore {
             let (entries, placement) = plan_restore(entries, w.last_id()?)?;
             for entry in &entries {
                 let (scope_id, info) = w.scope(&entry.scope)?;
-                let info = w.scopes.get(&entry.scope).map_or(info, |(_, i)| i.clone());
                 check_restored(entry, &info, &mut |id| w.lookup(id))?;
                 w.insert(scope_id, entry)?;
             }
