@@ -82,7 +82,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions.
+    /// List the agent's sessions (of every user, or of --user).
     Sessions {
         /// Print JSON.
         #[arg(long)]
@@ -308,7 +308,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Sessions { json } => {
             let engine = open(&cli)?;
-            let sessions = engine.sessions(&cli.tenant)?;
+            let sessions: Vec<_> = engine
+                .sessions(&cli.tenant)?
+                .into_iter()
+                .filter(|s| s.scope.agent_name() == cli.agent)
+                .filter(|s| cli.user.is_none() || s.scope.user() == cli.user.as_deref())
+                .collect();
             if *json {
                 let list: Vec<Value> = sessions.iter().map(output::session_json).collect();
                 writeln!(stdout, "{}", serde_json::to_string_pretty(&list)?)?;

@@ -161,6 +161,12 @@ fn anchors_slice_entries_and_sessions_are_listed() {
     assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
     assert_eq!(sessions[0]["messages"], 2);
     assert_eq!(sessions[1]["scope"]["user"], "bob");
+    let bobs = r.json(&["--user", "bob", "sessions", "--json"]);
+    assert_eq!(bobs.as_array().unwrap().len(), 1);
+    assert_eq!(
+        r.json(&["--agent", "other", "sessions", "--json"]),
+        json!([])
+    );
     let err = r.fails(&["entries", "s", "--after-anchor", "nope"]);
     assert!(err.contains("no anchor nope"), "{err}");
 }
