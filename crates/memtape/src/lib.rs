@@ -136,6 +136,11 @@ impl<S: Store> Engine<S> {
         self.append_one(entry)
     }
 
+    /// Appends `payload` to `scope`, stamped now, with no metadata and the default parent.
+    fn append_payload(&self, scope: &Scope, payload: Payload) -> Result<Entry> {
+        self.append_one(NewEntry::new(scope.clone(), payload, self.now()))
+    }
+
     fn append_one(&self, entry: NewEntry) -> Result<Entry> {
         let mut out = self.store.append(vec![entry])?;
         out.pop()
@@ -164,28 +169,24 @@ impl<S: Store> Engine<S> {
         name: &str,
         state: Option<Map<String, Value>>,
     ) -> Result<Entry> {
-        let anchor = Anchor {
-            name: name.to_owned(),
-            state,
-        };
-        self.append_one(NewEntry::new(
-            scope.clone(),
-            Payload::Anchor(anchor),
-            self.now(),
-        ))
+        self.append_payload(
+            scope,
+            Payload::Anchor(Anchor {
+                name: name.to_owned(),
+                state,
+            }),
+        )
     }
 
     /// Writes an event named `name` with `data`.
     pub fn event(&self, scope: &Scope, name: &str, data: Value) -> Result<Entry> {
-        let event = Event {
-            name: name.to_owned(),
-            data,
-        };
-        self.append_one(NewEntry::new(
-            scope.clone(),
-            Payload::Event(event),
-            self.now(),
-        ))
+        self.append_payload(
+            scope,
+            Payload::Event(Event {
+                name: name.to_owned(),
+                data,
+            }),
+        )
     }
 
     /// Moves the session's consolidation pointer: entries up to `through` leave history.
