@@ -450,6 +450,48 @@ impl Payload {
         }
     }
 
+    /// The text the search index holds for this payload, or `None` when there is nothing
+    /// to find. One rule for every kind, so kinds and events added later are searchable
+    /// without touching the index:
+    /// - a message: its name (speaker or tool) and text; tool calls add each function's
+    ///   name and arguments;
+    /// - an anchor or event: every string in its state or data, in order (numbers and
+    ///   booleans are bookkeeping, such as pointer moves, and are left out).
+    pub fn search_text(&self) -> Option<String> {
+        let mut out = String::new();
+        let mut push = |s: &str| {
+            let s = s.trim();
+            if !s.is_empty() {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(s);
+            }
+        };
+        match self {
+            Payload::Message(m) => {
+                let text = m.content_text();
+                match &m.name {
+                    Some(name) if !text.trim().is_empty() => push(&format!("{name}: {text}")),
+                    _ => push(&text),
+                }
+                for call in &m.tool_calls {
+                    push(&format!(
+                        "{}({})",
+                        call.function.name, call.function.arguments
+                    ));
+                }
+            }
+            Payload::Anchor(a) => {
+                if let Some(state) = &a.state {
+                    state.values().for_each(|v| strings(v, &mut push));
+                }
+            }
+            Payload::Event(e) => strings(&e.data, &mut push),
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
     /// Checks the payload's rules (message structure, non-empty names).
     pub fn validate(&self) -> Result<()> {
         match self {
@@ -493,6 +535,16 @@ impl Payload {
         }
         payload.validate()?;
         Ok(payload)
+    }
+}
+
+/// Calls `f` with every string inside `value`, depth first, in document order.
+fn strings(value: &Value, f: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(s) => f(s),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, f)),
+        _ => {}
     }
 }
 
@@ -604,6 +656,51 @@ impl NewEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn search_text_covers_every_kind_with_one_rule() {
+        let text = |p: Payload| p.search_text();
+        let mut named = Message::user("I adopted a dog");
+        named.name = Some("Caroline".into());
+        assert_eq!(
+            text(Payload::Message(named)).as_deref(),
+            Some("Caroline: I adopted a dog")
+        );
+        let call = Message::assistant_tool_calls(vec![ToolCall::function(
+            "c",
+            "weather",
+            r#"{"city":"Oslo"}"#,
+        )]);
+        assert_eq!(
+            text(Payload::Message(call)).as_deref(),
+            Some(r#"weather({"city":"Oslo"})"#)
+        );
+        assert_eq!(
+            text(Payload::Message(Message::tool_result("c", " 12C "))).as_deref(),
+            Some("12C")
+        );
+        // Events: every string, in order; numbers are bookkeeping and have nothing to find.
+        let event = Event {
+            name: "memory.long_term".into(),
+            data: serde_json::json!({"content": "Likes tea", "tags": ["drinks", 3], "n": 1}),
+        };
+        assert_eq!(
+            text(Payload::Event(event)).as_deref(),
+            Some("Likes tea\ndrinks")
+        );
+        let pointer = Event {
+            name: "session.consolidated".into(),
+            data: serde_json::json!({"through": 9}),
+        };
+        assert_eq!(text(Payload::Event(pointer)), None);
+        assert_eq!(
+            text(Payload::Anchor(Anchor {
+                name: "session/start".into(),
+                state: None
+            })),
+            None
+        );
+    }
 
     #[test]
     fn kind_is_derived_from_the_payload() {

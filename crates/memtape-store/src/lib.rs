@@ -89,4 +89,11 @@ pub trait Store: Send + Sync {
 
     /// The highest id in the store (0 when empty).
     fn last_id(&self) -> Result<EntryId>;
+
+    /// Up to `limit` entries with ids above `after`, in id order, across all tenants.
+    ///
+    /// This is the one read that crosses tenants. It exists for projections (the search
+    /// index), which follow the whole tape and record how far they have read; it is not
+    /// for serving callers.
+    fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
 }

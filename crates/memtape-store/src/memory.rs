@@ -147,6 +147,12 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        let inner = self.lock();
+        let range = inner.entries.range(after.0.saturating_add(1)..);
+        Ok(range.take(limit).map(|(_, e)| e.clone()).collect())
+    }
+
     fn last_id(&self) -> Result<EntryId> {
         Ok(self.lock().last_id())
     }

@@ -371,6 +371,15 @@ fn save_scope(conn: &Connection, scope_id: i64, info: &ScopeInfo) -> Result<()> 
 
 const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta";
 
+/// [`ENTRY_COLUMNS`] qualified with the `e.` table alias.
+fn prefixed_entry_columns() -> String {
+    ENTRY_COLUMNS
+        .split(", ")
+        .map(|c| format!("e.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Reads the entry columns (in [`ENTRY_COLUMNS`] order) starting at column `at`.
 fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Entry>> {
     let payload: String = r.get(at + 4)?;
@@ -413,12 +422,31 @@ impl Store for SqliteStore {
         })
     }
 
+    fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
+                 WHERE e.id > ?1 ORDER BY e.id LIMIT ?2",
+                prefixed_entry_columns()
+            );
+            let mut stmt = c.prepare_cached(&sql)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut rows = stmt.query(params![after.0 as i64, limit])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let scope = scope_from_row(row, 0)??;
+                out.push(entry_from_row(&scope, row, 5)??);
+            }
+            Ok(out)
+        })
+    }
+
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
         self.read(|c| {
             let sql = format!(
                 "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
                  WHERE e.id = ?1 AND s.tenant = ?2",
-                ENTRY_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect::<Vec<_>>().join(", ")
+                prefixed_entry_columns()
             );
             let mut stmt = c.prepare_cached(&sql)?;
             let mut rows = stmt.query(params![id.0 as i64, tenant])?;

@@ -371,3 +371,32 @@ fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
         );
     });
 }
+
+#[test]
+fn entries_after_pages_through_the_whole_tape_in_id_order() {
+    each_store(|store| {
+        let a = session("a");
+        let other = Scope::agent("globex", "bot").unwrap();
+        store
+            .append(vec![
+                msg(&a, Message::user("one"), 0),
+                event(
+                    &other,
+                    "memory.long_term",
+                    serde_json::json!({"content": "x"}),
+                ),
+                msg(&a, Message::assistant("two"), 1),
+            ])
+            .unwrap();
+        store.append(vec![anchor(&a, "handoff")]).unwrap();
+        let ids = |after: u64, limit: usize| -> Vec<u64> {
+            let page = store.entries_after(EntryId(after), limit).unwrap();
+            page.iter().map(|e| e.id.0).collect()
+        };
+        assert_eq!(ids(0, 10), [1, 2, 3, 4]);
+        assert_eq!(ids(1, 2), [2, 3]);
+        assert_eq!(ids(4, 10), Vec::<u64>::new());
+        let crossed = store.entries_after(EntryId(1), 1).unwrap();
+        assert_eq!(crossed[0].scope, other, "projections follow every tenant");
+    });
+}
