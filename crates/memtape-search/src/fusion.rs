@@ -1,0 +1,111 @@
+//! Merging the BM25 and vector lists into one ranking.
+
+use std::collections::HashMap;
+
+use crate::{Fusion, Hit, Ranked};
+
+/// One retriever's list: `(row, score)` pairs, best first.
+pub type List = Vec<(usize, f32)>;
+
+/// Hits for `rows` found by BM25 only.
+pub fn only_bm25(list: &List) -> Vec<(usize, Hit)> {
+    single(list, |hit, ranked| hit.bm25 = Some(ranked))
+}
+
+/// Hits for `rows` found by vector search only.
+pub fn only_vector(list: &List) -> Vec<(usize, Hit)> {
+    single(list, |hit, ranked| hit.vector = Some(ranked))
+}
+
+fn single(list: &List, set: impl Fn(&mut Hit, Ranked)) -> Vec<(usize, Hit)> {
+    list.iter()
+        .enumerate()
+        .map(|(i, &(row, score))| {
+            let mut hit = blank(score);
+            set(&mut hit, Ranked { rank: i + 1, score });
+            (row, hit)
+        })
+        .collect()
+}
+
+fn blank(score: f32) -> Hit {
+    Hit {
+        id: memtape_core::EntryId(0),
+        score,
+        bm25: None,
+        vector: None,
+    }
+}
+
+/// Min-max normalises `score` over `list` (1 for the best, 0 for the worst; 1 for all when
+/// they are equal).
+fn normalised(list: &List) -> impl Fn(f32) -> f32 {
+    let max = list.iter().map(|x| x.1).fold(f32::MIN, f32::max);
+    let min = list.iter().map(|x| x.1).fold(f32::MAX, f32::min);
+    move |s| {
+        if max > min {
+            (s - min) / (max - min)
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Fuses the two lists; the result is ordered best first (ties by row, i.e. older first).
+pub fn fuse(bm25: &List, vector: &List, fusion: Fusion) -> Vec<(usize, Hit)> {
+    let mut hits: HashMap<usize, Hit> = HashMap::new();
+    for (i, &(row, score)) in bm25.iter().enumerate() {
+        hits.entry(row).or_insert_with(|| blank(0.0)).bm25 = Some(Ranked { rank: i + 1, score });
+    }
+    for (i, &(row, score)) in vector.iter().enumerate() {
+        hits.entry(row).or_insert_with(|| blank(0.0)).vector = Some(Ranked { rank: i + 1, score });
+    }
+    let (nb, nv) = (normalised(bm25), normalised(vector));
+    for hit in hits.values_mut() {
+        hit.score = match fusion {
+            Fusion::Rrf { k, bm25_weight } => {
+                let part = |r: Option<Ranked>| r.map_or(0.0, |r| 1.0 / (k + r.rank as f32));
+                bm25_weight * part(hit.bm25) + (1.0 - bm25_weight) * part(hit.vector)
+            }
+            Fusion::Weighted { bm25_weight } => {
+                bm25_weight * hit.bm25.map_or(0.0, |r| nb(r.score))
+                    + (1.0 - bm25_weight) * hit.vector.map_or(0.0, |r| nv(r.score))
+            }
+        };
+    }
+    let mut out: Vec<(usize, Hit)> = hits.into_iter().collect();
+    out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rrf_rewards_agreement_between_the_lists() {
+        let bm25 = vec![(1, 9.0), (2, 5.0), (5, 4.0), (6, 3.0), (3, 1.0)];
+        let vector = vec![(3, 0.9), (2, 0.8), (4, 0.7)];
+        let fused = fuse(&bm25, &vector, Fusion::default());
+        let rows: Vec<usize> = fused.iter().map(|x| x.0).collect();
+        // 2 is second in both lists; 3 is first in one and last in the other; 1 is first
+        // in one list only.
+        assert_eq!(rows[..3], [2, 3, 1]);
+        assert_eq!(fused[0].1.bm25.map(|r| r.rank), Some(2));
+        assert_eq!(fused[0].1.vector.map(|r| r.rank), Some(2));
+    }
+
+    #[test]
+    fn weighted_fusion_follows_normalised_scores_and_weights() {
+        let bm25 = vec![(1, 10.0), (2, 0.0)];
+        let vector = vec![(2, 0.9), (1, 0.1)];
+        let rows = |w| -> Vec<usize> {
+            fuse(&bm25, &vector, Fusion::Weighted { bm25_weight: w })
+                .iter()
+                .map(|x| x.0)
+                .collect()
+        };
+        assert_eq!(rows(0.8), [1, 2]);
+        assert_eq!(rows(0.2), [2, 1]);
+    }
+}

@@ -1,0 +1,587 @@
+//! The search index: a projection of the tape kept in its own SQLite file (FTS5 for BM25,
+//! vectors as blobs) and mirrored in memory for vector search and filters.
+//!
+//! The index records the last tape id it covers. [`Index::catch_up`] reads the tape after
+//! that id and indexes it in batches, committing the documents and the new mark in one
+//! transaction; so after a crash the index is never ahead of the tape and never silently
+//! behind it: the next catch-up continues where the last commit stopped. Deleting the file
+//! loses nothing: [`Index::rebuild`] reads the whole tape again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use chrono::{DateTime, Utc};
+use memtape_core::{Entry, EntryId, Kind, Role, Scope};
+use memtape_store::Store;
+use rusqlite::{Connection, OpenFlags, params};
+
+use crate::fusion::{self, List};
+use crate::text::fts_query;
+use crate::vectors::Vectors;
+use crate::{Embedder, Error, Fusion, Hit, Mode, SearchFilter, SearchRequest};
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// "mtai": marks a SQLite file as a memtape search index.
+const APPLICATION_ID: i64 = 0x6d74_6169;
+/// The index file format; a file of another version is rebuilt, never guessed at.
+const FORMAT_VERSION: i64 = 1;
+/// How many tape entries one catch-up batch reads, embeds and commits.
+const BATCH: usize = 256;
+/// The name recorded for an index without vectors.
+const NO_EMBEDDER: &str = "none";
+
+const SCHEMA: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE scopes (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL, agent TEXT NOT NULL, user TEXT, session TEXT, node TEXT
+);
+CREATE TABLE docs (
+    id INTEGER PRIMARY KEY,
+    scope INTEGER NOT NULL REFERENCES scopes (id),
+    kind TEXT NOT NULL,
+    role TEXT,
+    at INTEGER NOT NULL,
+    vec BLOB
+);
+CREATE VIRTUAL TABLE fts USING fts5 (
+    text, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+);
+";
+
+/// Settings of the index.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IndexConfig {
+    /// How hybrid search fuses its two lists.
+    pub fusion: Fusion,
+    /// How many candidates each retriever contributes to a hybrid search (at least the
+    /// requested limit).
+    pub candidates: usize,
+    /// Up to this many vectors, vector search is exact; above it, one-bit codes pick
+    /// candidates that are rescored exactly.
+    pub exact_limit: usize,
+    /// How many candidates per wanted hit the one-bit scan keeps for rescoring.
+    pub oversample: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            fusion: Fusion::default(),
+            candidates: 100,
+            exact_limit: 20_000,
+            oversample: 20,
+        }
+    }
+}
+
+/// What the index keeps in memory about one document.
+#[derive(Clone, Copy, Debug)]
+struct DocMeta {
+    scope: u32,
+    kind: Kind,
+    role: Option<Role>,
+    at: DateTime<Utc>,
+}
+
+/// The in-memory mirror of the index file.
+#[derive(Debug)]
+struct Docs {
+    /// Entry ids by row, ascending (documents are added in tape order).
+    ids: Vec<u64>,
+    meta: Vec<DocMeta>,
+    scopes: Vec<Scope>,
+    scope_rows: HashMap<Scope, u32>,
+    vectors: Vectors,
+    covered: EntryId,
+}
+
+impl Docs {
+    fn row_of(&self, id: u64) -> Option<usize> {
+        self.ids.binary_search(&id).ok()
+    }
+
+    /// Which scopes `filter` admits, by scope row.
+    fn admitted_scopes(&self, filter: &SearchFilter) -> Vec<bool> {
+        self.scopes.iter().map(|s| filter.admits_scope(s)).collect()
+    }
+}
+
+/// A document about to be written.
+struct NewDoc {
+    id: EntryId,
+    scope: Scope,
+    kind: Kind,
+    role: Option<Role>,
+    at: DateTime<Utc>,
+    text: String,
+}
+
+impl NewDoc {
+    fn from_entry(entry: &Entry) -> Option<NewDoc> {
+        Some(NewDoc {
+            id: entry.id,
+            scope: entry.scope.clone(),
+            kind: entry.kind(),
+            role: entry.message().map(|m| m.role),
+            at: entry.created_at,
+            text: entry.payload.search_text()?,
+        })
+    }
+}
+
+/// The search index. Cheap to share between threads: searches run concurrently, catch-ups
+/// one at a time.
+pub struct Index {
+    path: PathBuf,
+    embedder: Option<Arc<dyn Embedder>>,
+    config: IndexConfig,
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+    docs: RwLock<Docs>,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("path", &self.path)
+            .field("embedder", &self.embedder_id())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn vec_to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn blob_to_vec(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+impl Index {
+    /// Opens the index at `path`, creating it if missing. `embedder` must be the one the
+    /// index was built with (or `None` for a BM25-only index); otherwise this fails with
+    /// [`Error::EmbedderChanged`] and the index must be rebuilt.
+    pub fn open(
+        path: &Path,
+        embedder: Option<Arc<dyn Embedder>>,
+        config: IndexConfig,
+    ) -> Result<Index> {
+        let writer = Connection::open(path)?;
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        writer.pragma_update(None, "synchronous", "NORMAL")?;
+        let unreadable = |why: String| Error::Unreadable {
+            path: path.to_owned(),
+            why,
+        };
+        let app: i64 = writer.pragma_query_value(None, "application_id", |r| r.get(0))?;
+        let version: i64 = writer.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let tables: i64 =
+            writer.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        let given = embedder
+            .as_ref()
+            .map_or(NO_EMBEDDER.to_owned(), |e| e.id().to_owned());
+        if tables == 0 {
+            writer.execute_batch(&format!(
+                "BEGIN; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {FORMAT_VERSION}; COMMIT;"
+            ))?;
+            writer.execute(
+                "INSERT INTO meta VALUES ('embedder', ?1), ('covered', '0')",
+                [&given],
+            )?;
+        } else if app != APPLICATION_ID {
+            return Err(unreadable(format!("application id {app:#x}")));
+        } else if version != FORMAT_VERSION {
+            return Err(unreadable(format!(
+                "format version {version}, this build reads {FORMAT_VERSION}"
+            )));
+        }
+        let built: String =
+            writer.query_row("SELECT value FROM meta WHERE key = 'embedder'", [], |r| {
+                r.get(0)
+            })?;
+        if built != given {
+            return Err(Error::EmbedderChanged {
+                path: path.to_owned(),
+                built,
+                given,
+            });
+        }
+        let reader = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let dim = embedder.as_ref().map_or(0, |e| e.dim());
+        let docs = load(&writer, dim, path)?;
+        Ok(Index {
+            path: path.to_owned(),
+            embedder,
+            config,
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+            docs: RwLock::new(docs),
+        })
+    }
+
+    /// Deletes the index at `path` and opens a fresh, empty one; [`Index::catch_up`] then
+    /// reads the whole tape into it.
+    pub fn rebuild(
+        path: &Path,
+        embedder: Option<Arc<dyn Embedder>>,
+        config: IndexConfig,
+    ) -> Result<Index> {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            let file = PathBuf::from(file);
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(Error::Remove { path: file, source }),
+            }
+        }
+        Index::open(path, embedder, config)
+    }
+
+    /// The index file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The embedder's id, or "none".
+    pub fn embedder_id(&self) -> &str {
+        self.embedder.as_ref().map_or(NO_EMBEDDER, |e| e.id())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> IndexConfig {
+        self.config
+    }
+
+    /// The last tape id the index covers: every entry up to it is indexed (or has nothing
+    /// to index), none after it is.
+    pub fn covered(&self) -> EntryId {
+        self.read_docs().covered
+    }
+
+    /// How many documents the index holds.
+    pub fn len(&self) -> usize {
+        self.read_docs().ids.len()
+    }
+
+    /// Whether the index holds no document.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read_docs(&self) -> std::sync::RwLockReadGuard<'_, Docs> {
+        self.docs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Indexes every tape entry after [`Index::covered`], in batches: a reader thread
+    /// pages through the tape into a bounded queue while this thread embeds and commits,
+    /// so memory stays bounded however far behind the index is. Returns how many
+    /// documents were added.
+    pub fn catch_up(&self, store: &dyn Store) -> Result<usize> {
+        let mut writer = lock(&self.writer);
+        let start = self.covered();
+        if store.last_id()? <= start {
+            return Ok(0);
+        }
+        let (tx, rx) = sync_channel::<Result<Vec<Entry>>>(2);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut after = start;
+                loop {
+                    let page = store.entries_after(after, BATCH).map_err(Error::from);
+                    let stop = match &page {
+                        Ok(p) => p.is_empty(),
+                        Err(_) => true,
+                    };
+                    if let Ok(p) = &page
+                        && let Some(last) = p.last()
+                    {
+                        after = last.id;
+                    }
+                    if stop || tx.send(page).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut added = 0;
+            for page in rx {
+                added += self.apply(&mut writer, &page?)?;
+            }
+            Ok(added)
+        })
+    }
+
+    /// Embeds and commits one batch of entries, then mirrors it in memory.
+    fn apply(&self, conn: &mut Connection, entries: &[Entry]) -> Result<usize> {
+        let Some(last) = entries.last().map(|e| e.id) else {
+            return Ok(0);
+        };
+        let docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
+        let vectors = self.embed(&docs.iter().map(|d| d.text.as_str()).collect::<Vec<_>>())?;
+        let mut state = self
+            .docs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = conn.transaction()?;
+        let mut new_scopes = Vec::new();
+        {
+            let mut scope_stmt =
+                tx.prepare_cached("INSERT INTO scopes VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+            let mut doc_stmt =
+                tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+            let mut fts_stmt =
+                tx.prepare_cached("INSERT INTO fts (rowid, text) VALUES (?1, ?2)")?;
+            for (i, doc) in docs.iter().enumerate() {
+                let scope_row = match state.scope_rows.get(&doc.scope) {
+                    Some(row) => *row,
+                    None => {
+                        let row = (state.scopes.len() + new_scopes.len()) as u32;
+                        let s = &doc.scope;
+                        scope_stmt.execute(params![
+                            row,
+                            s.tenant(),
+                            s.agent_name(),
+                            s.user(),
+                            s.session(),
+                            s.node()
+                        ])?;
+                        state.scope_rows.insert(s.clone(), row);
+                        new_scopes.push(s.clone());
+                        row
+                    }
+                };
+                let blob = vectors.as_ref().map(|v| vec_to_blob(&v[i]));
+                let id = doc.id.0 as i64;
+                doc_stmt.execute(params![
+                    id,
+                    scope_row,
+                    doc.kind.as_str(),
+                    doc.role.map(Role::as_str),
+                    millis(doc.at),
+                    blob
+                ])?;
+                fts_stmt.execute(params![id, doc.text])?;
+            }
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'covered'",
+                [last.0.to_string()],
+            )?;
+        }
+        if let Err(e) = tx.commit() {
+            new_scopes.iter().for_each(|s| {
+                state.scope_rows.remove(s);
+            });
+            return Err(e.into());
+        }
+        state.scopes.extend(new_scopes);
+        for (i, doc) in docs.iter().enumerate() {
+            state.ids.push(doc.id.0);
+            let scope = state.scope_rows[&doc.scope];
+            state.meta.push(DocMeta {
+                scope,
+                kind: doc.kind,
+                role: doc.role,
+                at: doc.at,
+            });
+            if let Some(v) = &vectors {
+                state.vectors.push(&v[i]);
+            }
+        }
+        state.covered = last;
+        Ok(docs.len())
+    }
+
+    /// Embeds `texts` with the index's embedder, checking the shape of the answer.
+    fn embed(&self, texts: &[&str]) -> Result<Option<Vec<Vec<f32>>>> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        if texts.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let out = embedder.embed(texts).map_err(Error::Embed)?;
+        let dim = embedder.dim();
+        if out.len() != texts.len() || out.iter().any(|v| v.len() != dim) {
+            return Err(Error::BadEmbedding {
+                embedder: embedder.id().to_owned(),
+                want: texts.len(),
+                got: out.len(),
+                len: out.iter().map(Vec::len).find(|l| *l != dim).unwrap_or(dim),
+                dim,
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// Runs a search. The index answers from what it covers; call [`Index::catch_up`]
+    /// first to include the latest appends.
+    pub fn search(&self, request: &SearchRequest) -> Result<Vec<Hit>> {
+        if request.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query_vector = match request.mode {
+            Mode::Bm25 => None,
+            Mode::Vector | Mode::Hybrid => {
+                if self.embedder.is_none() {
+                    return Err(Error::NoEmbedder(request.mode.as_str()));
+                }
+                self.embed(&[request.text.as_str()])?
+                    .and_then(|mut v| v.pop())
+            }
+        };
+        let depth = match request.mode {
+            Mode::Hybrid => self.config.candidates.max(request.limit),
+            _ => request.limit,
+        };
+        let docs = self.read_docs();
+        let scopes = docs.admitted_scopes(&request.filter);
+        let allowed = |row: usize| {
+            let m = &docs.meta[row];
+            scopes[m.scope as usize] && request.filter.admits(m.kind, m.role, m.at)
+        };
+        let bm25 = match request.mode {
+            Mode::Vector => List::new(),
+            _ => self.bm25(&docs, &request.text, depth, &allowed)?,
+        };
+        let vector = match &query_vector {
+            Some(q) => docs.vectors.search(
+                q,
+                depth,
+                self.config.exact_limit,
+                self.config.oversample,
+                allowed,
+            ),
+            None => List::new(),
+        };
+        let mut hits = match request.mode {
+            Mode::Bm25 => fusion::only_bm25(&bm25),
+            Mode::Vector => fusion::only_vector(&vector),
+            Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion),
+        };
+        hits.truncate(request.limit);
+        Ok(hits
+            .into_iter()
+            .map(|(row, hit)| Hit {
+                id: EntryId(docs.ids[row]),
+                ..hit
+            })
+            .collect())
+    }
+
+    /// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher
+    /// scores better.
+    fn bm25(
+        &self,
+        docs: &Docs,
+        text: &str,
+        depth: usize,
+        allowed: &impl Fn(usize) -> bool,
+    ) -> Result<List> {
+        let Some(query) = fts_query(text) else {
+            return Ok(List::new());
+        };
+        let conn = lock(&self.reader);
+        let mut stmt = conn.prepare_cached(
+            "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 ORDER BY bm25(fts)",
+        )?;
+        let mut rows = stmt.query([query])?;
+        let mut out = List::new();
+        while out.len() < depth {
+            let Some(r) = rows.next()? else { break };
+            let id: i64 = r.get(0)?;
+            let score: f64 = r.get(1)?;
+            // A document committed after this reader's snapshot of memory is skipped.
+            if let Some(row) = docs.row_of(id as u64)
+                && allowed(row)
+            {
+                out.push((row, -score as f32));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the index file into memory.
+fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
+    let bad = |why: String| Error::Unreadable {
+        path: path.to_owned(),
+        why,
+    };
+    let covered: String =
+        conn.query_row("SELECT value FROM meta WHERE key = 'covered'", [], |r| {
+            r.get(0)
+        })?;
+    let covered = EntryId(covered.parse().unwrap_or(0));
+    let mut scopes = Vec::new();
+    let mut stmt =
+        conn.prepare("SELECT id, tenant, agent, user, session, node FROM scopes ORDER BY id")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let scope = Scope::from_parts(r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?);
+        scopes.push(scope.map_err(|e| bad(e.to_string()))?);
+    }
+    let scope_rows = scopes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i as u32))
+        .collect();
+    let mut docs = Docs {
+        ids: Vec::new(),
+        meta: Vec::new(),
+        scopes,
+        scope_rows,
+        vectors: Vectors::new(dim),
+        covered,
+    };
+    let mut stmt = conn.prepare("SELECT id, scope, kind, role, at, vec FROM docs ORDER BY id")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let kind: String = r.get(2)?;
+        let role: Option<String> = r.get(3)?;
+        let at: i64 = r.get(4)?;
+        docs.ids.push(r.get::<_, i64>(0)? as u64);
+        docs.meta.push(DocMeta {
+            scope: r.get(1)?,
+            kind: kind
+                .parse()
+                .map_err(|e: memtape_core::Error| bad(e.to_string()))?,
+            role: role
+                .map(|r| r.parse())
+                .transpose()
+                .map_err(|e: memtape_core::Error| bad(e.to_string()))?,
+            at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
+        });
+        if dim > 0 {
+            let blob: Option<Vec<u8>> = r.get(5)?;
+            match blob {
+                Some(b) if b.len() == dim * 4 => docs.vectors.push(&blob_to_vec(&b)),
+                _ => {
+                    return Err(bad(format!(
+                        "document {} has no vector of length {dim}",
+                        docs.ids.len()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(docs)
+}

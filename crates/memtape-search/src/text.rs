@@ -1,0 +1,226 @@
+//! Query analysis for BM25: terms are lowercased words and numbers; English stop words are
+//! dropped unless nothing else is left; the result is an FTS5 OR-query.
+//!
+//! Documents are analysed by FTS5 itself (`porter unicode61`): lowercasing, diacritics
+//! removed, split on anything that is not a letter or digit, Porter-stemmed. Query terms go
+//! through the same tokenizer, so only stop-word removal happens here.
+
+/// English function words that carry no topic (NLTK's list, without the contractions).
+const STOP_WORDS: &[&str] = &[
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "s",
+    "t",
+    "d",
+    "ll",
+    "m",
+    "re",
+    "ve",
+    "y",
+    "don",
+    "didn",
+    "doesn",
+    "isn",
+    "wasn",
+    "weren",
+    "won",
+    "wouldn",
+    "shouldn",
+    "couldn",
+    "hasn",
+    "haven",
+    "hadn",
+    "aren",
+];
+
+/// Whether `word` (lowercase) is an English stop word.
+pub fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.contains(&word)
+}
+
+/// The distinct lowercase terms of `text`, split on anything that is not a letter or digit.
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if word.is_empty() {
+            continue;
+        }
+        let word = word.to_lowercase();
+        if !out.contains(&word) {
+            out.push(word);
+        }
+    }
+    out
+}
+
+/// The FTS5 query for `text`: its content terms OR-ed, each quoted so no word is read as an
+/// operator. Stop words are dropped unless the query has nothing else. `None` when the
+/// text has no terms at all.
+pub fn fts_query(text: &str) -> Option<String> {
+    let all = terms(text);
+    let content: Vec<&String> = all.iter().filter(|t| !is_stop_word(t)).collect();
+    let chosen: Vec<&String> = if content.is_empty() {
+        all.iter().collect()
+    } else {
+        content
+    };
+    if chosen.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> = chosen.iter().map(|t| format!("\"{t}\"")).collect();
+    Some(quoted.join(" OR "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_keep_names_numbers_and_content_words() {
+        assert_eq!(
+            fts_query("When did Caroline go to the LGBTQ support group in 2023?").as_deref(),
+            Some(r#""caroline" OR "go" OR "lgbtq" OR "support" OR "group" OR "2023""#)
+        );
+    }
+
+    #[test]
+    fn operators_and_punctuation_are_plain_words() {
+        assert_eq!(
+            fts_query(r#"NEAR("x" AND w*) OR -z"#).as_deref(),
+            Some(r#""near" OR "x" OR "w" OR "z""#)
+        );
+    }
+
+    #[test]
+    fn a_query_of_only_stop_words_still_searches() {
+        assert_eq!(
+            fts_query("Who was it?").as_deref(),
+            Some(r#""who" OR "was" OR "it""#)
+        );
+        assert_eq!(fts_query(" ?! "), None);
+    }
+}

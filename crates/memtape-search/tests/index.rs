@@ -1,0 +1,362 @@
+//! The search index against a real SQLite tape: filters, modes, catching up after a crash,
+//! rebuilding, and refusing vectors of another model.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use memtape_core::{EntryId, Event, Kind, Message, NewEntry, Payload, Role, Scope};
+use memtape_search::{
+    EmbedError, Embedder, Error, Index, IndexConfig, Mode, SearchFilter, SearchRequest,
+};
+use memtape_store::{SqliteStore, Store};
+
+/// A deterministic stand-in model: words hashed into 64 buckets, so texts sharing words
+/// are close. Real models are tested in memtape-embed and end to end in memtape.
+struct Buckets;
+
+impl Embedder for Buckets {
+    fn id(&self) -> &str {
+        "test-buckets-64"
+    }
+    fn dim(&self) -> usize {
+        64
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 64];
+                for w in memtape_search::text::terms(t) {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+fn t(days: i64) -> DateTime<Utc> {
+    DateTime::UNIX_EPOCH + Duration::days(20_000 + days)
+}
+
+fn session(user: &str, name: &str) -> Scope {
+    Scope::agent("acme", "bot")
+        .unwrap()
+        .with_user(user)
+        .unwrap()
+        .with_session(name)
+        .unwrap()
+}
+
+fn say(store: &SqliteStore, scope: &Scope, m: Message, day: i64) -> EntryId {
+    store
+        .append(vec![NewEntry::new(
+            scope.clone(),
+            Payload::Message(m),
+            t(day),
+        )])
+        .unwrap()[0]
+        .id
+}
+
+fn open(path: &Path) -> Index {
+    Index::open(path, Some(Arc::new(Buckets)), IndexConfig::default()).unwrap()
+}
+
+fn ids(index: &Index, request: &SearchRequest) -> Vec<u64> {
+    index
+        .search(request)
+        .unwrap()
+        .iter()
+        .map(|h| h.id.0)
+        .collect()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: SqliteStore,
+    index_path: std::path::PathBuf,
+    ann: Scope,
+}
+
+/// A tape with two users, a tool result, a memory event and a pointer move.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+    let ann = session("ann", "s1");
+    let bob = session("bob", "s1");
+    say(
+        &store,
+        &ann,
+        Message::user("My sister Maria plays the violin"),
+        0,
+    ); // 1
+    say(
+        &store,
+        &ann,
+        Message::assistant("The violin is a lovely instrument"),
+        0,
+    ); // 2
+    say(
+        &store,
+        &bob,
+        Message::user("I play the violin in an orchestra"),
+        1,
+    ); // 3
+    say(
+        &store,
+        &ann,
+        Message::tool_result("c1", "Concert tickets: violin recital on 2024-05-03"),
+        2,
+    ); // 4
+    let memory = Event {
+        name: "memory.long_term".into(),
+        data: serde_json::json!({"content": "Ann's sister Maria is a violin teacher"}),
+    };
+    store
+        .append(vec![NewEntry::new(
+            Scope::agent("acme", "bot")
+                .unwrap()
+                .with_user("ann")
+                .unwrap(),
+            Payload::Event(memory),
+            t(3),
+        )])
+        .unwrap(); // 5
+    let pointer = Event {
+        name: "session.consolidated".into(),
+        data: serde_json::json!({"through": 2}),
+    };
+    store
+        .append(vec![NewEntry::new(
+            ann.clone(),
+            Payload::Event(pointer),
+            t(3),
+        )])
+        .unwrap(); // 6
+    let index_path = dir.path().join("index.db");
+    Fixture {
+        _dir: dir,
+        store,
+        index_path,
+        ann,
+    }
+}
+
+#[test]
+fn every_entry_with_text_is_found_and_filters_narrow_the_results() {
+    let f = fixture();
+    let index = open(&f.index_path);
+    assert_eq!(
+        index.catch_up(&f.store).unwrap(),
+        5,
+        "the pointer move has no text"
+    );
+    assert_eq!(index.covered(), EntryId(6));
+    let tenant = SearchFilter::tenant("acme");
+    let all = ids(
+        &index,
+        &SearchRequest::new("violin", tenant.clone()).mode(Mode::Bm25),
+    );
+    assert_eq!(all.len(), 5);
+    let ann = SearchFilter {
+        user: Some("ann".into()),
+        ..tenant.clone()
+    };
+    let mut got = ids(
+        &index,
+        &SearchRequest::new("violin", ann.clone()).mode(Mode::Bm25),
+    );
+    got.sort();
+    assert_eq!(got, [1, 2, 4, 5], "bob's entry is filtered out");
+    let session_only = SearchFilter::within(&f.ann);
+    let mut got = ids(
+        &index,
+        &SearchRequest::new("violin", session_only).mode(Mode::Vector),
+    );
+    got.sort();
+    assert_eq!(
+        got,
+        [1, 2, 4],
+        "the memory event lives in the user scope, not the session"
+    );
+    let kinds = SearchFilter {
+        kinds: vec![Kind::ToolResult, Kind::Event],
+        ..ann.clone()
+    };
+    let mut got = ids(&index, &SearchRequest::new("violin", kinds));
+    got.sort();
+    assert_eq!(got, [4, 5]);
+    let roles = SearchFilter {
+        roles: vec![Role::Assistant],
+        ..ann.clone()
+    };
+    assert_eq!(ids(&index, &SearchRequest::new("violin", roles)), [2]);
+    let window = SearchFilter {
+        since: Some(t(1)),
+        until: Some(t(3)),
+        ..tenant.clone()
+    };
+    let mut got = ids(&index, &SearchRequest::new("violin", window));
+    got.sort();
+    assert_eq!(got, [3, 4], "since is inclusive, until exclusive");
+    let other_tenant = SearchFilter::tenant("globex");
+    assert!(ids(&index, &SearchRequest::new("violin", other_tenant)).is_empty());
+}
+
+#[test]
+fn bm25_ranks_rare_words_and_stems_and_hybrid_fuses_both_lists() {
+    let f = fixture();
+    let index = open(&f.index_path);
+    index.catch_up(&f.store).unwrap();
+    let tenant = SearchFilter::tenant("acme");
+    let hits = index
+        .search(&SearchRequest::new("who plays in orchestras?", tenant.clone()).mode(Mode::Bm25))
+        .unwrap();
+    assert_eq!(
+        hits[0].id,
+        EntryId(3),
+        "'orchestras' stems to 'orchestra', the rarest term"
+    );
+    assert_eq!(hits[0].bm25.unwrap().rank, 1);
+    assert!(hits[0].vector.is_none());
+    let hits = index
+        .search(&SearchRequest::new("Maria violin teacher sister", tenant).limit(3))
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(
+        hits[0].id,
+        EntryId(5),
+        "both lists put the memory event first"
+    );
+    assert!(hits[0].bm25.is_some() && hits[0].vector.is_some());
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+}
+
+#[test]
+fn after_a_crash_the_index_catches_up_instead_of_lagging() {
+    let f = fixture();
+    {
+        let index = open(&f.index_path);
+        index.catch_up(&f.store).unwrap();
+    }
+    // The process dies after these appends were acknowledged but before the index saw
+    // them: the tape has entries 7 and 8, the index file still says it covers 6.
+    say(
+        &f.store,
+        &f.ann,
+        Message::user("We adopted a greyhound called Pixel"),
+        4,
+    );
+    say(
+        &f.store,
+        &f.ann,
+        Message::assistant("Pixel is a great name for a greyhound"),
+        4,
+    );
+    let index = open(&f.index_path);
+    assert_eq!(index.covered(), EntryId(6));
+    let request = SearchRequest::new("greyhound", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    assert!(ids(&index, &request).is_empty(), "not yet caught up");
+    assert_eq!(index.catch_up(&f.store).unwrap(), 2);
+    assert_eq!(index.covered(), EntryId(8));
+    let mut got = ids(&index, &request);
+    got.sort();
+    assert_eq!(got, [7, 8]);
+    assert_eq!(
+        index.catch_up(&f.store).unwrap(),
+        0,
+        "catching up twice adds nothing"
+    );
+    // What was committed survives a reopen, vectors included.
+    drop(index);
+    let index = open(&f.index_path);
+    assert_eq!(index.len(), 7);
+    assert_eq!(
+        ids(
+            &index,
+            &SearchRequest::new("greyhound Pixel", SearchFilter::tenant("acme"))
+                .mode(Mode::Vector)
+                .limit(2)
+        )
+        .len(),
+        2
+    );
+}
+
+#[test]
+fn a_long_tape_is_indexed_in_batches_with_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "long");
+    let batch: Vec<NewEntry> = (0..1000)
+        .map(|i| {
+            NewEntry::new(
+                s.clone(),
+                Payload::Message(Message::user(format!(
+                    "note number {i} about topic{}",
+                    i % 7
+                ))),
+                t(0),
+            )
+        })
+        .collect();
+    store.append(batch).unwrap();
+    let index = open(&dir.path().join("index.db"));
+    assert_eq!(index.catch_up(&store).unwrap(), 1000);
+    assert_eq!(index.covered(), EntryId(1000));
+    let hits = index
+        .search(
+            &SearchRequest::new("topic3", SearchFilter::within(&s))
+                .mode(Mode::Bm25)
+                .limit(500),
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 143);
+}
+
+#[test]
+fn an_index_of_another_model_is_refused_until_rebuilt() {
+    let f = fixture();
+    open(&f.index_path).catch_up(&f.store).unwrap();
+    let err = Index::open(&f.index_path, None, IndexConfig::default()).unwrap_err();
+    assert!(matches!(err, Error::EmbedderChanged { .. }), "{err}");
+    assert!(err.to_string().contains("memtape reindex"));
+    let rebuilt = Index::rebuild(&f.index_path, None, IndexConfig::default()).unwrap();
+    assert_eq!(rebuilt.covered(), EntryId(0));
+    assert_eq!(rebuilt.catch_up(&f.store).unwrap(), 5);
+    let err = rebuilt
+        .search(&SearchRequest::new("violin", SearchFilter::tenant("acme")))
+        .unwrap_err();
+    assert!(matches!(err, Error::NoEmbedder("hybrid")), "{err}");
+    assert_eq!(
+        rebuilt
+            .search(&SearchRequest::new("violin", SearchFilter::tenant("acme")).mode(Mode::Bm25))
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+#[test]
+fn a_file_that_is_not_an_index_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("index.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE precious (x); INSERT INTO precious VALUES (1);")
+        .unwrap();
+    drop(conn);
+    let err = Index::open(&path, None, IndexConfig::default()).unwrap_err();
+    assert!(matches!(err, Error::Unreadable { .. }), "{err}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM precious", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+}
