@@ -260,6 +260,11 @@ impl Index {
         &self.path
     }
 
+    /// The embedder, if the index has vectors.
+    pub fn embedder(&self) -> Option<Arc<dyn Embedder>> {
+        self.embedder.clone()
+    }
+
     /// The embedder's id, or "none".
     pub fn embedder_id(&self) -> &str {
         self.embedder.as_ref().map_or(NO_EMBEDDER, |e| e.id())

@@ -12,6 +12,12 @@ pub enum Error {
     /// A value broke a domain rule (a bad line in an import, an invalid scope, ...).
     #[error(transparent)]
     Invalid(#[from] memtape_core::Error),
+    /// The search index failed.
+    #[error(transparent)]
+    Search(#[from] memtape_search::Error),
+    /// Search was asked of an engine without an index.
+    #[error("this engine has no search index (attach one with Engine::with_index)")]
+    NoIndex,
     /// No entry with that id in this tenant.
     #[error("no entry {0}")]
     NoEntry(EntryId),

@@ -113,6 +113,7 @@ impl<S: Store> Engine<S> {
         }
         let count = entries.len();
         let placement = self.store.restore(entries)?;
+        self.after_write();
         Ok(ImportReport {
             entries: count,
             sessions,

@@ -16,8 +16,10 @@
 
 mod error;
 mod io;
+mod search;
 
 pub use io::ImportReport;
+pub use search::SearchHit;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,6 +34,7 @@ pub use memtape_core::{
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
 };
+pub use memtape_search::{Embedder, Fusion, Index, IndexConfig, Mode, SearchFilter, SearchRequest};
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 
 /// The result type of this crate.
@@ -62,6 +65,7 @@ pub struct Engine<S: Store = SqliteStore> {
     store: S,
     tokens: Box<dyn TokenCounter>,
     clock: Box<dyn Fn() -> DateTime<Utc> + Send + Sync>,
+    index: Option<Index>,
 }
 
 impl Engine<SqliteStore> {
@@ -90,6 +94,7 @@ impl<S: Store> Engine<S> {
             store,
             tokens: Box::new(Bpe::new(BpeEncoding::Cl100k)),
             clock: Box::new(Utc::now),
+            index: None,
         }
     }
 
@@ -142,7 +147,7 @@ impl<S: Store> Engine<S> {
     }
 
     fn append_one(&self, entry: NewEntry) -> Result<Entry> {
-        let mut out = self.store.append(vec![entry])?;
+        let mut out = self.store_entries(vec![entry])?;
         out.pop()
             .ok_or_else(|| Error::Internal("the store returned no entry".into()))
     }
@@ -154,12 +159,20 @@ impl<S: Store> Engine<S> {
             .into_iter()
             .map(|m| NewEntry::new(session.clone(), Payload::Message(m), now))
             .collect();
-        Ok(self.store.append(entries)?)
+        self.store_entries(entries)
     }
 
     /// Appends entries as they are, in one transaction.
     pub fn append_entries(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        Ok(self.store.append(entries)?)
+        self.store_entries(entries)
+    }
+
+    /// Every append goes through here: the tape first, then the write hook that brings
+    /// the projections (the search index) up to date.
+    fn store_entries(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        let stored = self.store.append(entries)?;
+        self.after_write();
+        Ok(stored)
     }
 
     /// Writes an anchor (Bub's handoff) named `name` with optional state.

@@ -1,0 +1,80 @@
+//! Search on the engine: the index as a projection of the tape, brought up to date by the
+//! write hook after every append and before every search.
+
+use memtape_core::Entry;
+use memtape_search::{Index, Ranked, SearchRequest};
+use memtape_store::Store;
+
+use crate::{Engine, Error, Result};
+
+/// One search result with its entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchHit {
+    /// The entry found.
+    pub entry: Entry,
+    /// Its fused score (higher is better; comparable within one search only).
+    pub score: f32,
+    /// Its place in the BM25 list, if it was there.
+    pub bm25: Option<Ranked>,
+    /// Its place in the vector list, if it was there.
+    pub vector: Option<Ranked>,
+}
+
+impl<S: Store> Engine<S> {
+    /// Attaches a search index and brings it up to date with the tape at once, so an index
+    /// left behind by a crash catches up before it answers anything.
+    pub fn with_index(mut self, index: Index) -> Result<Self> {
+        index.catch_up(&self.store)?;
+        self.index = Some(index);
+        Ok(self)
+    }
+
+    /// The search index, if one is attached.
+    pub fn index(&self) -> Option<&Index> {
+        self.index.as_ref()
+    }
+
+    /// The write hook, run after every append and import. A failure here never fails the
+    /// append that is already durable: the index keeps its mark, and the catch-up at the
+    /// start of the next search retries and reports the error.
+    pub(crate) fn after_write(&self) {
+        if let Some(index) = &self.index {
+            // Deliberately not propagated; see above. The error resurfaces from `search`.
+            let _ = index.catch_up(&self.store);
+        }
+    }
+
+    /// Searches the tape: BM25, vectors or both, under the request's filters. The index
+    /// first catches up with the tape, so every acknowledged append is searchable.
+    pub fn search(&self, request: &SearchRequest) -> Result<Vec<SearchHit>> {
+        let index = self.index.as_ref().ok_or(Error::NoIndex)?;
+        index.catch_up(&self.store)?;
+        let hits = index.search(request)?;
+        let mut out = Vec::with_capacity(hits.len());
+        for hit in hits {
+            let entry = self
+                .store
+                .get(&request.filter.tenant, hit.id)?
+                .ok_or(Error::NoEntry(hit.id))?;
+            out.push(SearchHit {
+                entry,
+                score: hit.score,
+                bm25: hit.bm25,
+                vector: hit.vector,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Throws the index away and builds it again from the whole tape, with the same model
+    /// and settings. Returns how many documents it now holds.
+    pub fn reindex(&mut self) -> Result<usize> {
+        let old = self.index.take().ok_or(Error::NoIndex)?;
+        let (path, embedder, config) = (old.path().to_owned(), old.embedder(), old.config());
+        drop(old);
+        let index = Index::rebuild(&path, embedder, config)?;
+        let added = index.catch_up(&self.store)?;
+        self.index = Some(index);
+        Ok(added)
+    }
+}

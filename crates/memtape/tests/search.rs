@@ -1,0 +1,128 @@
+//! Search through the engine: the write hook, catching up after a crash, and reindexing,
+//! on a real SQLite tape and index file.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use memtape::{
+    Engine, EntryId, Format, Index, IndexConfig, Message, Mode, Scope, SearchFilter, SearchRequest,
+    SqliteStore, Store,
+};
+
+fn engine(dir: &Path) -> Engine {
+    let index = Index::open(&dir.join("index.db"), None, IndexConfig::default()).unwrap();
+    Engine::init(dir).unwrap().with_index(index).unwrap()
+}
+
+fn bm25(engine: &Engine, text: &str) -> Vec<u64> {
+    let request = SearchRequest::new(text, SearchFilter::tenant("t")).mode(Mode::Bm25);
+    engine
+        .search(&request)
+        .unwrap()
+        .iter()
+        .map(|h| h.entry.id.0)
+        .collect()
+}
+
+fn chat() -> Scope {
+    Scope::agent("t", "a").unwrap().with_session("s").unwrap()
+}
+
+#[test]
+fn every_append_is_searchable_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    engine
+        .append(
+            &chat(),
+            Message::user("I bought a kayak"),
+            Default::default(),
+        )
+        .unwrap();
+    // The hook ran inside append: the index already covers the entry.
+    assert_eq!(engine.index().unwrap().covered(), EntryId(1));
+    engine
+        .event(
+            &chat(),
+            "memory.long_term",
+            serde_json::json!({"content": "Owns a kayak"}),
+        )
+        .unwrap();
+    let hits = engine
+        .search(&SearchRequest::new("kayak", SearchFilter::tenant("t")).mode(Mode::Bm25))
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0].entry.scope, chat());
+    let jsonl = "{\"role\":\"user\",\"content\":\"the canoe is red\",\"timestamp\":\"2024-01-01T00:00:00\"}\n";
+    let base = Scope::agent("t", "a").unwrap();
+    engine
+        .import(Format::Nanobot, jsonl, &base, Some("imported"))
+        .unwrap();
+    assert_eq!(
+        bm25(&engine, "canoe"),
+        [3],
+        "imports go through the hook too"
+    );
+}
+
+#[test]
+fn an_index_left_behind_by_a_crash_catches_up_when_attached() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = engine(dir.path());
+        engine
+            .append(
+                &chat(),
+                Message::user("first note about tulips"),
+                Default::default(),
+            )
+            .unwrap();
+    }
+    {
+        // The process that wrote these died before its write hook ran: the tape has them,
+        // the index file does not.
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let now = chrono::Utc::now();
+        let entries = ["tulips again", "and more tulips"].map(|t| {
+            memtape::NewEntry::new(chat(), memtape::Payload::Message(Message::user(t)), now)
+        });
+        store.append(entries.into()).unwrap();
+        let index =
+            Index::open(&dir.path().join("index.db"), None, IndexConfig::default()).unwrap();
+        assert_eq!(index.covered(), EntryId(1), "the index lags the tape");
+    }
+    let engine = engine(dir.path());
+    assert_eq!(
+        engine.index().unwrap().covered(),
+        EntryId(3),
+        "caught up on attach"
+    );
+    let mut got = bm25(&engine, "tulips");
+    got.sort();
+    assert_eq!(got, [1, 2, 3]);
+}
+
+#[test]
+fn reindex_rebuilds_the_same_index_from_the_tape() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = engine(dir.path());
+    for text in ["alpha beta", "beta gamma", "gamma delta"] {
+        engine
+            .append(&chat(), Message::user(text), Default::default())
+            .unwrap();
+    }
+    let before = bm25(&engine, "beta gamma");
+    // The index is only a projection: throwing it away loses nothing.
+    assert_eq!(engine.reindex().unwrap(), 3);
+    assert_eq!(bm25(&engine, "beta gamma"), before);
+    assert_eq!(engine.store().last_id().unwrap(), EntryId(3));
+}
+
+#[test]
+fn searching_without_an_index_says_so() {
+    let engine = Engine::in_memory();
+    let err = engine
+        .search(&SearchRequest::new("x", SearchFilter::tenant("t")))
+        .unwrap_err();
+    assert!(err.to_string().contains("no search index"), "{err}");
+}
