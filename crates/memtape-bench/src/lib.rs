@@ -1,14 +1,19 @@
 //! memtape-bench: benchmarks run as commands (`memtape bench ...`), reporting medians over
 //! several runs. Nothing here is a test; tests never time anything.
 
+pub mod locomo;
 pub mod store;
 
 /// What can go wrong while benchmarking.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] memtape::Error),
+    /// The benchmark's input data is missing or malformed.
+    #[error("{0}")]
+    Data(String),
     /// Scratch files could not be made.
     #[error("scratch directory: {0}")]
     Io(#[from] std::io::Error),

@@ -183,6 +183,21 @@ enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Retrieval quality and speed on a LoCoMo-format file (../shared/bench/PROTOCOL.md).
+    Locomo {
+        /// The LoCoMo-format JSON file.
+        #[arg(long, value_name = "FILE")]
+        data: PathBuf,
+        /// Also write the JSON report here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Retrieval mode.
+        #[arg(long, default_value = "hybrid")]
+        mode: memtape::Mode,
+        /// The split's name in the report (default: the file's name without extension).
+        #[arg(long)]
+        split: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -439,6 +454,31 @@ fn run(cli: Cli) -> Result<()> {
                 dir: dir.clone(),
             })?;
             writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?;
+        }
+        Command::Bench(BenchCommand::Locomo {
+            data,
+            out,
+            mode,
+            split,
+        }) => {
+            let split = split.clone().unwrap_or_else(|| {
+                data.file_stem()
+                    .map_or("locomo".into(), |s| s.to_string_lossy().into_owned())
+            });
+            let config = memtape_bench::locomo::Config {
+                mode: *mode,
+                embedder: None,
+                index: memtape::IndexConfig::default(),
+                split,
+            };
+            let report = memtape_bench::locomo::run(data, &config)?;
+            let json = serde_json::to_string_pretty(&report)?;
+            if let Some(out) = out {
+                std::fs::write(out, format!("{json}\n"))
+                    .with_context(|| format!("writing {}", out.display()))?;
+            }
+            writeln!(stdout, "{json}")?;
+            eprintln!("{}", report.summary());
         }
     }
     stdout.flush()?;
