@@ -84,6 +84,15 @@ pub trait Store: Send + Sync {
     /// What the store knows about `scope`, if it has any entry.
     fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>>;
 
+    /// The entries with these ids that exist and belong to `tenant`, in the order asked.
+    fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.extend(self.get(tenant, *id)?);
+        }
+        Ok(out)
+    }
+
     /// Every scope of `tenant` that has entries.
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>>;
 

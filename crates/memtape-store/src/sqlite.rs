@@ -422,6 +422,32 @@ impl Store for SqliteStore {
         })
     }
 
+    fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        let mut found: HashMap<u64, Entry> = HashMap::new();
+        self.read(|c| {
+            // One statement per chunk, well under SQLite's limit on bound parameters.
+            for chunk in ids.chunks(500) {
+                let marks = vec!["?"; chunk.len()].join(", ");
+                let sql = format!(
+                    "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
+                     WHERE s.tenant = ? AND e.id IN ({marks})",
+                    prefixed_entry_columns()
+                );
+                let mut stmt = c.prepare_cached(&sql)?;
+                let mut args: Vec<SqlValue> = vec![SqlValue::Text(tenant.to_owned())];
+                args.extend(chunk.iter().map(|id| SqlValue::Integer(id.0 as i64)));
+                let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+                while let Some(row) = rows.next()? {
+                    let scope = scope_from_row(row, 0)??;
+                    let entry = entry_from_row(&scope, row, 5)??;
+                    found.insert(entry.id.0, entry);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(ids.iter().filter_map(|id| found.remove(&id.0)).collect())
+    }
+
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         self.read(|c| {
             let sql = format!(

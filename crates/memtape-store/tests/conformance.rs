@@ -400,3 +400,28 @@ fn entries_after_pages_through_the_whole_tape_in_id_order() {
         assert_eq!(crossed[0].scope, other, "projections follow every tenant");
     });
 }
+
+#[test]
+fn get_many_keeps_the_order_asked_and_skips_other_tenants() {
+    each_store(|store| {
+        let a = session("a");
+        let other = Scope::agent("globex", "bot")
+            .unwrap()
+            .with_session("s")
+            .unwrap();
+        store
+            .append(vec![
+                msg(&a, Message::user("one"), 0),
+                msg(&a, Message::user("two"), 0),
+            ])
+            .unwrap();
+        store
+            .append(vec![msg(&other, Message::user("theirs"), 0)])
+            .unwrap();
+        let got = store
+            .get_many("acme", &[EntryId(2), EntryId(3), EntryId(9), EntryId(1)])
+            .unwrap();
+        let ids: Vec<u64> = got.iter().map(|e| e.id.0).collect();
+        assert_eq!(ids, [2, 1]);
+    });
+}
