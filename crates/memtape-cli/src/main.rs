@@ -197,7 +197,57 @@ enum BenchCommand {
         /// The split's name in the report (default: the file's name without extension).
         #[arg(long)]
         split: Option<String>,
+        #[command(flatten)]
+        tuning: Tuning,
     },
+}
+
+/// Retrieval settings (the defaults are the measured best; see docs/benchmarks.md).
+#[derive(clap::Args, Clone, Debug)]
+struct Tuning {
+    /// How hybrid search fuses BM25 and vector lists.
+    #[arg(long, default_value = "rrf", value_parser = ["rrf", "weighted"])]
+    fusion: String,
+    /// The weight of the BM25 list in fusion (0..1).
+    #[arg(long, default_value_t = 0.5)]
+    bm25_weight: f32,
+    /// RRF's rank offset.
+    #[arg(long, default_value_t = 60.0)]
+    rrf_k: f32,
+    /// Candidates each retriever contributes to hybrid search.
+    #[arg(long, default_value_t = 100)]
+    candidates: usize,
+    /// BM25 weight of a message's context (the message before it); 0 = own text only.
+    #[arg(long, default_value_t = 0.0)]
+    context_weight: f32,
+    /// Embed each message together with the message before it.
+    #[arg(long)]
+    embed_context: bool,
+    /// Share of a hit's score given to the messages around it.
+    #[arg(long, default_value_t = 0.0)]
+    neighbour_weight: f32,
+}
+
+impl Tuning {
+    fn index_config(&self) -> memtape::IndexConfig {
+        let fusion = match self.fusion.as_str() {
+            "weighted" => memtape::Fusion::Weighted {
+                bm25_weight: self.bm25_weight,
+            },
+            _ => memtape::Fusion::Rrf {
+                k: self.rrf_k,
+                bm25_weight: self.bm25_weight,
+            },
+        };
+        memtape::IndexConfig {
+            fusion,
+            candidates: self.candidates,
+            context_weight: self.context_weight,
+            embed_context: self.embed_context,
+            neighbour_weight: self.neighbour_weight,
+            ..Default::default()
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -460,6 +510,7 @@ fn run(cli: Cli) -> Result<()> {
             out,
             mode,
             split,
+            tuning,
         }) => {
             let split = split.clone().unwrap_or_else(|| {
                 data.file_stem()
@@ -468,7 +519,7 @@ fn run(cli: Cli) -> Result<()> {
             let config = memtape_bench::locomo::Config {
                 mode: *mode,
                 embedder: None,
-                index: memtape::IndexConfig::default(),
+                index: tuning.index_config(),
                 split,
             };
             let report = memtape_bench::locomo::run(data, &config)?;

@@ -49,7 +49,7 @@ CREATE TABLE docs (
     vec BLOB
 );
 CREATE VIRTUAL TABLE fts USING fts5 (
-    text, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+    text, context, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
 );
 ";
 
@@ -66,6 +66,14 @@ pub struct IndexConfig {
     pub exact_limit: usize,
     /// How many candidates per wanted hit the one-bit scan keeps for rescoring.
     pub oversample: usize,
+    /// The BM25 weight of a message's context (the message before it in its scope)
+    /// relative to its own text; 0 searches the message's own text only.
+    pub context_weight: f32,
+    /// Whether a message is embedded together with its context.
+    pub embed_context: bool,
+    /// How much of a hit's score flows to the messages just before and after it in its
+    /// scope (0 = none): a turn next to a strong match is likely part of the same topic.
+    pub neighbour_weight: f32,
 }
 
 impl Default for IndexConfig {
@@ -75,6 +83,9 @@ impl Default for IndexConfig {
             candidates: 100,
             exact_limit: 20_000,
             oversample: 20,
+            context_weight: 0.0,
+            embed_context: false,
+            neighbour_weight: 0.0,
         }
     }
 }
@@ -98,9 +109,31 @@ struct Docs {
     scope_rows: HashMap<Scope, u32>,
     vectors: Vectors,
     covered: EntryId,
+    /// For each row: the conversational rows just before and after it in its scope.
+    neighbours: Vec<[Option<u32>; 2]>,
+    /// The latest conversational row of each scope row.
+    scope_tail: HashMap<u32, u32>,
 }
 
 impl Docs {
+    /// Mirrors one committed document.
+    fn push(&mut self, id: EntryId, meta: DocMeta, vector: Option<&[f32]>) {
+        let row = self.ids.len() as u32;
+        self.ids.push(id.0);
+        let mut links = [None, None];
+        if meta.kind.is_conversational() {
+            if let Some(prev) = self.scope_tail.insert(meta.scope, row) {
+                links[0] = Some(prev);
+                self.neighbours[prev as usize][1] = Some(row);
+            }
+        }
+        self.neighbours.push(links);
+        self.meta.push(meta);
+        if let Some(v) = vector {
+            self.vectors.push(v);
+        }
+    }
+
     fn row_of(&self, id: u64) -> Option<usize> {
         self.ids.binary_search(&id).ok()
     }
@@ -119,6 +152,9 @@ struct NewDoc {
     role: Option<Role>,
     at: DateTime<Utc>,
     text: String,
+    /// The text of the conversational entry before this one in its scope ("" if none or
+    /// if this is not a conversational entry).
+    context: String,
 }
 
 impl NewDoc {
@@ -130,6 +166,7 @@ impl NewDoc {
             role: entry.message().map(|m| m.role),
             at: entry.created_at,
             text: entry.payload.search_text()?,
+            context: String::new(),
         })
     }
 }
@@ -329,19 +366,67 @@ impl Index {
             });
             let mut added = 0;
             for page in rx {
-                added += self.apply(&mut writer, &page?)?;
+                added += self.apply(store, &mut writer, &page?)?;
             }
             Ok(added)
         })
     }
 
+    /// Fills in each conversational document's context: the text of the conversational
+    /// entry before it in its scope, from this batch or, for a batch's first message of a
+    /// scope, from the tape. So an index rebuilt from scratch and one caught up in pieces
+    /// hold the same documents.
+    fn add_context(&self, store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Result<()> {
+        let mut last: HashMap<Scope, String> = HashMap::new();
+        let mut texts = entries.iter().filter(|e| e.kind().is_conversational());
+        let mut doc_iter = docs.iter_mut().peekable();
+        for entry in texts.by_ref() {
+            let text = entry.payload.search_text().unwrap_or_default();
+            while let Some(doc) = doc_iter.next_if(|d| d.id <= entry.id) {
+                if doc.id == entry.id {
+                    doc.context = match last.get(&entry.scope) {
+                        Some(prev) => prev.clone(),
+                        None => {
+                            let filter = memtape_core::Filter {
+                                before: Some(entry.id),
+                                kinds: Kind::ALL
+                                    .into_iter()
+                                    .filter(|k| k.is_conversational())
+                                    .collect(),
+                                order: memtape_core::Order::Desc,
+                                limit: Some(1),
+                                ..Default::default()
+                            };
+                            let prev = store.scan(&entry.scope, &filter)?;
+                            prev.first()
+                                .and_then(|p| p.payload.search_text())
+                                .unwrap_or_default()
+                        }
+                    };
+                }
+            }
+            last.insert(entry.scope.clone(), text);
+        }
+        Ok(())
+    }
+
     /// Embeds and commits one batch of entries, then mirrors it in memory.
-    fn apply(&self, conn: &mut Connection, entries: &[Entry]) -> Result<usize> {
+    fn apply(&self, store: &dyn Store, conn: &mut Connection, entries: &[Entry]) -> Result<usize> {
         let Some(last) = entries.last().map(|e| e.id) else {
             return Ok(0);
         };
-        let docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
-        let vectors = self.embed(&docs.iter().map(|d| d.text.as_str()).collect::<Vec<_>>())?;
+        let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
+        self.add_context(store, entries, &mut docs)?;
+        let inputs: Vec<String> = docs
+            .iter()
+            .map(
+                |d| match (self.config.embed_context, d.context.is_empty()) {
+                    (true, false) => format!("{}\n{}", d.context, d.text),
+                    _ => d.text.clone(),
+                },
+            )
+            .collect();
+        let vectors = self.embed(&inputs.iter().map(String::as_str).collect::<Vec<_>>())?;
         let mut state = self
             .docs
             .write()
@@ -354,7 +439,7 @@ impl Index {
             let mut doc_stmt =
                 tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
             let mut fts_stmt =
-                tx.prepare_cached("INSERT INTO fts (rowid, text) VALUES (?1, ?2)")?;
+                tx.prepare_cached("INSERT INTO fts (rowid, text, context) VALUES (?1, ?2, ?3)")?;
             for (i, doc) in docs.iter().enumerate() {
                 let scope_row = match state.scope_rows.get(&doc.scope) {
                     Some(row) => *row,
@@ -384,7 +469,7 @@ impl Index {
                     millis(doc.at),
                     blob
                 ])?;
-                fts_stmt.execute(params![id, doc.text])?;
+                fts_stmt.execute(params![id, doc.text, doc.context])?;
             }
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE key = 'covered'",
@@ -399,17 +484,14 @@ impl Index {
         }
         state.scopes.extend(new_scopes);
         for (i, doc) in docs.iter().enumerate() {
-            state.ids.push(doc.id.0);
             let scope = state.scope_rows[&doc.scope];
-            state.meta.push(DocMeta {
+            let meta = DocMeta {
                 scope,
                 kind: doc.kind,
                 role: doc.role,
                 at: doc.at,
-            });
-            if let Some(v) = &vectors {
-                state.vectors.push(&v[i]);
-            }
+            };
+            state.push(doc.id, meta, vectors.as_ref().map(|v| v[i].as_slice()));
         }
         state.covered = last;
         Ok(docs.len())
@@ -482,6 +564,9 @@ impl Index {
             Mode::Vector => fusion::only_vector(&vector),
             Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion),
         };
+        if self.config.neighbour_weight > 0.0 {
+            hits = spread(&docs, hits, self.config.neighbour_weight, &allowed);
+        }
         hits.truncate(request.limit);
         Ok(hits
             .into_iter()
@@ -504,10 +589,22 @@ impl Index {
         let Some(query) = fts_query(text) else {
             return Ok(List::new());
         };
+        let weight = self.config.context_weight;
+        let (query, sql) = if weight > 0.0 {
+            (
+                query,
+                format!(
+                    "SELECT rowid, bm25(fts, 1.0, {weight}) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s"
+                ),
+            )
+        } else {
+            (
+                format!("text : ({query})"),
+                "SELECT rowid, bm25(fts) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s".to_owned(),
+            )
+        };
         let conn = lock(&self.reader);
-        let mut stmt = conn.prepare_cached(
-            "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?1 ORDER BY bm25(fts)",
-        )?;
+        let mut stmt = conn.prepare_cached(&sql)?;
         let mut rows = stmt.query([query])?;
         let mut out = List::new();
         while out.len() < depth {
@@ -523,6 +620,41 @@ impl Index {
         }
         Ok(out)
     }
+}
+
+/// Lets each hit pass `weight` of its score to the conversational entries just before
+/// and after it (which become candidates if they pass the filter), then re-ranks.
+fn spread(
+    docs: &Docs,
+    hits: Vec<(usize, Hit)>,
+    weight: f32,
+    allowed: &impl Fn(usize) -> bool,
+) -> Vec<(usize, Hit)> {
+    let base: HashMap<usize, f32> = hits.iter().map(|(r, h)| (*r, h.score)).collect();
+    let near = |row: usize| {
+        docs.neighbours[row]
+            .into_iter()
+            .flatten()
+            .map(|n| n as usize)
+    };
+    let mut all: HashMap<usize, Hit> = hits.into_iter().collect();
+    for &row in base.keys() {
+        for n in near(row).filter(|n| allowed(*n)) {
+            all.entry(n).or_insert(Hit {
+                id: EntryId(0),
+                score: 0.0,
+                bm25: None,
+                vector: None,
+            });
+        }
+    }
+    for (row, hit) in all.iter_mut() {
+        let from_neighbours: f32 = near(*row).filter_map(|n| base.get(&n)).sum();
+        hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
+    }
+    let mut out: Vec<(usize, Hit)> = all.into_iter().collect();
+    out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    out
 }
 
 /// Reads the index file into memory.
@@ -556,15 +688,17 @@ fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
         scope_rows,
         vectors: Vectors::new(dim),
         covered,
+        neighbours: Vec::new(),
+        scope_tail: HashMap::new(),
     };
     let mut stmt = conn.prepare("SELECT id, scope, kind, role, at, vec FROM docs ORDER BY id")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
         let kind: String = r.get(2)?;
         let role: Option<String> = r.get(3)?;
         let at: i64 = r.get(4)?;
-        docs.ids.push(r.get::<_, i64>(0)? as u64);
-        docs.meta.push(DocMeta {
+        let meta = DocMeta {
             scope: r.get(1)?,
             kind: kind
                 .parse()
@@ -574,19 +708,13 @@ fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
                 .transpose()
                 .map_err(|e: memtape_core::Error| bad(e.to_string()))?,
             at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
-        });
-        if dim > 0 {
-            let blob: Option<Vec<u8>> = r.get(5)?;
-            match blob {
-                Some(b) if b.len() == dim * 4 => docs.vectors.push(&blob_to_vec(&b)),
-                _ => {
-                    return Err(bad(format!(
-                        "document {} has no vector of length {dim}",
-                        docs.ids.len()
-                    )));
-                }
-            }
-        }
+        };
+        let vector = match (dim, r.get::<_, Option<Vec<u8>>>(5)?) {
+            (0, _) => None,
+            (_, Some(b)) if b.len() == dim * 4 => Some(blob_to_vec(&b)),
+            _ => return Err(bad(format!("document {id} has no vector of length {dim}"))),
+        };
+        docs.push(EntryId(id as u64), meta, vector.as_deref());
     }
     Ok(docs)
 }
