@@ -360,3 +360,133 @@ fn a_file_that_is_not_an_index_is_refused_untouched() {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+fn with(config: IndexConfig, path: &Path) -> Index {
+    Index::open(path, Some(Arc::new(Buckets)), config).unwrap()
+}
+
+#[test]
+fn an_answer_is_found_through_the_question_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "pets");
+    say(&store, &s, Message::user("What breed is your dog?"), 0);
+    let answer = say(
+        &store,
+        &s,
+        Message::assistant("A beagle, and she is three."),
+        0,
+    );
+    say(
+        &store,
+        &s,
+        Message::user("Nice. Any plans for the weekend?"),
+        0,
+    );
+    let request = SearchRequest::new("dog breed", SearchFilter::within(&s)).mode(Mode::Bm25);
+    let plain = with(IndexConfig::default(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    assert!(
+        !ids(&plain, &request).contains(&answer.0),
+        "the answer has neither word"
+    );
+    let config = IndexConfig {
+        context_weight: 0.3,
+        ..IndexConfig::default()
+    };
+    let contextual = with(config, &dir.path().join("context.db"));
+    contextual.catch_up(&store).unwrap();
+    assert_eq!(
+        ids(&contextual, &request),
+        [1, answer.0],
+        "own words first, then context"
+    );
+}
+
+#[test]
+fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let config = IndexConfig {
+        context_weight: 0.3,
+        neighbour_weight: 0.2,
+        ..IndexConfig::default()
+    };
+    let pieces = with(config, &dir.path().join("pieces.db"));
+    let a = session("ann", "a");
+    let b = session("bob", "b");
+    let lines = [
+        "Where did you travel?",
+        "To Lisbon, by train",
+        "What did you eat?",
+        "Pastel de nata",
+        "And the weather?",
+        "Sunny and warm",
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        // Two sessions interleave, and every append is caught up on its own, so each
+        // context comes from the tape rather than from the same batch.
+        say(
+            &store,
+            if i % 2 == 0 { &a } else { &b },
+            Message::user(*line),
+            0,
+        );
+        say(
+            &store,
+            if i % 2 == 0 { &b } else { &a },
+            Message::assistant(format!("noted: {line}")),
+            0,
+        );
+        pieces.catch_up(&store).unwrap();
+    }
+    let whole = Index::rebuild(
+        &dir.path().join("whole.db"),
+        Some(Arc::new(Buckets)),
+        config,
+    )
+    .unwrap();
+    whole.catch_up(&store).unwrap();
+    for query in ["Lisbon train", "weather sunny", "eat nata", "travel"] {
+        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
+            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
+            assert_eq!(
+                pieces.search(&request).unwrap(),
+                whole.search(&request).unwrap(),
+                "{query} {mode:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn neighbours_of_a_strong_match_join_the_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "trip");
+    say(&store, &s, Message::user("We finally went to Iceland"), 0);
+    say(&store, &s, Message::user("The glaciers were unreal"), 0);
+    say(
+        &store,
+        &s,
+        Message::user("Unrelated: my printer is broken"),
+        0,
+    );
+    let request = SearchRequest::new("Iceland", SearchFilter::within(&s)).mode(Mode::Bm25);
+    let plain = with(IndexConfig::default(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    assert_eq!(ids(&plain, &request), [1]);
+    let config = IndexConfig {
+        neighbour_weight: 0.3,
+        ..IndexConfig::default()
+    };
+    let spread = with(config, &dir.path().join("spread.db"));
+    spread.catch_up(&store).unwrap();
+    let hits = spread.search(&request).unwrap();
+    assert_eq!(hits.iter().map(|h| h.id.0).collect::<Vec<_>>(), [1, 2]);
+    assert!((hits[1].score - 0.3 * hits[0].score).abs() < 1e-6);
+    assert!(
+        hits[1].bm25.is_none(),
+        "found through its neighbour, not by BM25"
+    );
+}
