@@ -2,6 +2,7 @@
 //! several runs. Nothing here is a test; tests never time anything.
 
 pub mod locomo;
+pub mod scale;
 pub mod store;
 
 /// What can go wrong while benchmarking.

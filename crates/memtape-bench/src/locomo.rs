@@ -386,6 +386,7 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
                 filter: SearchFilter::within(&session),
                 limit: DEPTH,
                 mode: config.mode,
+                exact: false,
             };
             let started = Instant::now();
             let hits = engine.search(&request)?;

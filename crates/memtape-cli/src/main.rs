@@ -200,6 +200,17 @@ enum BenchCommand {
         #[command(flatten)]
         tuning: Tuning,
     },
+    /// Ingest rate, index size, memory and query latency on synthetic tapes.
+    Scale {
+        /// Tape sizes in entries.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000, 1_000_000])]
+        sizes: Vec<usize>,
+        /// Also write the JSON report here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
 }
 
 /// Retrieval settings (the defaults are the measured best; see docs/benchmarks.md).
@@ -226,6 +237,12 @@ struct Tuning {
     /// Share of a hit's score given to the messages around it.
     #[arg(long, default_value_t = 0.0)]
     neighbour_weight: f32,
+    /// Up to this many vectors, vector search is exact.
+    #[arg(long, default_value_t = 20_000)]
+    exact_limit: usize,
+    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring.
+    #[arg(long, default_value_t = 20)]
+    oversample: usize,
 }
 
 impl Tuning {
@@ -245,7 +262,8 @@ impl Tuning {
             context_weight: self.context_weight,
             embed_context: self.embed_context,
             neighbour_weight: self.neighbour_weight,
-            ..Default::default()
+            exact_limit: self.exact_limit,
+            oversample: self.oversample,
         }
     }
 }
@@ -530,6 +548,19 @@ fn run(cli: Cli) -> Result<()> {
             }
             writeln!(stdout, "{json}")?;
             eprintln!("{}", report.summary());
+        }
+        Command::Bench(BenchCommand::Scale { sizes, out, tuning }) => {
+            let config = memtape_bench::scale::Config {
+                sizes: sizes.clone(),
+                index: tuning.index_config(),
+            };
+            let report = memtape_bench::scale::run(&config, &mut |line| eprintln!("{line}"))?;
+            let json = serde_json::to_string_pretty(&report)?;
+            if let Some(out) = out {
+                std::fs::write(out, format!("{json}\n"))
+                    .with_context(|| format!("writing {}", out.display()))?;
+            }
+            writeln!(stdout, "{json}")?;
         }
     }
     stdout.flush()?;

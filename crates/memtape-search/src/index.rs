@@ -553,7 +553,11 @@ impl Index {
             Some(q) => docs.vectors.search(
                 q,
                 depth,
-                self.config.exact_limit,
+                if request.exact {
+                    usize::MAX
+                } else {
+                    self.config.exact_limit
+                },
                 self.config.oversample,
                 allowed,
             ),

@@ -145,6 +145,9 @@ pub struct SearchRequest {
     pub limit: usize,
     /// Which retrievers to use.
     pub mode: Mode,
+    /// Compare the query with every vector, however large the index (slower; for
+    /// measuring what the approximate scan misses).
+    pub exact: bool,
 }
 
 impl SearchRequest {
@@ -155,6 +158,7 @@ impl SearchRequest {
             filter,
             limit: 10,
             mode: Mode::Hybrid,
+            exact: false,
         }
     }
 

@@ -159,22 +159,42 @@ impl Vectors {
         }
         let mut code = Vec::with_capacity(self.words);
         encode(query, self.words, &mut code);
-        // Fewer differing bits is better: score by the negated Hamming distance.
-        let hamming = |r: usize| -> i32 {
-            let c = &self.codes[r * self.words..(r + 1) * self.words];
-            let d: u32 = c.iter().zip(&code).map(|(a, b)| (a ^ b).count_ones()).sum();
-            -(d as i32)
-        };
-        let candidates = top_k(
-            k.saturating_mul(oversample),
-            rows.filter(|r| allowed(*r)).map(|r| (r, hamming(r))),
-        );
-        top_k(
-            k,
-            candidates
-                .into_iter()
-                .map(|(r, _)| (r, dot(self.row(r), query))),
-        )
+        // Hamming distances of every admitted row (u16::MAX for the rest), then the
+        // smallest distance threshold that admits enough candidates: a counting select,
+        // linear in the rows, with no heap.
+        let distances: Vec<u16> = (0..self.len())
+            .map(|r| {
+                if !allowed(r) {
+                    return u16::MAX;
+                }
+                let c = &self.codes[r * self.words..(r + 1) * self.words];
+                c.iter()
+                    .zip(&code)
+                    .map(|(a, b)| (a ^ b).count_ones())
+                    .sum::<u32>() as u16
+            })
+            .collect();
+        let wanted = k.saturating_mul(oversample);
+        let mut histogram = vec![0usize; self.dim + 1];
+        distances
+            .iter()
+            .filter(|d| **d != u16::MAX)
+            .for_each(|d| histogram[usize::from(*d)] += 1);
+        let mut threshold = 0;
+        let mut admitted = 0;
+        for (d, count) in histogram.iter().enumerate() {
+            threshold = d;
+            admitted += count;
+            if admitted >= wanted {
+                break;
+            }
+        }
+        let candidates = distances
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| usize::from(**d) <= threshold)
+            .map(|(r, _)| (r, dot(self.row(r), query)));
+        top_k(k, candidates)
     }
 }
 

@@ -34,7 +34,10 @@ pub use memtape_core::{
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
 };
-pub use memtape_search::{Embedder, Fusion, Index, IndexConfig, Mode, SearchFilter, SearchRequest};
+pub use memtape_search::{
+    EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, Ranked, SearchFilter,
+    SearchRequest,
+};
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 
 /// The result type of this crate.

@@ -1,0 +1,292 @@
+//! The scale benchmark: synthetic tapes of 10k, 100k and 1M entries, indexed as the engine
+//! indexes every append, then BM25, vector and hybrid query latency at each size.
+//!
+//! Texts are sentences of 8–30 made-up words drawn from a Zipf distribution over a 20,000
+//! word vocabulary (like natural text: a few very common words, a long tail). Vectors are
+//! precomputed word vectors averaged per text (a static-embedding model in the manner of
+//! WordLlama, seeded random 384-d word vectors), so a million entries embed in seconds while
+//! the vector index does exactly the work it does for MiniLM vectors of the same dimension.
+//! Queries are 2–5 words of the vocabulary's middle ranks (100–10,000): content words, as
+//! a query is after stop words are dropped.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use memtape::{
+    Embedder, Engine, Index, IndexConfig, Message, Mode, NewEntry, Payload, Scope, SearchFilter,
+    SearchRequest,
+};
+use serde::Serialize;
+
+use crate::{Error, peak_rss_mb, quantile};
+
+const SYLLABLES: [&str; 16] = [
+    "ka", "lo", "mi", "nu", "ru", "sa", "ti", "vo", "zo", "pa", "do", "fi", "gu", "ha", "ji", "bo",
+];
+const VOCABULARY: usize = 20_000;
+const DIM: usize = 384;
+const QUERIES: usize = 200;
+const ENTRIES_PER_SESSION: usize = 100;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The tape sizes to measure, in entries.
+    pub sizes: Vec<usize>,
+    /// Index settings.
+    pub index: IndexConfig,
+}
+
+/// The numbers for one size.
+#[derive(Debug, Serialize)]
+pub struct SizeReport {
+    /// Entries on the tape.
+    pub entries: usize,
+    /// Entries per second appended and indexed (tape commit, FTS5, vectors).
+    pub ingest_entries_per_s: f64,
+    /// The index file on disk, MB.
+    pub index_mb: f64,
+    /// The tape on disk, MB.
+    pub tape_mb: f64,
+    /// Resident memory after building and querying this size, MB.
+    pub rss_mb: f64,
+    /// BM25 query latency, ms (p50, p95).
+    pub bm25_ms: [f64; 2],
+    /// Vector query latency, ms (p50, p95), query embedding included.
+    pub vector_ms: [f64; 2],
+    /// Hybrid query latency, ms (p50, p95).
+    pub hybrid_ms: [f64; 2],
+    /// How many of the exact top 10 the vector search returned (mean over queries); 1.0
+    /// when the search is exact.
+    pub vector_recall_10: f64,
+}
+
+/// The report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// One entry per size.
+    pub sizes: Vec<SizeReport>,
+    /// Peak resident memory of the whole run, MB.
+    pub peak_rss_mb: f64,
+    /// How texts and vectors were made.
+    pub vectors: &'static str,
+    /// Threads available.
+    pub threads: usize,
+}
+
+/// A static embedding model over the synthetic vocabulary: seeded random word vectors,
+/// averaged and normalised.
+struct WordVectors {
+    words: HashMap<String, usize>,
+    table: Vec<f32>,
+}
+
+impl WordVectors {
+    fn new(vocabulary: &[String]) -> Self {
+        let mut rng = fastrand::Rng::with_seed(42);
+        let table = (0..vocabulary.len() * DIM)
+            .map(|_| rng.f32() - 0.5)
+            .collect();
+        let words = vocabulary
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.clone(), i))
+            .collect();
+        WordVectors { words, table }
+    }
+}
+
+impl Embedder for WordVectors {
+    fn id(&self) -> &str {
+        "bench-word-vectors-384"
+    }
+    fn dim(&self) -> usize {
+        DIM
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memtape::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; DIM];
+                for w in t.split_whitespace().filter_map(|w| self.words.get(w)) {
+                    let row = &self.table[w * DIM..(w + 1) * DIM];
+                    v.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter_mut().for_each(|x| *x /= n);
+                v
+            })
+            .collect())
+    }
+}
+
+/// The made-up word of rank `i`: frequent words are short.
+fn word(i: usize) -> String {
+    let len = match i {
+        0..256 => 2,
+        256..4096 => 3,
+        _ => 4,
+    };
+    (0..len).map(|k| SYLLABLES[(i >> (4 * k)) & 15]).collect()
+}
+
+/// Samples ranks from a Zipf distribution (exponent 1).
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (1..=n)
+            .map(|r| {
+                acc += 1.0 / r as f64;
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        Zipf { cdf }
+    }
+    fn sample(&self, rng: &mut fastrand::Rng) -> usize {
+        let x = rng.f64();
+        self.cdf.partition_point(|c| *c < x).min(self.cdf.len() - 1)
+    }
+}
+
+fn dir_mb(path: &Path, prefix: &str) -> f64 {
+    std::fs::read_dir(path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len() as f64)
+                .sum::<f64>()
+        })
+        .unwrap_or(0.0)
+        / 1e6
+}
+
+fn current_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Runs the benchmark; `progress` hears what is happening.
+pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Error> {
+    let vocabulary: Vec<String> = (0..VOCABULARY).map(word).collect();
+    let model = Arc::new(WordVectors::new(&vocabulary));
+    let zipf = Zipf::new(VOCABULARY);
+    let mut sizes = Vec::new();
+    for &n in &config.sizes {
+        let scratch = tempfile::tempdir()?;
+        let embedder: Arc<dyn Embedder> = model.clone();
+        let index = Index::open(
+            &scratch.path().join("index.db"),
+            Some(embedder),
+            config.index,
+        )
+        .map_err(memtape::Error::from)?;
+        let engine = Engine::init(scratch.path())?.with_index(index)?;
+        let mut rng = fastrand::Rng::with_seed(n as u64);
+        let started = Instant::now();
+        let base = Scope::agent("bench", "agent").map_err(memtape::Error::from)?;
+        let now = chrono::Utc::now();
+        let mut done = 0;
+        while done < n {
+            let batch: Vec<NewEntry> = (done..(done + 1000).min(n))
+                .map(|i| {
+                    let len = rng.usize(8..=30);
+                    let text: Vec<&str> = (0..len)
+                        .map(|_| vocabulary[zipf.sample(&mut rng)].as_str())
+                        .collect();
+                    let session = base
+                        .clone()
+                        .with_user(format!("user{}", i % 10))
+                        .and_then(|s| s.with_session(format!("s{}", i / ENTRIES_PER_SESSION)));
+                    session.map(|s| {
+                        NewEntry::new(s, Payload::Message(Message::user(text.join(" "))), now)
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map_err(memtape::Error::from)?;
+            done += batch.len();
+            engine.append_entries(batch)?;
+            if done % 100_000 == 0 {
+                progress(&format!(
+                    "{n}: {done} entries ({:.0}/s)",
+                    done as f64 / started.elapsed().as_secs_f64()
+                ));
+            }
+        }
+        let ingest = n as f64 / started.elapsed().as_secs_f64();
+        let queries: Vec<String> = (0..QUERIES)
+            .map(|_| {
+                let len = rng.usize(2..=5);
+                (0..len)
+                    .map(|_| vocabulary[rng.usize(100..10_000)].as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let filter = SearchFilter::tenant("bench");
+        let time = |mode: Mode| -> Result<[f64; 2], Error> {
+            let mut ms = Vec::new();
+            for q in &queries {
+                let request = SearchRequest::new(q.clone(), filter.clone())
+                    .mode(mode)
+                    .limit(10);
+                let started = Instant::now();
+                std::hint::black_box(engine.search(&request)?);
+                ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok([quantile(&mut ms.clone(), 0.5), quantile(&mut ms, 0.95)])
+        };
+        let bm25_ms = time(Mode::Bm25)?;
+        let vector_ms = time(Mode::Vector)?;
+        let hybrid_ms = time(Mode::Hybrid)?;
+        // The quality price of the one-bit scan: overlap with an exact search's top 10.
+        let mut overlap = 0.0;
+        for q in queries.iter().take(50) {
+            let request = SearchRequest::new(q.clone(), filter.clone())
+                .mode(Mode::Vector)
+                .limit(10);
+            let exact = engine.search(&SearchRequest {
+                exact: true,
+                ..request.clone()
+            })?;
+            let got = engine.search(&request)?;
+            let hits = got
+                .iter()
+                .filter(|h| exact.iter().any(|w| w.entry.id == h.entry.id))
+                .count();
+            overlap += hits as f64 / exact.len().max(1) as f64;
+        }
+        let vector_recall_10 = overlap / 50.0;
+        let report = SizeReport {
+            entries: n,
+            ingest_entries_per_s: ingest,
+            index_mb: dir_mb(scratch.path(), "index.db"),
+            tape_mb: dir_mb(scratch.path(), "memtape.db"),
+            rss_mb: current_rss_mb(),
+            bm25_ms,
+            vector_ms,
+            hybrid_ms,
+            vector_recall_10,
+        };
+        progress(&format!("{report:?}"));
+        sizes.push(report);
+    }
+    Ok(Report {
+        sizes,
+        peak_rss_mb: peak_rss_mb(),
+        vectors: "precomputed: seeded random 384-d word vectors, averaged per text (no neural model)",
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+}
