@@ -181,7 +181,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ModelsCommand {
-    /// Download the model (--model) into <data dir>/models, verifying checksums.
+    /// Download the model (--model) into the model cache, verifying checksums.
     Fetch,
 }
 
@@ -476,7 +476,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Search(args) => retrieval::search(&cli, args, &mut stdout)?,
         Command::Reindex { tuning } => retrieval::reindex(&cli, tuning, &mut stdout)?,
         Command::Models(ModelsCommand::Fetch) => {
-            let path = cli.models.fetch(&data_dir(&cli)?)?;
+            let path = cli.models.fetch()?;
             writeln!(stdout, "{} ready: {}", cli.models.model, path.display())?;
         }
         Command::Bench(BenchCommand::Store {
@@ -506,7 +506,7 @@ fn run(cli: Cli) -> Result<()> {
             });
             let embedder = match mode {
                 memtape::Mode::Bm25 => None,
-                _ => cli.models.embedder(&data_dir(&cli)?)?,
+                _ => cli.models.embedder()?,
             };
             let config = memtape_bench::locomo::Config {
                 mode: *mode,

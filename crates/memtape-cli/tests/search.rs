@@ -178,6 +178,7 @@ fn a_missing_model_says_how_to_get_it() {
         .env("MEMTAPE_DATA_DIR", run.dir.path().join("data"))
         .env_remove("MEMTAPE_MODEL_DIR")
         .env_remove("MEMTAPE_MODEL")
+        .env("MEMTAPE_MODELS", run.dir.path().join("empty-cache"))
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -2,7 +2,7 @@
 //!
 //! The cache is `$MEMTAPE_MODELS` if set, else `<data dir>/memtape/models`. These tests never
 //! download: when the files are missing they fail and say how to fetch them
-//! (`cargo run -p memtape-embed --example fetch`, or `memtape models fetch`).
+//! (`memtape models fetch`, which .ci/run runs).
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ fn files(model: Model) -> ModelFiles {
     locate(model, &config()).unwrap_or_else(|e| {
         panic!(
             "{e}\nThese tests need the real model files. Fetch them with \
-             `cargo run -p memtape-embed --example fetch` (set MEMTAPE_MODELS to use another cache)."
+             `memtape models fetch` (set MEMTAPE_MODELS to use another cache)."
         )
     })
 }
