@@ -9,21 +9,21 @@ pub fn parse(text: &str) -> Result<Vec<Entry>> {
     for item in json_lines(text) {
         let (line, value) = item?;
         let entry: Entry = serde_json::from_value(value).map_err(|e| bad(line, e.to_string()))?;
-        if let Some(prev) = out.last() {
-            if entry.id <= prev.id {
-                return Err(bad(
-                    line,
-                    format!("id {} does not follow id {}", entry.id, prev.id),
-                ));
-            }
+        if let Some(prev) = out.last()
+            && entry.id <= prev.id
+        {
+            return Err(bad(
+                line,
+                format!("id {} does not follow id {}", entry.id, prev.id),
+            ));
         }
-        if let Some(p) = entry.parent {
-            if p >= entry.id {
-                return Err(bad(
-                    line,
-                    format!("parent {p} is not before entry {}", entry.id),
-                ));
-            }
+        if let Some(p) = entry.parent
+            && p >= entry.id
+        {
+            return Err(bad(
+                line,
+                format!("parent {p} is not before entry {}", entry.id),
+            ));
         }
         out.push(entry);
     }
