@@ -75,7 +75,10 @@ fn the_readme_tour_runs_as_written() {
         stdout.contains("[chat-1] #5 message assistant: A retry bug; refunded."),
         "{stdout}"
     );
-    assert!(stdout.contains("indexed 10 entries through #13"), "{stdout}");
+    assert!(
+        stdout.contains("indexed 10 entries through #13"),
+        "{stdout}"
+    );
     assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
     assert!(work.path().join("memtape-data/memtape.db").exists());
 }
