@@ -356,34 +356,32 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
         )
         .map_err(memtape::Error::from)?;
         let engine = Engine::init(scratch.path())?.with_index(index)?;
-        let session = Scope::agent("locomo", "bench")
-            .and_then(|s| s.with_session(conv.id.as_str()))
+        // The conversation is a user of the agent; each LoCoMo session is a session.
+        let user = Scope::agent("locomo", "bench")
+            .and_then(|s| s.with_user(conv.id.as_str()))
             .map_err(memtape::Error::from)?;
         let started = Instant::now();
         let mut dia_ids: HashMap<EntryId, String> = HashMap::new();
-        // One append per LoCoMo session: a day's conversation arrives together.
-        let mut by_session: BTreeMap<u32, Vec<&Turn>> = BTreeMap::new();
-        conv.turns
-            .iter()
-            .for_each(|t| by_session.entry(t.session).or_default().push(t));
-        for turns in by_session.values() {
-            let entries = turns
-                .iter()
-                .map(|t| {
-                    let mut m = Message::user(t.text.clone());
-                    m.name = Some(t.speaker.clone());
-                    NewEntry::new(session.clone(), Payload::Message(m), t.at)
-                })
-                .collect();
-            for (entry, turn) in engine.append_entries(entries)?.iter().zip(turns) {
-                dia_ids.insert(entry.id, turn.dia_id.clone());
-            }
+        // The conversation is imported in one append (one transaction), each LoCoMo
+        // session in its own session scope; the write hook then indexes it in batches.
+        let mut entries = Vec::with_capacity(conv.turns.len());
+        for t in &conv.turns {
+            let session = user
+                .clone()
+                .with_session(format!("session_{}", t.session))
+                .map_err(memtape::Error::from)?;
+            let mut m = Message::user(t.text.clone());
+            m.name = Some(t.speaker.clone());
+            entries.push(NewEntry::new(session, Payload::Message(m), t.at));
+        }
+        for (entry, turn) in engine.append_entries(entries)?.iter().zip(&conv.turns) {
+            dia_ids.insert(entry.id, turn.dia_id.clone());
         }
         ingest_s += started.elapsed().as_secs_f64();
         for q in &conv.queries {
             let request = SearchRequest {
                 text: q.question.clone(),
-                filter: SearchFilter::within(&session),
+                filter: SearchFilter::within(&user),
                 limit: DEPTH,
                 mode: config.mode,
                 exact: false,
@@ -436,7 +434,8 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
             "context_weight": config.index.context_weight,
             "embed_context": config.index.embed_context,
             "neighbour_weight": config.index.neighbour_weight,
-            "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date",
+            "scope_weight": config.index.scope_weight,
+            "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
             "conversations": conversations.len(),
         }),
     })

@@ -460,10 +460,10 @@ fn run(cli: Cli) -> Result<()> {
                 .as_deref()
                 .map(|s| session_scope(&cli, s))
                 .transpose()?;
-            if let Some(s) = &scope {
-                if engine.store().scope_info(s)?.is_none() {
-                    bail!("no session {s}");
-                }
+            if let Some(s) = &scope
+                && engine.store().scope_info(s)?.is_none()
+            {
+                bail!("no session {s}");
             }
             engine.export(*format, &cli.tenant, scope.as_ref(), &mut stdout)?;
         }

@@ -99,6 +99,9 @@ pub struct Tuning {
     /// Share of a hit's score given to the messages around it.
     #[arg(long)]
     neighbour_weight: Option<f32>,
+    /// How much a hit's whole session (its three best hits) adds to its score.
+    #[arg(long)]
+    scope_weight: Option<f32>,
     /// Up to this many vectors, vector search is exact.
     #[arg(long)]
     exact_limit: Option<usize>,
@@ -136,6 +139,7 @@ impl Tuning {
             context_weight: self.context_weight.unwrap_or(base.context_weight),
             embed_context: self.embed_context.unwrap_or(base.embed_context),
             neighbour_weight: self.neighbour_weight.unwrap_or(base.neighbour_weight),
+            scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

@@ -64,11 +64,11 @@ fn the_readme_tour_runs_as_written() {
         stdout.contains("7\n#4 message user: Why was I charged twice?\n#6 message assistant: Checking the ledger...\nchat-1 "),
         "{stdout}"
     );
-    // The semantic search puts Ada's stated preference first; BM25 with filters finds the
+    // The semantic search puts Ada's stated preference (or its imported copy) first; BM25 with filters finds the
     // assistant's refund message; reindex rebuilds from every entry with text (the anchor and the pointer have none).
     let search = stdout.lines().find(|l| l.contains("] #")).unwrap();
     assert!(
-        search.ends_with("[chat-1] #1 message user: Hi, I'm Ada. I prefer dark mode."),
+        search.ends_with("message user: Hi, I'm Ada. I prefer dark mode."),
         "{stdout}"
     );
     assert!(

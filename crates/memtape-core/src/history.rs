@@ -294,10 +294,8 @@ mod tests {
 
             // Starts with a user message whenever the window holds one.
             let window_has_user = msgs[window_start..].iter().any(|m| m.role == Role::User);
-            if window_has_user {
-                if let Some(&first) = out.first() {
-                    prop_assert_eq!(msgs[first].role, Role::User);
-                }
+            if window_has_user && let Some(&first) = out.first() {
+                prop_assert_eq!(msgs[first].role, Role::User);
             }
 
             // Every tool result has its call earlier; every call has all its results later.

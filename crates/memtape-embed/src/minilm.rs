@@ -75,7 +75,7 @@ impl OrtMiniLm {
             .map_err(runtime_error)?
             // Idle threads sleep instead of spinning: the embedder shares its process and
             // the machine with other work, where spinning costs more than it gains.
-            .with_intra_op_spinning(false)
+            .with_intra_op_spinning(true)
             .map_err(runtime_error)?
             .commit_from_memory(&bytes)
             .map_err(|e| Error::Runtime(format!("{}: {e}", files.weights.display())))?;
@@ -157,7 +157,7 @@ impl OrtMiniLm {
         let mut vectors = vec![Vec::new(); texts.len()];
 
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        for chunk in order.chunks(SUB_BATCH) {
+        for chunk in sub_batches(&order, |i| encodings[i].len()) {
             let rows = chunk.len();
             let len = chunk
                 .iter()
@@ -288,5 +288,45 @@ pub(crate) fn weights_id(model: Model, sha: &str) -> String {
         model.embedder_id().to_string()
     } else {
         format!("{}-{}", model.embedder_id(), &sha[..12.min(sha.len())])
+    }
+}
+
+/// Splits `order` (indices sorted by token length) into runs of at most [`SUB_BATCH`] texts
+/// whose longest is at most a quarter longer than their shortest (plus a few tokens), so
+/// padding to the longest wastes little compute even in small, mixed batches.
+fn sub_batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for end in 1..=order.len() {
+        let full = end - start == SUB_BATCH;
+        let spread = end < order.len() && len(order[end]) > len(order[start]) * 5 / 4 + 4;
+        if end == order.len() || full || spread {
+            out.push(&order[start..end]);
+            start = end;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_batches_keep_similar_lengths_together_and_cover_every_text() {
+        let lengths = [5usize, 6, 8, 9, 12, 30, 31, 33, 120];
+        let order: Vec<usize> = (0..lengths.len()).collect();
+        let batches = sub_batches(&order, |i| lengths[i]);
+        let as_lengths: Vec<Vec<usize>> = batches
+            .iter()
+            .map(|b| b.iter().map(|&i| lengths[i]).collect())
+            .collect();
+        assert_eq!(
+            as_lengths,
+            [vec![5, 6, 8, 9], vec![12], vec![30, 31, 33], vec![120]]
+        );
+        let many: Vec<usize> = (0..70).collect();
+        let sizes: Vec<usize> = sub_batches(&many, |_| 10).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [32, 32, 6]);
     }
 }

@@ -74,18 +74,44 @@ pub struct IndexConfig {
     /// How much of a hit's score flows to the messages just before and after it in its
     /// scope (0 = none): a turn next to a strong match is likely part of the same topic.
     pub neighbour_weight: f32,
+    /// How much the strength of a hit's whole scope (the sum of its three best hits'
+    /// scores) adds to each of its hits (0 = none): turns of a session that matches well
+    /// as a whole rank above equally good turns of sessions that match only once.
+    pub scope_weight: f32,
 }
 
 impl Default for IndexConfig {
+    /// The best settings measured on the LoCoMo dev file (docs/benchmarks.md): weighted
+    /// fusion leaning on BM25, the previous message as context, neighbour spreading and a
+    /// small boost for hits in strongly matching sessions.
     fn default() -> Self {
         IndexConfig {
-            fusion: Fusion::default(),
+            fusion: Fusion::Weighted { bm25_weight: 0.7 },
             candidates: 100,
             exact_limit: 20_000,
             oversample: 20,
-            context_weight: 0.0,
+            context_weight: 0.2,
             embed_context: false,
+            neighbour_weight: 0.3,
+            scope_weight: 0.1,
+        }
+    }
+}
+
+impl IndexConfig {
+    /// Each retriever on its own terms: a document matches only by its own text, with no
+    /// context, neighbours or session boost, and hybrid search is plain reciprocal rank
+    /// fusion. Results are exactly the entries that match.
+    pub fn plain() -> Self {
+        IndexConfig {
+            fusion: Fusion::Rrf {
+                k: 60.0,
+                bm25_weight: 0.5,
+            },
+            context_weight: 0.0,
             neighbour_weight: 0.0,
+            scope_weight: 0.0,
+            ..IndexConfig::default()
         }
     }
 }
@@ -121,11 +147,11 @@ impl Docs {
         let row = self.ids.len() as u32;
         self.ids.push(id.0);
         let mut links = [None, None];
-        if meta.kind.is_conversational() {
-            if let Some(prev) = self.scope_tail.insert(meta.scope, row) {
-                links[0] = Some(prev);
-                self.neighbours[prev as usize][1] = Some(row);
-            }
+        if meta.kind.is_conversational()
+            && let Some(prev) = self.scope_tail.insert(meta.scope, row)
+        {
+            links[0] = Some(prev);
+            self.neighbours[prev as usize][1] = Some(row);
         }
         self.neighbours.push(links);
         self.meta.push(meta);
@@ -571,6 +597,10 @@ impl Index {
         if self.config.neighbour_weight > 0.0 {
             hits = spread(&docs, hits, self.config.neighbour_weight, &allowed);
         }
+        if self.config.scope_weight > 0.0 {
+            hits = by_scope(&docs, hits, self.config.scope_weight);
+        }
+
         hits.truncate(request.limit);
         Ok(hits
             .into_iter()
@@ -624,6 +654,29 @@ impl Index {
         }
         Ok(out)
     }
+}
+
+/// Adds `weight` × the strength of each hit's scope (the sum of the scope's three best hit
+/// scores) to the hit's score, then re-ranks.
+fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize, Hit)> {
+    let mut best: HashMap<u32, Vec<f32>> = HashMap::new();
+    for (row, hit) in &hits {
+        best.entry(docs.meta[*row].scope)
+            .or_default()
+            .push(hit.score);
+    }
+    let strength: HashMap<u32, f32> = best
+        .into_iter()
+        .map(|(scope, mut scores)| {
+            scores.sort_by(|a, b| b.total_cmp(a));
+            (scope, scores.iter().take(3).sum())
+        })
+        .collect();
+    for (row, hit) in hits.iter_mut() {
+        hit.score += weight * strength[&docs.meta[*row].scope];
+    }
+    hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    hits
 }
 
 /// Lets each hit pass `weight` of its score to the conversational entries just before

@@ -1,21 +1,61 @@
 //! Nearest-neighbour search over unit vectors held in memory.
 //!
-//! Small collections are searched exactly. Large ones are first scanned with one-bit
-//! codes (the sign of each dimension, compared by Hamming distance: 48 bytes per MiniLM
-//! vector, so a million fit in 48 MB and scan in milliseconds), and the best candidates
-//! are then rescored exactly. The scan needs no training or graph, takes filters for free
-//! and never goes stale, which suits an index that grows by appends.
+//! Vectors are kept as 8 bits per dimension with one scale per vector (384 bytes for a
+//! MiniLM vector instead of 1536; cosines change by about 0.001), plus a one-bit code per
+//! dimension. Collections up to a limit are scanned in full. Larger ones are first scanned
+//! with the one-bit codes (compared by Hamming distance: 48 bytes per MiniLM vector, so a
+//! million scan in milliseconds), and the best candidates are rescored with the 8-bit
+//! vectors. Neither scan needs training or a graph; both take filters for free and never go
+//! stale, which suits an index that grows by appends.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// Vectors stored row by row, with their one-bit codes.
+/// Vectors stored row by row, 8-bit quantized, with their one-bit codes.
 #[derive(Debug, Default)]
 pub struct Vectors {
     dim: usize,
     words: usize,
-    values: Vec<f32>,
+    values: Vec<i8>,
+    scales: Vec<f32>,
     codes: Vec<u64>,
+}
+
+/// A vector quantized to 8 bits: `v[i] ≈ values[i] × scale`.
+struct Quantized {
+    values: Vec<i8>,
+    scale: f32,
+}
+
+fn quantize(v: &[f32]) -> Quantized {
+    let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    let values = v
+        .iter()
+        .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+        .collect();
+    Quantized { values, scale }
+}
+
+/// The integer dot product of two equal-length 8-bit vectors. Pairs of products are summed
+/// before widening (the shape of SIMD multiply-add instructions), in 16 lanes.
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut lanes = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(32), b.chunks_exact(32));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            let p0 = i32::from(i16::from(x[2 * i]) * i16::from(y[2 * i]));
+            let p1 = i32::from(i16::from(x[2 * i + 1]) * i16::from(y[2 * i + 1]));
+            lanes[i] += p0 + p1;
+        }
+    }
+    lanes.iter().sum::<i32>() + tail
 }
 
 /// A scored row, ordered so that a `BinaryHeap` of them keeps the worst on top.
@@ -109,13 +149,14 @@ impl Vectors {
             dim,
             words: dim.div_ceil(64),
             values: Vec::new(),
+            scales: Vec::new(),
             codes: Vec::new(),
         }
     }
 
     /// How many vectors are held.
     pub fn len(&self) -> usize {
-        self.values.len() / self.dim.max(1)
+        self.scales.len()
     }
 
     /// Whether no vector is held.
@@ -126,13 +167,16 @@ impl Vectors {
     /// Adds a vector as the next row. The caller guarantees its length is `dim`.
     pub fn push(&mut self, v: &[f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        self.values.extend_from_slice(v);
+        let q = quantize(v);
+        self.values.extend_from_slice(&q.values);
+        self.scales.push(q.scale);
         encode(v, self.words, &mut self.codes);
     }
 
-    /// Row `row`'s vector.
-    pub fn row(&self, row: usize) -> &[f32] {
-        &self.values[row * self.dim..(row + 1) * self.dim]
+    /// The cosine of row `row` with the quantized query `q`.
+    fn score(&self, row: usize, q: &Quantized) -> f32 {
+        let values = &self.values[row * self.dim..(row + 1) * self.dim];
+        dot_i8(values, &q.values) as f32 * self.scales[row] * q.scale
     }
 
     /// The `k` rows most similar to `query` (by cosine; vectors are unit length) among
@@ -149,12 +193,12 @@ impl Vectors {
         if k == 0 || self.is_empty() {
             return Vec::new();
         }
+        let q = quantize(query);
         let rows = 0..self.len();
         if self.len() <= exact_limit {
             return top_k(
                 k,
-                rows.filter(|r| allowed(*r))
-                    .map(|r| (r, dot(self.row(r), query))),
+                rows.filter(|r| allowed(*r)).map(|r| (r, self.score(r, &q))),
             );
         }
         let mut code = Vec::with_capacity(self.words);
@@ -193,7 +237,7 @@ impl Vectors {
             .iter()
             .enumerate()
             .filter(|(_, d)| usize::from(**d) <= threshold)
-            .map(|(r, _)| (r, dot(self.row(r), query)));
+            .map(|(r, _)| (r, self.score(r, &q)));
         top_k(k, candidates)
     }
 }
@@ -245,6 +289,21 @@ mod tests {
         let filtered = vectors.search(&query, 5, 0, 10, |r| r != 42);
         assert!(filtered.iter().all(|(r, _)| *r != 42));
         assert_eq!(filtered.len(), 5);
+    }
+
+    #[test]
+    fn eight_bit_cosines_stay_within_a_hundredth_of_f32() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut vectors = Vectors::new(384);
+        let rows: Vec<Vec<f32>> = (0..50)
+            .map(|_| unit(&(0..384).map(|_| rng.f32() - 0.5).collect::<Vec<_>>()))
+            .collect();
+        rows.iter().for_each(|v| vectors.push(v));
+        let query = quantize(&rows[0]);
+        for (r, v) in rows.iter().enumerate() {
+            let exact = dot(v, &rows[0]);
+            assert!((vectors.score(r, &query) - exact).abs() < 0.01, "row {r}");
+        }
     }
 
     #[test]

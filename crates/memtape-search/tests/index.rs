@@ -66,7 +66,7 @@ fn say(store: &SqliteStore, scope: &Scope, m: Message, day: i64) -> EntryId {
 }
 
 fn open(path: &Path) -> Index {
-    Index::open(path, Some(Arc::new(Buckets)), IndexConfig::default()).unwrap()
+    Index::open(path, Some(Arc::new(Buckets)), IndexConfig::plain()).unwrap()
 }
 
 fn ids(index: &Index, request: &SearchRequest) -> Vec<u64> {
@@ -325,10 +325,10 @@ fn a_long_tape_is_indexed_in_batches_with_the_same_result() {
 fn an_index_of_another_model_is_refused_until_rebuilt() {
     let f = fixture();
     open(&f.index_path).catch_up(&f.store).unwrap();
-    let err = Index::open(&f.index_path, None, IndexConfig::default()).unwrap_err();
+    let err = Index::open(&f.index_path, None, IndexConfig::plain()).unwrap_err();
     assert!(matches!(err, Error::EmbedderChanged { .. }), "{err}");
     assert!(err.to_string().contains("memtape reindex"));
-    let rebuilt = Index::rebuild(&f.index_path, None, IndexConfig::default()).unwrap();
+    let rebuilt = Index::rebuild(&f.index_path, None, IndexConfig::plain()).unwrap();
     assert_eq!(rebuilt.covered(), EntryId(0));
     assert_eq!(rebuilt.catch_up(&f.store).unwrap(), 5);
     let err = rebuilt
@@ -352,7 +352,7 @@ fn a_file_that_is_not_an_index_is_refused_untouched() {
     conn.execute_batch("CREATE TABLE precious (x); INSERT INTO precious VALUES (1);")
         .unwrap();
     drop(conn);
-    let err = Index::open(&path, None, IndexConfig::default()).unwrap_err();
+    let err = Index::open(&path, None, IndexConfig::plain()).unwrap_err();
     assert!(matches!(err, Error::Unreadable { .. }), "{err}");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let n: i64 = conn
@@ -384,7 +384,7 @@ fn an_answer_is_found_through_the_question_before_it() {
         0,
     );
     let request = SearchRequest::new("dog breed", SearchFilter::within(&s)).mode(Mode::Bm25);
-    let plain = with(IndexConfig::default(), &dir.path().join("plain.db"));
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
     plain.catch_up(&store).unwrap();
     assert!(
         !ids(&plain, &request).contains(&answer.0),
@@ -392,7 +392,7 @@ fn an_answer_is_found_through_the_question_before_it() {
     );
     let config = IndexConfig {
         context_weight: 0.3,
-        ..IndexConfig::default()
+        ..IndexConfig::plain()
     };
     let contextual = with(config, &dir.path().join("context.db"));
     contextual.catch_up(&store).unwrap();
@@ -410,7 +410,7 @@ fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
     let config = IndexConfig {
         context_weight: 0.3,
         neighbour_weight: 0.2,
-        ..IndexConfig::default()
+        ..IndexConfig::plain()
     };
     let pieces = with(config, &dir.path().join("pieces.db"));
     let a = session("ann", "a");
@@ -473,12 +473,12 @@ fn neighbours_of_a_strong_match_join_the_results() {
         0,
     );
     let request = SearchRequest::new("Iceland", SearchFilter::within(&s)).mode(Mode::Bm25);
-    let plain = with(IndexConfig::default(), &dir.path().join("plain.db"));
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
     plain.catch_up(&store).unwrap();
     assert_eq!(ids(&plain, &request), [1]);
     let config = IndexConfig {
         neighbour_weight: 0.3,
-        ..IndexConfig::default()
+        ..IndexConfig::plain()
     };
     let spread = with(config, &dir.path().join("spread.db"));
     spread.catch_up(&store).unwrap();
@@ -489,4 +489,32 @@ fn neighbours_of_a_strong_match_join_the_results() {
         hits[1].bm25.is_none(),
         "found through its neighbour, not by BM25"
     );
+}
+
+#[test]
+fn hits_in_a_session_that_matches_as_a_whole_rank_higher() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let once = session("ann", "once");
+    let often = session("ann", "often");
+    say(&store, &once, Message::user("the marathon is in May"), 0); // 1
+    say(&store, &often, Message::user("the marathon is in May"), 0); // 2
+    say(
+        &store,
+        &often,
+        Message::user("marathon training goes well"),
+        0,
+    ); // 3
+    let request = SearchRequest::new("marathon May", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    let got = ids(&plain, &request);
+    assert_eq!(&got[..2], [1, 2], "equal texts tie; the older comes first");
+    let config = IndexConfig {
+        scope_weight: 0.1,
+        ..IndexConfig::plain()
+    };
+    let boosted = with(config, &dir.path().join("boosted.db"));
+    boosted.catch_up(&store).unwrap();
+    assert_eq!(ids(&boosted, &request), [2, 1, 3]);
 }

@@ -169,18 +169,16 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
         if let Some(p) = e.parent {
             e.parent = Some(remap(p, "parent", old_id)?);
         }
-        if let Payload::Event(ev) = &mut e.payload {
-            if ev.name == events::SESSION_CONSOLIDATED {
-                if let Some(t) = ev
-                    .data
-                    .get("through")
-                    .and_then(|v| v.as_u64())
-                    .filter(|t| *t > 0)
-                {
-                    let new = remap(EntryId(t), "pointer target", old_id)?;
-                    ev.data["through"] = serde_json::Value::from(new.0);
-                }
-            }
+        if let Payload::Event(ev) = &mut e.payload
+            && ev.name == events::SESSION_CONSOLIDATED
+            && let Some(t) = ev
+                .data
+                .get("through")
+                .and_then(|v| v.as_u64())
+                .filter(|t| *t > 0)
+        {
+            let new = remap(EntryId(t), "pointer target", old_id)?;
+            ev.data["through"] = serde_json::Value::from(new.0);
         }
     }
     Ok((entries, Placement::Renumbered))

@@ -10,7 +10,7 @@ use memtape::{
 };
 
 fn engine(dir: &Path) -> Engine {
-    let index = Index::open(&dir.join("index.db"), None, IndexConfig::default()).unwrap();
+    let index = Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap();
     Engine::init(dir).unwrap().with_index(index).unwrap()
 }
 
@@ -87,8 +87,7 @@ fn an_index_left_behind_by_a_crash_catches_up_when_attached() {
             memtape::NewEntry::new(chat(), memtape::Payload::Message(Message::user(t)), now)
         });
         store.append(entries.into()).unwrap();
-        let index =
-            Index::open(&dir.path().join("index.db"), None, IndexConfig::default()).unwrap();
+        let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
         assert_eq!(index.covered(), EntryId(1), "the index lags the tape");
     }
     let engine = engine(dir.path());
