@@ -2,12 +2,11 @@
 //! indexes every append, then BM25, vector and hybrid query latency at each size.
 //!
 //! Texts are sentences of 8–30 made-up words drawn from a Zipf distribution over a 20,000
-//! word vocabulary (like natural text: a few very common words, a long tail). Vectors are
-//! precomputed word vectors averaged per text (a static-embedding model in the manner of
-//! WordLlama, seeded random 384-d word vectors), so a million entries embed in seconds while
-//! the vector index does exactly the work it does for MiniLM vectors of the same dimension.
-//! Queries are 2–5 words of the vocabulary's middle ranks (100–10,000): content words, as
-//! a query is after stop words are dropped.
+//! word vocabulary (like natural text: a few very common words, a long tail). Queries are
+//! 2–5 words of the vocabulary's middle ranks (100–10,000): content words, as a query is
+//! after stop words are dropped. Vectors come from the embedder given (WordLlama from the
+//! CLI: a real model, tens of thousands of texts per second, so a million entries fit in
+//! the run), or, without one, from seeded random 384-d word vectors averaged per text.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,12 +30,14 @@ const QUERIES: usize = 200;
 const ENTRIES_PER_SESSION: usize = 100;
 
 /// What to run.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// The tape sizes to measure, in entries.
     pub sizes: Vec<usize>,
     /// Index settings.
     pub index: IndexConfig,
+    /// The embedding model; `None` for seeded random word vectors.
+    pub embedder: Option<Arc<dyn Embedder>>,
 }
 
 /// The numbers for one size.
@@ -70,8 +71,8 @@ pub struct Report {
     pub sizes: Vec<SizeReport>,
     /// Peak resident memory of the whole run, MB.
     pub peak_rss_mb: f64,
-    /// How texts and vectors were made.
-    pub vectors: &'static str,
+    /// How vectors were made.
+    pub vectors: String,
     /// Threads available.
     pub threads: usize,
 }
@@ -181,7 +182,10 @@ fn current_rss_mb() -> f64 {
 /// Runs the benchmark; `progress` hears what is happening.
 pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Error> {
     let vocabulary: Vec<String> = (0..VOCABULARY).map(word).collect();
-    let model = Arc::new(WordVectors::new(&vocabulary));
+    let model: Arc<dyn Embedder> = match &config.embedder {
+        Some(e) => e.clone(),
+        None => Arc::new(WordVectors::new(&vocabulary)),
+    };
     let zipf = Zipf::new(VOCABULARY);
     let mut sizes = Vec::new();
     for &n in &config.sizes {
@@ -286,7 +290,10 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
     Ok(Report {
         sizes,
         peak_rss_mb: peak_rss_mb(),
-        vectors: "precomputed: seeded random 384-d word vectors, averaged per text (no neural model)",
+        vectors: match &config.embedder {
+            Some(e) => format!("embedder {}", e.id()),
+            None => "precomputed: seeded random 384-d word vectors, averaged per text".into(),
+        },
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
 }

@@ -227,6 +227,9 @@ enum BenchCommand {
         /// Also write the JSON report here.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Where vectors come from: the WordLlama model, or seeded random word vectors.
+        #[arg(long, default_value = "wordllama", value_parser = ["wordllama", "synthetic"])]
+        vectors: String,
         #[command(flatten)]
         tuning: retrieval::Tuning,
     },
@@ -523,10 +526,24 @@ fn run(cli: Cli) -> Result<()> {
             writeln!(stdout, "{json}")?;
             eprintln!("{}", report.summary());
         }
-        Command::Bench(BenchCommand::Scale { sizes, out, tuning }) => {
+        Command::Bench(BenchCommand::Scale {
+            sizes,
+            out,
+            vectors,
+            tuning,
+        }) => {
+            let embedder = match vectors.as_str() {
+                "synthetic" => None,
+                _ => retrieval::ModelArgs {
+                    model: "wordllama".into(),
+                    ..cli.models.clone()
+                }
+                .embedder()?,
+            };
             let config = memtape_bench::scale::Config {
                 sizes: sizes.clone(),
                 index: tuning.index_config(),
+                embedder,
             };
             let report = memtape_bench::scale::run(&config, &mut |line| eprintln!("{line}"))?;
             let json = serde_json::to_string_pretty(&report)?;

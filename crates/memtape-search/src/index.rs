@@ -19,7 +19,7 @@ use rusqlite::{Connection, OpenFlags, params};
 
 use crate::fusion::{self, List};
 use crate::text::fts_query;
-use crate::vectors::Vectors;
+use crate::vectors::{Quantized, Vectors, quantize};
 use crate::{Embedder, Error, Fusion, Hit, Mode, SearchFilter, SearchRequest};
 
 /// The result type of this crate.
@@ -28,7 +28,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// "mtai": marks a SQLite file as a memtape search index.
 const APPLICATION_ID: i64 = 0x6d74_6169;
 /// The index file format; a file of another version is rebuilt, never guessed at.
-const FORMAT_VERSION: i64 = 1;
+const FORMAT_VERSION: i64 = 2;
 /// How many tape entries one catch-up batch reads, embeds and commits.
 const BATCH: usize = 256;
 /// The name recorded for an index without vectors.
@@ -64,7 +64,9 @@ pub struct IndexConfig {
     /// Up to this many vectors, vector search is exact; above it, one-bit codes pick
     /// candidates that are rescored exactly.
     pub exact_limit: usize,
-    /// How many candidates per wanted hit the one-bit scan keeps for rescoring.
+    /// How many candidates per requested hit (counting at most 20 hits) the one-bit scan
+    /// keeps for rescoring. A hybrid search's longer candidate list reuses the same pool:
+    /// its tail matters little to the fused ranking.
     pub oversample: usize,
     /// The BM25 weight of a message's context (the message before it in its scope)
     /// relative to its own text; 0 searches the message's own text only.
@@ -89,7 +91,7 @@ impl Default for IndexConfig {
             fusion: Fusion::Weighted { bm25_weight: 0.7 },
             candidates: 100,
             exact_limit: 20_000,
-            oversample: 20,
+            oversample: 100,
             context_weight: 0.2,
             embed_context: false,
             neighbour_weight: 0.3,
@@ -143,7 +145,7 @@ struct Docs {
 
 impl Docs {
     /// Mirrors one committed document.
-    fn push(&mut self, id: EntryId, meta: DocMeta, vector: Option<&[f32]>) {
+    fn push(&mut self, id: EntryId, meta: DocMeta, vector: Option<&Quantized>) {
         let row = self.ids.len() as u32;
         self.ids.push(id.0);
         let mut links = [None, None];
@@ -220,16 +222,6 @@ impl std::fmt::Debug for Index {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn vec_to_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn blob_to_vec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn millis(at: DateTime<Utc>) -> i64 {
@@ -452,7 +444,9 @@ impl Index {
                 },
             )
             .collect();
-        let vectors = self.embed(&inputs.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let vectors = self
+            .embed(&inputs.iter().map(String::as_str).collect::<Vec<_>>())?
+            .map(|vs| vs.iter().map(|v| quantize(v)).collect::<Vec<_>>());
         let mut state = self
             .docs
             .write()
@@ -485,7 +479,7 @@ impl Index {
                         row
                     }
                 };
-                let blob = vectors.as_ref().map(|v| vec_to_blob(&v[i]));
+                let blob = vectors.as_ref().map(|v| v[i].to_bytes());
                 let id = doc.id.0 as i64;
                 doc_stmt.execute(params![
                     id,
@@ -517,7 +511,7 @@ impl Index {
                 role: doc.role,
                 at: doc.at,
             };
-            state.push(doc.id, meta, vectors.as_ref().map(|v| v[i].as_slice()));
+            state.push(doc.id, meta, vectors.as_ref().map(|v| &v[i]));
         }
         state.covered = last;
         Ok(docs.len())
@@ -584,7 +578,7 @@ impl Index {
                 } else {
                     self.config.exact_limit
                 },
-                self.config.oversample,
+                self.config.oversample * request.limit.min(20),
                 allowed,
             ),
             None => List::new(),
@@ -768,10 +762,13 @@ fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
         };
         let vector = match (dim, r.get::<_, Option<Vec<u8>>>(5)?) {
             (0, _) => None,
-            (_, Some(b)) if b.len() == dim * 4 => Some(blob_to_vec(&b)),
+            (_, Some(b)) => match Quantized::from_bytes(&b, dim) {
+                Some(q) => Some(q),
+                None => return Err(bad(format!("document {id} has no vector of length {dim}"))),
+            },
             _ => return Err(bad(format!("document {id} has no vector of length {dim}"))),
         };
-        docs.push(EntryId(id as u64), meta, vector.as_deref());
+        docs.push(EntryId(id as u64), meta, vector.as_ref());
     }
     Ok(docs)
 }

@@ -22,12 +22,33 @@ pub struct Vectors {
 }
 
 /// A vector quantized to 8 bits: `v[i] ≈ values[i] × scale`.
-struct Quantized {
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quantized {
     values: Vec<i8>,
     scale: f32,
 }
 
-fn quantize(v: &[f32]) -> Quantized {
+impl Quantized {
+    /// The stored form: the scale (f32, little-endian), then one byte per dimension.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.scale.to_le_bytes().to_vec();
+        out.extend(self.values.iter().map(|v| v.to_le_bytes()[0]));
+        out
+    }
+
+    /// Reads [`Quantized::to_bytes`]'s form of a `dim`-long vector.
+    pub fn from_bytes(bytes: &[u8], dim: usize) -> Option<Quantized> {
+        if bytes.len() != 4 + dim {
+            return None;
+        }
+        let scale = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let values = bytes[4..].iter().map(|b| i8::from_le_bytes([*b])).collect();
+        Some(Quantized { values, scale })
+    }
+}
+
+/// Quantizes `v` symmetrically: the largest magnitude maps to 127.
+pub fn quantize(v: &[f32]) -> Quantized {
     let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
     let values = v
@@ -132,11 +153,11 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The one-bit code of `v`: bit i is set when `v[i] > 0`.
-fn encode(v: &[f32], words: usize, out: &mut Vec<u64>) {
+fn encode(v: &[i8], words: usize, out: &mut Vec<u64>) {
     let start = out.len();
     out.resize(start + words, 0);
     for (i, x) in v.iter().enumerate() {
-        if *x > 0.0 {
+        if *x > 0 {
             out[start + i / 64] |= 1 << (i % 64);
         }
     }
@@ -164,13 +185,12 @@ impl Vectors {
         self.values.is_empty()
     }
 
-    /// Adds a vector as the next row. The caller guarantees its length is `dim`.
-    pub fn push(&mut self, v: &[f32]) {
-        debug_assert_eq!(v.len(), self.dim);
-        let q = quantize(v);
+    /// Adds a quantized vector as the next row. The caller guarantees its length is `dim`.
+    pub fn push(&mut self, q: &Quantized) {
+        debug_assert_eq!(q.values.len(), self.dim);
         self.values.extend_from_slice(&q.values);
         self.scales.push(q.scale);
-        encode(v, self.words, &mut self.codes);
+        encode(&q.values, self.words, &mut self.codes);
     }
 
     /// The cosine of row `row` with the quantized query `q`.
@@ -181,13 +201,14 @@ impl Vectors {
 
     /// The `k` rows most similar to `query` (by cosine; vectors are unit length) among
     /// those `allowed` accepts, best first. Exact when at most `exact_limit` rows are held;
-    /// otherwise one-bit codes pick `oversample × k` candidates that are rescored exactly.
+    /// otherwise one-bit codes pick at least `candidates` (and at least `k`) rows that are
+    /// rescored with the 8-bit vectors.
     pub fn search(
         &self,
         query: &[f32],
         k: usize,
         exact_limit: usize,
-        oversample: usize,
+        candidates: usize,
         allowed: impl Fn(usize) -> bool,
     ) -> Vec<(usize, f32)> {
         if k == 0 || self.is_empty() {
@@ -202,7 +223,7 @@ impl Vectors {
             );
         }
         let mut code = Vec::with_capacity(self.words);
-        encode(query, self.words, &mut code);
+        encode(&q.values, self.words, &mut code);
         // Hamming distances of every admitted row (u16::MAX for the rest), then the
         // smallest distance threshold that admits enough candidates: a counting select,
         // linear in the rows, with no heap.
@@ -218,7 +239,7 @@ impl Vectors {
                     .sum::<u32>() as u16
             })
             .collect();
-        let wanted = k.saturating_mul(oversample);
+        let wanted = candidates.max(k);
         let mut histogram = vec![0usize; self.dim + 1];
         distances
             .iter()
@@ -269,7 +290,7 @@ mod tests {
         let base: Vec<Vec<f32>> = (0..500)
             .map(|_| unit(&(0..dim).map(|_| rng.f32() - 0.5).collect::<Vec<_>>()))
             .collect();
-        base.iter().for_each(|v| vectors.push(v));
+        base.iter().for_each(|v| vectors.push(&quantize(v)));
         // A query close to row 42: both paths must rank it first.
         let query = unit(
             &base[42]
@@ -278,7 +299,7 @@ mod tests {
                 .collect::<Vec<_>>(),
         );
         let exact = vectors.search(&query, 5, usize::MAX, 1, |_| true);
-        let quantized = vectors.search(&query, 5, 0, 10, |_| true);
+        let quantized = vectors.search(&query, 5, 0, 50, |_| true);
         assert_eq!(exact[0].0, 42);
         assert_eq!(quantized[0].0, 42);
         assert!(
@@ -286,7 +307,7 @@ mod tests {
             "rescoring is exact"
         );
         // Filters apply on both paths.
-        let filtered = vectors.search(&query, 5, 0, 10, |r| r != 42);
+        let filtered = vectors.search(&query, 5, 0, 50, |r| r != 42);
         assert!(filtered.iter().all(|(r, _)| *r != 42));
         assert_eq!(filtered.len(), 5);
     }
@@ -298,12 +319,19 @@ mod tests {
         let rows: Vec<Vec<f32>> = (0..50)
             .map(|_| unit(&(0..384).map(|_| rng.f32() - 0.5).collect::<Vec<_>>()))
             .collect();
-        rows.iter().for_each(|v| vectors.push(v));
+        rows.iter().for_each(|v| vectors.push(&quantize(v)));
         let query = quantize(&rows[0]);
         for (r, v) in rows.iter().enumerate() {
             let exact = dot(v, &rows[0]);
             assert!((vectors.score(r, &query) - exact).abs() < 0.01, "row {r}");
         }
+    }
+
+    #[test]
+    fn the_stored_form_round_trips() {
+        let q = quantize(&unit(&[0.3, -0.2, 0.0, 0.9]));
+        assert_eq!(Quantized::from_bytes(&q.to_bytes(), 4), Some(q.clone()));
+        assert_eq!(Quantized::from_bytes(&q.to_bytes(), 5), None);
     }
 
     #[test]
