@@ -3,62 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::Run;
 use serde_json::{Value, json};
-
-struct Run {
-    dir: tempfile::TempDir,
-}
-
-impl Run {
-    fn new() -> Self {
-        let run = Run {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        run.ok(&["init"]);
-        run
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_memtape"))
-            .args(args)
-            .env("MEMTAPE_DATA_DIR", self.dir.path().join("data"))
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cmd(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.cmd(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            out.stdout.is_empty(),
-            "a failed command printed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        serde_json::from_str(&self.ok(args)).unwrap()
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.path().join(name).to_string_lossy().into_owned()
-    }
-}
 
 #[test]
 fn append_prints_ids_and_history_json_is_openai_chat_messages() {

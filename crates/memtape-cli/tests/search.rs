@@ -4,9 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::Run;
 use serde_json::Value;
 
 /// Where `memtape models fetch` put the model files: MEMTAPE_MODELS, else the default cache.
@@ -23,44 +26,15 @@ fn models() -> PathBuf {
     dir
 }
 
-struct Run {
-    dir: tempfile::TempDir,
+/// The search tests' additions to the shared harness.
+trait Search {
+    fn say(&self, session: &str, role: &str, text: &str);
+    fn texts(&self, args: &[&str]) -> Vec<String>;
 }
 
-impl Run {
-    fn new() -> Self {
-        Run {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_memtape"))
-            .args(args)
-            .env("MEMTAPE_DATA_DIR", self.dir.path().join("data"))
-            .env("MEMTAPE_MODEL_DIR", models())
-            .env_remove("MEMTAPE_MODEL")
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cmd(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.cmd(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        String::from_utf8(out.stderr).unwrap()
-    }
-
+impl Search for Run {
     fn say(&self, session: &str, role: &str, text: &str) {
+        models();
         self.ok(&["append", session, "--role", role, "--content", text]);
     }
 
@@ -84,7 +58,6 @@ impl Run {
 }
 
 fn chat(run: &Run) {
-    run.ok(&["init"]);
     run.say(
         "home",
         "user",

@@ -1,0 +1,69 @@
+//! The harness the CLI tests share: the real `memtape` binary run in a scratch directory
+//! with its own data directory.
+
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A scratch working directory with a data directory in it.
+pub struct Run {
+    /// The working directory; the data directory is `data` inside it.
+    pub dir: tempfile::TempDir,
+}
+
+impl Run {
+    /// A fresh directory with an initialised store.
+    pub fn new() -> Self {
+        let run = Run {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        run.ok(&["init"]);
+        run
+    }
+
+    /// Runs `memtape ARGS` with the scratch data directory and the default model.
+    pub fn cmd(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_memtape"))
+            .args(args)
+            .env("MEMTAPE_DATA_DIR", self.dir.path().join("data"))
+            .env_remove("MEMTAPE_MODEL")
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and expects failure with nothing on stdout; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.cmd(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            out.stdout.is_empty(),
+            "a failed command printed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Runs and parses stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(args)).unwrap()
+    }
+
+    /// A path inside the scratch directory.
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
+    }
+}
