@@ -237,34 +237,41 @@ impl Index {
         embedder: Option<Arc<dyn Embedder>>,
         config: IndexConfig,
     ) -> Result<Index> {
-        let writer = Connection::open(path)?;
-        writer.pragma_update(None, "journal_mode", "WAL")?;
-        writer.pragma_update(None, "synchronous", "NORMAL")?;
+        let mut writer = Connection::open(path)?;
         let unreadable = |why: String| Error::Unreadable {
             path: path.to_owned(),
             why,
         };
+        // Identify the file before changing anything about it.
         let app: i64 = writer.pragma_query_value(None, "application_id", |r| r.get(0))?;
         let version: i64 = writer.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let tables: i64 =
             writer.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if tables > 0 && app != APPLICATION_ID {
+            return Err(unreadable(format!("application id {app:#x}")));
+        }
+        if tables > 0 && version != FORMAT_VERSION {
+            return Err(unreadable(format!(
+                "format version {version}, this build reads {FORMAT_VERSION}"
+            )));
+        }
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        writer.pragma_update(None, "synchronous", "NORMAL")?;
         let given = embedder
             .as_ref()
             .map_or(NO_EMBEDDER.to_owned(), |e| e.id().to_owned());
         if tables == 0 {
-            writer.execute_batch(&format!(
-                "BEGIN; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {FORMAT_VERSION}; COMMIT;"
+            // Schema, identity and first marks in one transaction: a crash leaves either
+            // an empty file or a complete index.
+            let tx = writer.transaction()?;
+            tx.execute_batch(&format!(
+                "{SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {FORMAT_VERSION};"
             ))?;
-            writer.execute(
+            tx.execute(
                 "INSERT INTO meta VALUES ('embedder', ?1), ('covered', '0')",
                 [&given],
             )?;
-        } else if app != APPLICATION_ID {
-            return Err(unreadable(format!("application id {app:#x}")));
-        } else if version != FORMAT_VERSION {
-            return Err(unreadable(format!(
-                "format version {version}, this build reads {FORMAT_VERSION}"
-            )));
+            tx.commit()?;
         }
         let built: String =
             writer.query_row("SELECT value FROM meta WHERE key = 'embedder'", [], |r| {

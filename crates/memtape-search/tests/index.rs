@@ -359,6 +359,10 @@ fn a_file_that_is_not_an_index_is_refused_untouched() {
         .query_row("SELECT count(*) FROM precious", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 1);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "not even the journal mode was changed");
 }
 
 fn with(config: IndexConfig, path: &Path) -> Index {
