@@ -38,14 +38,21 @@ pub fn quantile(values: &mut [f64], q: f64) -> f64 {
 
 /// The process's peak resident memory in MB (Linux; 0 elsewhere).
 pub fn peak_rss_mb() -> f64 {
+    status_mb("VmHWM:")
+}
+
+/// The process's current resident memory in MB (Linux; 0 elsewhere).
+pub fn rss_mb() -> f64 {
+    status_mb("VmRSS:")
+}
+
+/// A kB figure of /proc/self/status, in MB.
+fn status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|kb| kb.parse::<f64>().ok())
-            })
+            let line = s.lines().find(|l| l.starts_with(field))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
         })
         .map_or(0.0, |kb| kb / 1024.0)
 }

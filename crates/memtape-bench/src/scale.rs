@@ -19,7 +19,7 @@ use memtape::{
 };
 use serde::Serialize;
 
-use crate::{Error, peak_rss_mb, quantile};
+use crate::{Error, peak_rss_mb, quantile, rss_mb};
 
 const SYLLABLES: [&str; 16] = [
     "ka", "lo", "mi", "nu", "ru", "sa", "ti", "vo", "zo", "pa", "do", "fi", "gu", "ha", "ji", "bo",
@@ -169,16 +169,6 @@ fn dir_mb(path: &Path, prefix: &str) -> f64 {
         / 1e6
 }
 
-fn current_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 /// Runs the benchmark; `progress` hears what is happening.
 pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Error> {
     let vocabulary: Vec<String> = (0..VOCABULARY).map(word).collect();
@@ -278,7 +268,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             ingest_entries_per_s: ingest,
             index_mb: dir_mb(scratch.path(), "index.db"),
             tape_mb: dir_mb(scratch.path(), "memtape.db"),
-            rss_mb: current_rss_mb(),
+            rss_mb: rss_mb(),
             bm25_ms,
             vector_ms,
             hybrid_ms,

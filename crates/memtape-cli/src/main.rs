@@ -6,7 +6,7 @@ mod output;
 mod retrieval;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -288,6 +288,16 @@ fn open(cli: &Cli) -> Result<Engine<SqliteStore>> {
     Ok(Engine::open(&data_dir(cli)?)?)
 }
 
+/// Prints a benchmark's JSON report, and writes it to `out` too when given.
+fn write_report(json: &str, out: Option<&Path>, stdout: &mut impl Write) -> Result<()> {
+    if let Some(out) = out {
+        std::fs::write(out, format!("{json}\n"))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    writeln!(stdout, "{json}")?;
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     match &cli.command {
@@ -518,12 +528,11 @@ fn run(cli: Cli) -> Result<()> {
                 split,
             };
             let report = memtape_bench::locomo::run(data, &config)?;
-            let json = serde_json::to_string_pretty(&report)?;
-            if let Some(out) = out {
-                std::fs::write(out, format!("{json}\n"))
-                    .with_context(|| format!("writing {}", out.display()))?;
-            }
-            writeln!(stdout, "{json}")?;
+            write_report(
+                &serde_json::to_string_pretty(&report)?,
+                out.as_deref(),
+                &mut stdout,
+            )?;
             eprintln!("{}", report.summary());
         }
         Command::Bench(BenchCommand::Scale {
@@ -546,12 +555,11 @@ fn run(cli: Cli) -> Result<()> {
                 embedder,
             };
             let report = memtape_bench::scale::run(&config, &mut |line| eprintln!("{line}"))?;
-            let json = serde_json::to_string_pretty(&report)?;
-            if let Some(out) = out {
-                std::fs::write(out, format!("{json}\n"))
-                    .with_context(|| format!("writing {}", out.display()))?;
-            }
-            writeln!(stdout, "{json}")?;
+            write_report(
+                &serde_json::to_string_pretty(&report)?,
+                out.as_deref(),
+                &mut stdout,
+            )?;
         }
     }
     stdout.flush()?;

@@ -114,27 +114,18 @@ impl Tuning {
     /// The index settings: the defaults with these flags applied.
     pub fn index_config(&self) -> IndexConfig {
         let base = IndexConfig::default();
-        let (default_k, default_w) = match base.fusion {
-            Fusion::Rrf { k, bm25_weight } => (k, bm25_weight),
-            Fusion::Weighted { bm25_weight } => (60.0, bm25_weight),
+        let (k, weight, weighted) = match base.fusion {
+            Fusion::Rrf { k, bm25_weight } => (k, bm25_weight, false),
+            Fusion::Weighted { bm25_weight } => (60.0, bm25_weight, true),
         };
-        let bm25_weight = self.bm25_weight.unwrap_or(default_w);
-        let fusion = match self.fusion.as_deref() {
-            None => match base.fusion {
-                Fusion::Rrf { .. } => Fusion::Rrf {
-                    k: self.rrf_k.unwrap_or(default_k),
-                    bm25_weight,
-                },
-                Fusion::Weighted { .. } => Fusion::Weighted { bm25_weight },
-            },
-            Some("weighted") => Fusion::Weighted { bm25_weight },
-            Some(_) => Fusion::Rrf {
-                k: self.rrf_k.unwrap_or(default_k),
-                bm25_weight,
-            },
-        };
+        let (k, bm25_weight) = (self.rrf_k.unwrap_or(k), self.bm25_weight.unwrap_or(weight));
+        let weighted = self.fusion.as_deref().map_or(weighted, |f| f == "weighted");
         IndexConfig {
-            fusion,
+            fusion: if weighted {
+                Fusion::Weighted { bm25_weight }
+            } else {
+                Fusion::Rrf { k, bm25_weight }
+            },
             candidates: self.candidates.unwrap_or(base.candidates),
             context_weight: self.context_weight.unwrap_or(base.context_weight),
             embed_context: self.embed_context.unwrap_or(base.embed_context),

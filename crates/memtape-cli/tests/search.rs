@@ -34,7 +34,6 @@ trait Search {
 
 impl Search for Run {
     fn say(&self, session: &str, role: &str, text: &str) {
-        models();
         self.ok(&["append", session, "--role", role, "--content", text]);
     }
 
@@ -58,6 +57,7 @@ impl Search for Run {
 }
 
 fn chat(run: &Run) {
+    models();
     run.say(
         "home",
         "user",

@@ -7,6 +7,7 @@
 //! behind it: the next catch-up continues where the last commit stopped. Deleting the file
 //! loses nothing: [`Index::rebuild`] reads the whole tape again.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
@@ -403,33 +404,25 @@ impl Index {
     /// hold the same documents.
     fn add_context(&self, store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Result<()> {
         let mut last: HashMap<Scope, String> = HashMap::new();
-        let mut texts = entries.iter().filter(|e| e.kind().is_conversational());
         let mut doc_iter = docs.iter_mut().peekable();
-        for entry in texts.by_ref() {
-            let text = entry.payload.search_text().unwrap_or_default();
+        for entry in entries.iter().filter(|e| e.kind().is_conversational()) {
+            // Documents come in entry order; an entry without text has none.
+            let mut own = None;
             while let Some(doc) = doc_iter.next_if(|d| d.id <= entry.id) {
                 if doc.id == entry.id {
-                    doc.context = match last.get(&entry.scope) {
-                        Some(prev) => prev.clone(),
-                        None => {
-                            let filter = memtape_core::Filter {
-                                before: Some(entry.id),
-                                kinds: Kind::ALL
-                                    .into_iter()
-                                    .filter(|k| k.is_conversational())
-                                    .collect(),
-                                order: memtape_core::Order::Desc,
-                                limit: Some(1),
-                                ..Default::default()
-                            };
-                            let prev = store.scan(&entry.scope, &filter)?;
-                            prev.first()
-                                .and_then(|p| p.payload.search_text())
-                                .unwrap_or_default()
-                        }
-                    };
+                    own = Some(doc);
                 }
             }
+            let text = match own {
+                Some(doc) => {
+                    doc.context = match last.get(&entry.scope) {
+                        Some(prev) => prev.clone(),
+                        None => previous_text(store, entry)?,
+                    };
+                    doc.text.clone()
+                }
+                None => String::new(),
+            };
             last.insert(entry.scope.clone(), text);
         }
         Ok(())
@@ -442,17 +435,17 @@ impl Index {
         };
         let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
         self.add_context(store, entries, &mut docs)?;
-        let inputs: Vec<String> = docs
+        let inputs: Vec<Cow<'_, str>> = docs
             .iter()
             .map(
                 |d| match (self.config.embed_context, d.context.is_empty()) {
-                    (true, false) => format!("{}\n{}", d.context, d.text),
-                    _ => d.text.clone(),
+                    (true, false) => Cow::Owned(format!("{}\n{}", d.context, d.text)),
+                    _ => Cow::Borrowed(d.text.as_str()),
                 },
             )
             .collect();
         let vectors = self
-            .embed(&inputs.iter().map(String::as_str).collect::<Vec<_>>())?
+            .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
             .map(|vs| vs.iter().map(|v| quantize(v)).collect::<Vec<_>>());
         let mut state = self
             .docs
@@ -678,6 +671,26 @@ fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize
     }
     hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     hits
+}
+
+/// The text of the conversational entry before `entry` in its scope, read from the tape
+/// ("" when there is none).
+fn previous_text(store: &dyn Store, entry: &Entry) -> Result<String> {
+    let filter = memtape_core::Filter {
+        before: Some(entry.id),
+        kinds: Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_conversational())
+            .collect(),
+        order: memtape_core::Order::Desc,
+        limit: Some(1),
+        ..Default::default()
+    };
+    let prev = store.scan(&entry.scope, &filter)?;
+    Ok(prev
+        .first()
+        .and_then(|p| p.payload.search_text())
+        .unwrap_or_default())
 }
 
 /// Lets each hit pass `weight` of its score to the conversational entries just before
