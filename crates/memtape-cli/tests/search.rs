@@ -19,7 +19,7 @@ fn models() -> PathBuf {
         .or_else(memtape_embed::default_cache_dir)
         .unwrap();
     assert!(
-        dir.join("minilm-l6-v2-int8").join("model.onnx").exists(),
+        dir.join("minilm-l6-v2-q8").join("model.onnx").exists(),
         "no MiniLM model in {}: run `memtape models fetch` first (.ci/run does)",
         dir.display()
     );
@@ -135,7 +135,7 @@ fn reindex_switches_models_and_a_mismatch_is_named() {
     assert!(err.contains("memtape reindex"), "{err}");
     let out = run.ok(&["reindex"]);
     assert!(
-        out.starts_with("indexed 5 entries through #5 with minilm-l6-v2-int8"),
+        out.starts_with("indexed 5 entries through #5 with minilm-l6-v2-q8"),
         "{out}"
     );
     let trip = run.texts(&["holiday in Japan", "--mode", "vector", "--limit", "2"]);

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use memtape_search::{EmbedError, Embedder};
@@ -11,7 +12,7 @@ use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
 use crate::assets::{Model, ModelFiles, sha256_hex};
 use crate::error::{Error, Result};
@@ -24,21 +25,28 @@ use crate::l2_normalize;
 /// beyond 128 tokens are rare in conversation memory, so the extra cost is small.
 pub const MAX_TOKENS: usize = 256;
 
-/// Texts per model run. Texts are sorted by length first so each run pads little.
-const SUB_BATCH: usize = 32;
-
 /// ONNX Runtime allows one environment per process, and the library is loaded only once.
 static ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
 
 /// all-MiniLM-L6-v2 (int8) sentence embeddings: masked mean pooling of the last hidden
 /// state, L2-normalised, 384 dimensions.
+///
+/// Every text runs through the model on its own, so its vector depends on the text alone:
+/// the int8 model quantizes each run's activations with one scale, which batch-mates would
+/// otherwise shift. Parallelism comes from running texts side by side instead: one
+/// single-threaded session per worker thread. Unpadded single runs also waste no compute on
+/// padding, so this is as fast as length-sorted batches (docs/benchmarks.md).
 pub struct OrtMiniLm {
-    session: Mutex<Session>,
+    /// One session per worker; each worker locks its own.
+    sessions: Vec<Mutex<Session>>,
     tokenizer: Tokenizer,
     inputs: Vec<(String, Input)>,
     output: String,
     id: String,
 }
+
+/// A text's position in the input and its vector.
+type Indexed = (usize, Vec<f32>);
 
 /// The inputs a BERT export may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +58,12 @@ enum Input {
 
 impl OrtMiniLm {
     /// Loads the model from `files` (which must include the ONNX Runtime library) with
-    /// `threads` intra-op threads.
+    /// `threads` worker sessions, each running one text at a time on one thread.
     ///
     /// The ONNX Runtime library is loaded on first use and stays loaded for the process; a
     /// later call with a different library path reuses the first one.
     ///
-    /// [`Embedder::id`] is `minilm-l6-v2-int8` for the pinned `model.onnx`; any other ONNX
+    /// [`Embedder::id`] is `minilm-l6-v2-q8` for the pinned `model.onnx`; any other ONNX
     /// file (from the hub or a local folder) gets `-<first 12 hex digits of its sha256>`
     /// appended, so vectors of different files are never mixed up.
     pub fn new(files: &ModelFiles, threads: usize) -> Result<Self> {
@@ -65,20 +73,21 @@ impl OrtMiniLm {
         let environment = environment(runtime)?;
         let bytes = std::fs::read(&files.weights).map_err(Error::io(&files.weights))?;
         let id = weights_id(Model::MiniLmInt8, &sha256_hex(&bytes));
-        let session = Session::builder(&environment)
-            .map_err(runtime_error)?
-            .with_optimization_level(GraphOptimizationLevel::Level3)
-            .map_err(runtime_error)?
-            .with_intra_threads(threads.max(1))
-            .map_err(runtime_error)?
-            .with_inter_threads(1)
-            .map_err(runtime_error)?
-            // Idle threads sleep instead of spinning: the embedder shares its process and
-            // the machine with other work, where spinning costs more than it gains.
-            .with_intra_op_spinning(true)
-            .map_err(runtime_error)?
-            .commit_from_memory(&bytes)
-            .map_err(|e| Error::Runtime(format!("{}: {e}", files.weights.display())))?;
+        let sessions = (0..threads.max(1))
+            .map(|_| {
+                Session::builder(&environment)
+                    .map_err(runtime_error)?
+                    .with_optimization_level(GraphOptimizationLevel::Level3)
+                    .map_err(runtime_error)?
+                    .with_intra_threads(1)
+                    .map_err(runtime_error)?
+                    .with_inter_threads(1)
+                    .map_err(runtime_error)?
+                    .commit_from_memory(&bytes)
+                    .map_err(|e| Error::Runtime(format!("{}: {e}", files.weights.display())))
+            })
+            .collect::<Result<Vec<Session>>>()?;
+        let session = &sessions[0];
 
         let inputs = session
             .inputs()
@@ -111,7 +120,7 @@ impl OrtMiniLm {
                 path: files.tokenizer.clone(),
                 source,
             })?;
-        // The file pads every text to 128 tokens; pad each sub-batch to its longest instead.
+        // The file pads every text to 128 tokens; texts run alone, so no padding at all.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -124,7 +133,7 @@ impl OrtMiniLm {
             })?;
 
         let embedder = Self {
-            session: Mutex::new(session),
+            sessions: sessions.into_iter().map(Mutex::new).collect(),
             tokenizer,
             inputs,
             output,
@@ -144,6 +153,8 @@ impl OrtMiniLm {
     }
 
     /// Embeds `texts`: one unit vector per text, in order.
+    ///
+    /// Texts are handed out longest first to the worker sessions, which run side by side.
     pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -153,87 +164,96 @@ impl OrtMiniLm {
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| Error::Embed(format!("tokenizing: {e}")))?;
         let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| encodings[i].len());
-        let mut vectors = vec![Vec::new(); texts.len()];
-
-        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        for chunk in sub_batches(&order, |i| encodings[i].len()) {
-            let rows = chunk.len();
-            let len = chunk
-                .iter()
-                .map(|&i| encodings[i].len())
-                .max()
-                .unwrap_or(0)
-                .max(1);
-            let mut ids = vec![0i64; rows * len];
-            let mut mask = vec![0i64; rows * len];
-            let mut type_ids = vec![0i64; rows * len];
-            for (row, &i) in chunk.iter().enumerate() {
-                let e = &encodings[i];
-                let start = row * len;
-                for (j, ((&id, &m), &t)) in e
-                    .get_ids()
+        order.sort_by_key(|&i| std::cmp::Reverse(encodings[i].len()));
+        let next = AtomicUsize::new(0);
+        let work = |session: &Mutex<Session>| -> Result<Vec<Indexed>> {
+            let mut session = session.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut done = Vec::new();
+            while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                done.push((i, self.run(&mut session, &encodings[i])?));
+            }
+            Ok(done)
+        };
+        let workers = self.sessions.len().min(texts.len());
+        let results: Vec<Result<Vec<Indexed>>> = if workers == 1 {
+            vec![work(&self.sessions[0])]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = self.sessions[..workers]
                     .iter()
-                    .zip(e.get_attention_mask())
-                    .zip(e.get_type_ids())
-                    .enumerate()
-                {
-                    ids[start + j] = i64::from(id);
-                    mask[start + j] = i64::from(m);
-                    type_ids[start + j] = i64::from(t);
-                }
-            }
-            // Pooling needs the mask after it has gone into the tensor.
-            let pool_mask: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
-            let mut ids = Some(ids);
-            let mut mask = Some(mask);
-            let mut type_ids = Some(type_ids);
-            let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
-            for (name, kind) in &self.inputs {
-                let data = match kind {
-                    Input::Ids => ids.take(),
-                    Input::Mask => mask.take(),
-                    Input::TypeIds => type_ids.take(),
-                }
-                .unwrap_or_else(|| vec![0i64; rows * len]);
-                let tensor = Tensor::from_array(([rows, len], data)).map_err(runtime_error)?;
-                inputs.push((Cow::Borrowed(name.as_str()), tensor.into()));
-            }
-            let outputs = session.run(inputs).map_err(runtime_error)?;
-            let (shape, hidden) = outputs[self.output.as_str()]
-                .try_extract_tensor::<f32>()
-                .map_err(runtime_error)?;
-            let width = match **shape {
-                [b, l, w] if b as usize == rows && l as usize == len && w > 0 => w as usize,
-                _ => {
-                    return Err(Error::Runtime(format!(
-                        "unexpected output shape {:?} for a batch of {rows}×{len}",
-                        &**shape
-                    )));
-                }
-            };
-            for (row, &i) in chunk.iter().enumerate() {
-                let mut v = vec![0f32; width];
-                let mut weight = 0f32;
-                for j in 0..len {
-                    let m = pool_mask[row * len + j];
-                    if m == 0.0 {
-                        continue;
-                    }
-                    weight += m;
-                    let token = &hidden[(row * len + j) * width..][..width];
-                    for (acc, x) in v.iter_mut().zip(token) {
-                        *acc += m * x;
-                    }
-                }
-                if weight > 0.0 {
-                    v.iter_mut().for_each(|x| *x /= weight);
-                }
-                l2_normalize(&mut v);
+                    .map(|session| scope.spawn(|| work(session)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Embed("an embedding worker panicked".to_string()))
+                        })
+                    })
+                    .collect()
+            })
+        };
+        let mut vectors = vec![Vec::new(); texts.len()];
+        for result in results {
+            for (i, v) in result? {
                 vectors[i] = v;
             }
         }
         Ok(vectors)
+    }
+
+    /// Runs one tokenized text through `session`: the masked mean of the last hidden state,
+    /// L2-normalised.
+    fn run(&self, session: &mut Session, encoding: &Encoding) -> Result<Vec<f32>> {
+        let len = encoding.len();
+        if len == 0 {
+            // The tokenizer adds [CLS] and [SEP], so this cannot happen with this model's
+            // tokenizer; a zero vector matches nothing rather than failing the batch.
+            return Ok(vec![0.0; Model::MiniLmInt8.dim()]);
+        }
+        let column = |values: &[u32]| values.iter().map(|&v| i64::from(v)).collect::<Vec<_>>();
+        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
+        for (name, kind) in &self.inputs {
+            let data = match kind {
+                Input::Ids => column(encoding.get_ids()),
+                Input::Mask => column(encoding.get_attention_mask()),
+                Input::TypeIds => column(encoding.get_type_ids()),
+            };
+            let tensor = Tensor::from_array(([1, len], data)).map_err(runtime_error)?;
+            inputs.push((Cow::Borrowed(name.as_str()), tensor.into()));
+        }
+        let outputs = session.run(inputs).map_err(runtime_error)?;
+        let (shape, hidden) = outputs[self.output.as_str()]
+            .try_extract_tensor::<f32>()
+            .map_err(runtime_error)?;
+        let width = match **shape {
+            [1, l, w] if l as usize == len && w > 0 => w as usize,
+            _ => {
+                return Err(Error::Runtime(format!(
+                    "unexpected output shape {:?} for one text of {len} tokens",
+                    &**shape
+                )));
+            }
+        };
+        let mut v = vec![0f32; width];
+        let mut weight = 0f32;
+        for (token, &m) in hidden
+            .chunks_exact(width)
+            .zip(encoding.get_attention_mask())
+        {
+            if m == 0 {
+                continue;
+            }
+            weight += 1.0;
+            for (acc, x) in v.iter_mut().zip(token) {
+                *acc += x;
+            }
+        }
+        if weight > 0.0 {
+            v.iter_mut().for_each(|x| *x /= weight);
+        }
+        l2_normalize(&mut v);
+        Ok(v)
     }
 }
 
@@ -288,45 +308,5 @@ pub(crate) fn weights_id(model: Model, sha: &str) -> String {
         model.embedder_id().to_string()
     } else {
         format!("{}-{}", model.embedder_id(), &sha[..12.min(sha.len())])
-    }
-}
-
-/// Splits `order` (indices sorted by token length) into runs of at most [`SUB_BATCH`] texts
-/// whose longest is at most a quarter longer than their shortest (plus a few tokens), so
-/// padding to the longest wastes little compute even in small, mixed batches.
-fn sub_batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for end in 1..=order.len() {
-        let full = end - start == SUB_BATCH;
-        let spread = end < order.len() && len(order[end]) > len(order[start]) * 5 / 4 + 4;
-        if end == order.len() || full || spread {
-            out.push(&order[start..end]);
-            start = end;
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sub_batches_keep_similar_lengths_together_and_cover_every_text() {
-        let lengths = [5usize, 6, 8, 9, 12, 30, 31, 33, 120];
-        let order: Vec<usize> = (0..lengths.len()).collect();
-        let batches = sub_batches(&order, |i| lengths[i]);
-        let as_lengths: Vec<Vec<usize>> = batches
-            .iter()
-            .map(|b| b.iter().map(|&i| lengths[i]).collect())
-            .collect();
-        assert_eq!(
-            as_lengths,
-            [vec![5, 6, 8, 9], vec![12], vec![30, 31, 33], vec![120]]
-        );
-        let many: Vec<usize> = (0..70).collect();
-        let sizes: Vec<usize> = sub_batches(&many, |_| 10).iter().map(|b| b.len()).collect();
-        assert_eq!(sizes, [32, 32, 6]);
     }
 }

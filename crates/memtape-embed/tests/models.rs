@@ -57,26 +57,32 @@ fn assert_unit(vectors: &[Vec<f32>], dim: usize) {
     }
 }
 
+/// Reference cosines of the prepared (dynamically quantized) model, each text run alone,
+/// computed independently with ONNX Runtime's Python API and the `tokenizers` package on the
+/// same files; and of the float model (sentence-transformers), which quantization may move
+/// by a little.
 #[test]
 fn minilm_matches_reference_cosines() {
     let m = minilm();
-    assert_eq!(m.id(), "minilm-l6-v2-int8");
+    assert_eq!(m.id(), "minilm-l6-v2-q8");
     assert_eq!(m.dim(), 384);
     let food = cosine(
         m,
         "A man is eating food.",
         "A man is eating a piece of bread.",
     );
-    assert!((food - 0.7535).abs() < 0.01, "cosine {food}");
+    assert!((food - 0.7756).abs() < 0.002, "cosine {food}");
+    assert!((food - 0.7553).abs() < 0.03, "cosine {food}");
     let movie = cosine(m, "The new movie is awesome", "The new movie is so great");
-    assert!((movie - 0.8920).abs() < 0.01, "cosine {movie}");
+    assert!((movie - 0.8849).abs() < 0.002, "cosine {movie}");
+    assert!((movie - 0.8939).abs() < 0.03, "cosine {movie}");
 }
 
+/// A text's vector depends on the text alone: the same in any batch, on any worker.
 #[test]
 fn minilm_batches_keep_order_and_match_single_texts() {
     let m = minilm();
-    // Lengths vary a lot and there are more texts than one sub-batch, so sorting by length
-    // and padding per sub-batch are both exercised.
+    // Lengths vary a lot, so texts are handed out out of order to both workers.
     let texts: Vec<String> = (0..70)
         .map(|i| {
             let words = ["memory", "tape", "agent", "recall", "event"];
@@ -92,8 +98,7 @@ fn minilm_batches_keep_order_and_match_single_texts() {
     assert_unit(&batch, 384);
     for i in [0, 7, 22, 45, 69] {
         let single = m.embed(&[refs[i]]).unwrap();
-        let c = dot(&single[0], &batch[i]);
-        assert!(c > 0.9999, "text {i}: batch and single differ (cosine {c})");
+        assert_eq!(single[0], batch[i], "text {i}: batch and single differ");
     }
 }
 
