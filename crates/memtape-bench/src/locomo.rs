@@ -435,6 +435,7 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
             "embed_context": config.index.embed_context,
             "neighbour_weight": config.index.neighbour_weight,
             "scope_weight": config.index.scope_weight,
+            "time_weight": config.index.time_weight,
             "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
             "conversations": conversations.len(),
         }),

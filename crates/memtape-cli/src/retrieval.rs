@@ -102,6 +102,9 @@ pub struct Tuning {
     /// How much a hit's whole session (its three best hits) adds to its score.
     #[arg(long)]
     scope_weight: Option<f32>,
+    /// How much a hit gains when its time falls on a date the query names.
+    #[arg(long)]
+    time_weight: Option<f32>,
     /// Up to this many vectors, vector search is exact.
     #[arg(long)]
     exact_limit: Option<usize>,
@@ -131,6 +134,7 @@ impl Tuning {
             embed_context: self.embed_context.unwrap_or(base.embed_context),
             neighbour_weight: self.neighbour_weight.unwrap_or(base.neighbour_weight),
             scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
+            time_weight: self.time_weight.unwrap_or(base.time_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

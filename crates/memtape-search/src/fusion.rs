@@ -7,6 +7,19 @@ use crate::{Fusion, Hit, Ranked};
 /// One retriever's list: `(row, score)` pairs, best first.
 pub type List = Vec<(usize, f32)>;
 
+/// The rows of both lists, each once with its score, best first. The lists must come from
+/// the same retriever and query, so their scores compare.
+pub fn union(a: List, b: List) -> List {
+    if a.is_empty() {
+        return b;
+    }
+    let mut seen: std::collections::HashSet<usize> = a.iter().map(|(row, _)| *row).collect();
+    let mut out = a;
+    out.extend(b.into_iter().filter(|(row, _)| seen.insert(*row)));
+    out.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    out
+}
+
 /// Hits for `rows` found by BM25 only.
 pub fn only_bm25(list: &List) -> Vec<(usize, Hit)> {
     single(list, |hit, ranked| hit.bm25 = Some(ranked))

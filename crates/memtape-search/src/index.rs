@@ -21,6 +21,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use crate::fusion::{self, List};
 use crate::text::fts_query;
 use crate::vectors::{Quantized, Vectors, quantize};
+use crate::when::{self, Period};
 use crate::{Embedder, Error, Fusion, Hit, Mode, SearchFilter, SearchRequest};
 
 /// The result type of this crate.
@@ -81,12 +82,17 @@ pub struct IndexConfig {
     /// scores) adds to each of its hits (0 = none): turns of a session that matches well
     /// as a whole rank above equally good turns of sessions that match only once.
     pub scope_weight: f32,
+    /// When the query names a date ("on 7 July 2023", "in August 2023"; see
+    /// [`when::period`]): how much a hit inside that period gains (0 = dates in queries are
+    /// plain words). Documents from that period are also searched on their own, so they
+    /// become candidates even when other documents match the words better.
+    pub time_weight: f32,
 }
 
 impl Default for IndexConfig {
     /// The best settings measured on the LoCoMo dev file (docs/benchmarks.md): weighted
-    /// fusion leaning on BM25, the previous message as context, neighbour spreading and a
-    /// small boost for hits in strongly matching sessions.
+    /// fusion leaning on BM25, the previous message as context, neighbour spreading, a
+    /// small boost for hits in strongly matching sessions, and time-aware ranking.
     fn default() -> Self {
         IndexConfig {
             fusion: Fusion::Weighted { bm25_weight: 0.7 },
@@ -97,6 +103,7 @@ impl Default for IndexConfig {
             embed_context: false,
             neighbour_weight: 0.3,
             scope_weight: 0.1,
+            time_weight: 0.5,
         }
     }
 }
@@ -114,6 +121,7 @@ impl IndexConfig {
             context_weight: 0.0,
             neighbour_weight: 0.0,
             scope_weight: 0.0,
+            time_weight: 0.0,
             ..IndexConfig::default()
         }
     }
@@ -565,24 +573,37 @@ impl Index {
             let m = &docs.meta[row];
             scopes[m.scope as usize] && request.filter.admits(m.kind, m.role, m.at)
         };
-        let bm25 = match request.mode {
-            Mode::Vector => List::new(),
-            _ => self.bm25(&docs, &request.text, depth, &allowed)?,
+        let period = (self.config.time_weight > 0.0)
+            .then(|| when::period(&request.text))
+            .flatten();
+        let in_period = |row: usize| period.is_some_and(|p: Period| p.contains(docs.meta[row].at));
+        // With a named period, its documents are searched on their own as well.
+        let passes: &[&dyn Fn(usize) -> bool] = if period.is_some() {
+            &[&allowed, &|row| allowed(row) && in_period(row)]
+        } else {
+            &[&allowed]
         };
-        let vector = match &query_vector {
-            Some(q) => docs.vectors.search(
-                q,
-                depth,
-                if request.exact {
-                    usize::MAX
-                } else {
-                    self.config.exact_limit
-                },
-                self.config.oversample * request.limit.min(20),
-                allowed,
-            ),
-            None => List::new(),
-        };
+        let mut bm25 = List::new();
+        let mut vector = List::new();
+        for pass in passes {
+            if request.mode != Mode::Vector {
+                bm25 = fusion::union(bm25, self.bm25(&docs, &request.text, depth, pass)?);
+            }
+            if let Some(q) = &query_vector {
+                let found = docs.vectors.search(
+                    q,
+                    depth,
+                    if request.exact {
+                        usize::MAX
+                    } else {
+                        self.config.exact_limit
+                    },
+                    self.config.oversample * request.limit.min(20),
+                    pass,
+                );
+                vector = fusion::union(vector, found);
+            }
+        }
         let mut hits = match request.mode {
             Mode::Bm25 => fusion::only_bm25(&bm25),
             Mode::Vector => fusion::only_vector(&vector),
@@ -593,6 +614,14 @@ impl Index {
         }
         if self.config.scope_weight > 0.0 {
             hits = by_scope(&docs, hits, self.config.scope_weight);
+        }
+        if period.is_some() {
+            for (row, hit) in hits.iter_mut() {
+                if in_period(*row) {
+                    hit.score += self.config.time_weight;
+                }
+            }
+            hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
         }
 
         hits.truncate(request.limit);

@@ -30,6 +30,7 @@ mod index;
 mod request;
 pub mod text;
 mod vectors;
+pub mod when;
 
 pub use embed::{EmbedError, Embedder};
 pub use error::Error;

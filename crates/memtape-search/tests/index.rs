@@ -522,3 +522,54 @@ fn hits_in_a_session_that_matches_as_a_whole_rank_higher() {
     boosted.catch_up(&store).unwrap();
     assert_eq!(ids(&boosted, &request), [2, 1, 3]);
 }
+
+/// Time-aware ranking (issue 3: "time-aware ranking"): a query naming a date favours what
+/// was said on that date, and finds it even when other days match the words better.
+#[test]
+fn a_date_in_the_query_favours_that_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let monday = session("ann", "monday");
+    let friday = session("ann", "friday");
+    say(
+        &store,
+        &monday,
+        Message::user("garden plans: more garden beds, garden path"),
+        0,
+    ); // 1
+    say(
+        &store,
+        &friday,
+        Message::user("the garden plans changed"),
+        4,
+    ); // 2
+    say(
+        &store,
+        &friday,
+        Message::user("and the weather was fine"),
+        4,
+    ); // 3
+    let day = t(4).format("%-d %B %Y").to_string();
+    let text = format!("What were the garden plans on {day}?");
+    let request = SearchRequest::new(text.as_str(), SearchFilter::tenant("acme"))
+        .mode(Mode::Bm25)
+        .limit(1);
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    assert_eq!(ids(&plain, &request), [1], "monday matches the words best");
+    let config = IndexConfig {
+        time_weight: 0.5,
+        ..IndexConfig::plain()
+    };
+    let timed = with(config, &dir.path().join("timed.db"));
+    timed.catch_up(&store).unwrap();
+    assert_eq!(
+        ids(&timed, &request),
+        [2],
+        "friday's turn is a candidate through the date alone, and wins"
+    );
+    let undated = SearchRequest::new("What were the garden plans?", SearchFilter::tenant("acme"))
+        .mode(Mode::Bm25)
+        .limit(1);
+    assert_eq!(ids(&timed, &undated), [1], "no date, no change");
+}
