@@ -29,6 +29,17 @@ pub enum Error {
         /// Why the line was rejected.
         reason: String,
     },
+    /// A memory workspace path breaks a rule (absolute, `..`, encoded traversal, …).
+    #[error("invalid path {path:?}: {why}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// The rule it breaks.
+        why: String,
+    },
+    /// A memory change or request that cannot be applied.
+    #[error("invalid memory change: {0}")]
+    InvalidMemory(String),
     /// An import file as a whole is inconsistent (for example a dangling parent reference).
     #[error("invalid import: {0}")]
     InvalidImport(String),

@@ -11,3 +11,7 @@ pub const SESSION_METADATA: &str = "session.metadata";
 
 /// A Bub tape `error` entry, kept as an event so it round-trips: `data` is the error payload.
 pub const TAPE_ERROR: &str = "tape.error";
+
+/// One version of an agent's (or agent and user's) memory: `data = {"ops": [...],
+/// "source": "..."}` (see [`crate::memory::Change`]).
+pub const MEMORY_CHANGE: &str = "memory.change";

@@ -17,6 +17,7 @@ mod error;
 pub mod events;
 pub mod formats;
 mod history;
+pub mod memory;
 mod query;
 mod scope;
 mod thread;
