@@ -309,7 +309,7 @@ impl MemoryView {
             .iter()
             .filter_map(|(p, f)| paths::daily_date(p).map(|d| (d, p.as_str(), f)))
             .collect();
-        out.sort_by(|a, b| b.0.cmp(&a.0));
+        out.sort_by_key(|d| std::cmp::Reverse(d.0));
         out
     }
 
