@@ -638,6 +638,11 @@ pub struct NewEntry {
     pub created_at: DateTime<Utc>,
     /// An explicit parent (for a regenerated answer: the message it answers again).
     pub parent: Option<EntryId>,
+    /// A precondition: append only if the scope's latest entry is this one
+    /// (`EntryId(0)`: only if the scope is empty). Otherwise the whole append fails with a
+    /// conflict, so a writer that computed its change from what it read never overwrites a
+    /// change it did not see (compare-and-append).
+    pub if_last: Option<EntryId>,
 }
 
 impl NewEntry {
@@ -649,7 +654,15 @@ impl NewEntry {
             meta: Meta::new(),
             created_at,
             parent: None,
+            if_last: None,
         }
+    }
+
+    /// The same entry, appended only if its scope's latest entry is `last` (see
+    /// [`NewEntry::if_last`]).
+    pub fn if_last(mut self, last: EntryId) -> Self {
+        self.if_last = Some(last);
+        self
     }
 }
 

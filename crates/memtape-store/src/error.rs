@@ -62,6 +62,19 @@ pub enum Error {
     /// No store exists at the path.
     #[error("no memtape store at {0} (run `memtape init` to create one)")]
     Missing(PathBuf),
+    /// A compare-and-append found a newer entry than the writer had seen
+    /// ([`memtape_core::NewEntry::if_last`]); nothing was appended. Read again and retry.
+    #[error(
+        "conflict in {scope}: the write expected entry {expected} to be the latest, but it is {actual}; nothing was written"
+    )]
+    Conflict {
+        /// The scope.
+        scope: String,
+        /// The latest entry the writer had seen.
+        expected: EntryId,
+        /// The latest entry there is.
+        actual: EntryId,
+    },
     /// A stored row could not be read back.
     #[error("corrupt entry {id}: {why}")]
     Corrupt {

@@ -61,6 +61,16 @@ pub fn prepare(
     lookup: &mut Lookup<'_>,
 ) -> Result<Entry> {
     new.payload.validate()?;
+    if let Some(expected) = new.if_last {
+        let actual = info.last_id.unwrap_or(EntryId(0));
+        if actual != expected {
+            return Err(Error::Conflict {
+                scope: new.scope.to_string(),
+                expected,
+                actual,
+            });
+        }
+    }
     let conversational = new.payload.kind().is_conversational();
     let parent = match (new.parent, conversational) {
         (None, true) => info.head,

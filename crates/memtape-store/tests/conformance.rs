@@ -425,3 +425,35 @@ fn get_many_keeps_the_order_asked_and_skips_other_tenants() {
         assert_eq!(ids, [2, 1]);
     });
 }
+
+#[test]
+fn compare_and_append_refuses_a_write_based_on_a_stale_read() {
+    each_store(|store| {
+        let memory = Scope::agent("acme", "bot").unwrap();
+        let e = |text: &str| event(&memory, events::MEMORY_CHANGE, json!({"note": text}));
+        // An empty scope: the precondition is "no entry yet".
+        let first = store.append(vec![e("a").if_last(EntryId(0))]).unwrap();
+        // Two writers read `first`; the second to write loses and writes nothing.
+        let winner = store.append(vec![e("b").if_last(first[0].id)]).unwrap();
+        let err = store
+            .append(vec![e("c").if_last(first[0].id)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("conflict"), "{err}");
+        // The precondition holds within a batch too: the second entry sees the first.
+        store
+            .append(vec![
+                e("d").if_last(winner[0].id),
+                e("e").if_last(winner[0].id),
+            ])
+            .unwrap_err();
+        let all = store.scan(&memory, &Filter::default()).unwrap();
+        assert_eq!(all.len(), 2, "neither failed write left anything");
+        // Other scopes are unaffected by this scope's latest entry.
+        store
+            .append(vec![
+                msg(&session("s"), Message::user("hi"), 0).if_last(EntryId(0)),
+            ])
+            .unwrap();
+    });
+}

@@ -17,9 +17,11 @@
 mod error;
 mod io;
 mod search;
+mod tiers;
 
 pub use io::ImportReport;
 pub use search::SearchHit;
+pub use tiers::check_memory_scope;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -33,6 +35,7 @@ pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
+    memory,
 };
 pub use memtape_search::{
     EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, Ranked, SearchFilter,
@@ -140,6 +143,7 @@ impl<S: Store> Engine<S> {
             meta: options.meta,
             created_at: self.now(),
             parent: options.parent,
+            if_last: None,
         };
         self.append_one(entry)
     }

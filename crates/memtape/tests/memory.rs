@@ -1,0 +1,215 @@
+//! Memory tiers through the engine on a real SQLite store: every save a new version,
+//! layered agent and user memory, forget, undo, pruning, and two writers that never
+//! overwrite each other.
+#![allow(clippy::unwrap_used)]
+
+use std::cell::Cell;
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use memtape::memory::{Change, Op, paths};
+use memtape::{Engine, Scope};
+
+fn noon(day: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 2, day, 12, 0, 0).unwrap()
+}
+
+fn engine_at(dir: &std::path::Path, day: u32) -> Engine {
+    Engine::init(dir).unwrap().with_clock(move || noon(day))
+}
+
+fn agent() -> Scope {
+    Scope::agent("acme", "bot").unwrap()
+}
+
+/// Bub: "every save is a new version"; MEMORY.md is a full replace (nanobot).
+#[test]
+fn seed_bub_every_save_is_a_new_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_at(dir.path(), 10);
+    let a = agent();
+    assert_eq!(
+        e.save_long_term(&a, "User likes Python").unwrap().version,
+        1
+    );
+    assert_eq!(e.save_long_term(&a, "User likes Rust").unwrap().version, 2);
+    let (log, _) = e.memory_log(&a).unwrap();
+    assert_eq!(
+        log.view_at(1).content(paths::MEMORY),
+        Some("User likes Python")
+    );
+    assert_eq!(
+        e.memory(&a).unwrap().content(paths::MEMORY),
+        Some("User likes Rust")
+    );
+    // Reopening the store gives the same memory: it is on the tape.
+    drop(e);
+    let again = Engine::open(dir.path()).unwrap();
+    assert_eq!(again.memory_log(&a).unwrap().0.version(), 2);
+}
+
+/// Bub's memory.daily and MateClaw's daily notes: appended, created with a date heading.
+#[test]
+fn seed_bub_daily_notes_append_under_a_date_heading() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_at(dir.path(), 10);
+    let a = agent();
+    e.append_daily(&a, "- Implemented tape memory zone", None)
+        .unwrap();
+    e.append_daily(&a, "- Fixed model_runner tests\n\n", None)
+        .unwrap();
+    let date = NaiveDate::from_ymd_opt(2026, 2, 9).unwrap();
+    e.append_daily(&a, "- Designed memory architecture", Some(date))
+        .unwrap();
+    let view = e.memory(&a).unwrap();
+    assert_eq!(
+        view.content("memory/2026-02-10.md"),
+        Some("# 2026-02-10\n\n- Implemented tape memory zone\n- Fixed model_runner tests\n")
+    );
+    assert_eq!(
+        view.content("memory/2026-02-09.md"),
+        Some("# 2026-02-09\n\n- Designed memory architecture\n")
+    );
+}
+
+/// nanobot: HISTORY.md is append-only, one `[YYYY-MM-DD HH:MM]` paragraph per entry.
+#[test]
+fn seed_nanobot_history_is_append_only_and_timestamped() {
+    let e = Engine::in_memory().with_clock(|| noon(10));
+    let a = agent();
+    e.append_history(&a, "User asked about configuring Telegram bot.")
+        .unwrap();
+    e.append_history(&a, "Debugged a session corruption issue.")
+        .unwrap();
+    assert_eq!(
+        e.memory(&a).unwrap().content(paths::HISTORY),
+        Some(
+            "[2026-02-10 12:00] User asked about configuring Telegram bot.\n\n\
+             [2026-02-10 12:00] Debugged a session corruption issue.\n\n"
+        )
+    );
+}
+
+/// Agent memory is shared by the agent's users; a user's own file wins.
+#[test]
+fn a_users_memory_layers_over_the_agents() {
+    let e = Engine::in_memory();
+    let a = agent();
+    let ann = a.clone().with_user("ann").unwrap();
+    e.record_memory(
+        &a,
+        Change::one(
+            Op::Write {
+                path: paths::SOUL.into(),
+                content: "Be kind.".into(),
+            },
+            "test",
+        ),
+    )
+    .unwrap();
+    e.save_long_term(&a, "agent-wide facts").unwrap();
+    e.save_long_term(&ann, "Ann prefers tea").unwrap();
+    let view = e.memory(&ann).unwrap();
+    assert_eq!(view.content(paths::SOUL), Some("Be kind."));
+    assert_eq!(view.content(paths::MEMORY), Some("Ann prefers tea"));
+    assert_eq!(
+        e.memory(&a).unwrap().content(paths::MEMORY),
+        Some("agent-wide facts")
+    );
+    let session = ann.with_session("s1").unwrap();
+    assert!(e.memory(&session).is_err(), "memory is not per session");
+}
+
+/// Bub phase 3: memory.forget removes specific entries; undo goes back to a version.
+#[test]
+fn seed_bub_forget_and_undo_are_new_versions() {
+    let e = Engine::in_memory().with_clock(|| noon(10));
+    let a = agent();
+    e.append_daily(&a, "keep", None).unwrap();
+    let secret = e.append_daily(&a, "my password is hunter2", None).unwrap();
+    e.forget_memory(&a, &[secret.id]).unwrap();
+    let note = e.memory(&a).unwrap();
+    assert_eq!(
+        note.content("memory/2026-02-10.md"),
+        Some("# 2026-02-10\n\nkeep\n")
+    );
+    let err = e.forget_memory(&a, &[memtape::EntryId(999)]).unwrap_err();
+    assert!(err.to_string().contains("999"), "{err}");
+
+    e.save_long_term(&a, "v4").unwrap();
+    e.save_long_term(&a, "v5").unwrap();
+    let undo = e.undo_memory(&a, 4).unwrap().unwrap();
+    assert_eq!(undo.version, 6);
+    assert_eq!(e.memory(&a).unwrap().content(paths::MEMORY), Some("v4"));
+    assert!(e.undo_memory(&a, 6).unwrap().is_none(), "already there");
+    assert!(e.undo_memory(&a, 60).is_err());
+}
+
+/// Bub: daily retention (default 30 days), pruned explicitly.
+#[test]
+fn seed_bub_prune_drops_daily_notes_past_retention() {
+    let e = Engine::in_memory().with_clock(|| noon(28));
+    let a = agent();
+    for day in [1, 5, 27] {
+        let date = NaiveDate::from_ymd_opt(2026, 2, day).unwrap();
+        e.append_daily(&a, "note", Some(date)).unwrap();
+    }
+    e.save_long_term(&a, "stays").unwrap();
+    assert_eq!(e.prune_daily(&a, 30).unwrap(), 0);
+    assert_eq!(e.prune_daily(&a, 7).unwrap(), 2);
+    let view = e.memory(&a).unwrap();
+    assert_eq!(
+        view.files.keys().collect::<Vec<_>>(),
+        ["MEMORY.md", "memory/2026-02-27.md"]
+    );
+}
+
+/// Two writers on one store: the one that computed from a stale view is made to compute
+/// again, so neither change is lost.
+#[test]
+fn a_change_computed_from_a_stale_read_is_recomputed_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = engine_at(dir.path(), 10);
+    let second = engine_at(dir.path(), 10);
+    let a = agent();
+    first.save_long_term(&a, "- likes tea\n").unwrap();
+    let calls = Cell::new(0);
+    let recorded = first
+        .change_memory(&a, |_, view| {
+            calls.set(calls.get() + 1);
+            if calls.get() == 1 {
+                // Another process writes after this writer has read.
+                second
+                    .save_long_term(&a, "- likes tea\n- lives in Oslo\n")
+                    .unwrap();
+            }
+            let mut content = view.content(paths::MEMORY).unwrap_or("").to_string();
+            content.push_str("- prefers dark mode\n");
+            Ok(Some(Change::one(
+                Op::Write {
+                    path: paths::MEMORY.into(),
+                    content,
+                },
+                "test",
+            )))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(calls.get(), 2, "the conflict made it read again");
+    assert_eq!(recorded.version, 3);
+    assert_eq!(
+        first.memory(&a).unwrap().content(paths::MEMORY),
+        Some("- likes tea\n- lives in Oslo\n- prefers dark mode\n")
+    );
+}
+
+#[test]
+fn clear_removes_every_file_but_keeps_the_versions() {
+    let e = Engine::in_memory();
+    let a = agent();
+    assert!(e.clear_memory(&a).unwrap().is_none(), "nothing to clear");
+    e.save_long_term(&a, "x").unwrap();
+    assert_eq!(e.clear_memory(&a).unwrap().unwrap().version, 2);
+    assert!(e.memory(&a).unwrap().files.is_empty());
+    let (log, _) = e.memory_log(&a).unwrap();
+    assert_eq!(log.view_at(1).content(paths::MEMORY), Some("x"));
+}
