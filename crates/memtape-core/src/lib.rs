@@ -22,6 +22,7 @@ mod query;
 mod scope;
 mod thread;
 mod tokens;
+pub mod wal;
 
 pub use entry::{
     Anchor, Content, ContentPart, Entry, EntryId, Event, FileOwner, FileRef, FileSource, FileType,
