@@ -504,10 +504,10 @@ impl MemoryLog {
                 path.is_none_or(|p| {
                     r.change.ops.iter().any(|op| {
                         matches!(op, Op::Clear)
-                            || op
-                                .paths()
-                                .iter()
-                                .any(|q| *q == p || p.starts_with(&format!("{q}/")))
+                            || op.paths().iter().any(|q| {
+                                p.strip_prefix(q)
+                                    .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+                            })
                     })
                 })
             })

