@@ -43,4 +43,7 @@ pub enum Error {
     /// An import file as a whole is inconsistent (for example a dangling parent reference).
     #[error("invalid import: {0}")]
     InvalidImport(String),
+    /// A summarizer could not summarize; whatever it was to replace is kept.
+    #[error("summarizer failed: {0}")]
+    Summarize(String),
 }

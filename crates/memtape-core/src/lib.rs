@@ -12,6 +12,7 @@
 //! assert_eq!(Payload::Message(Message::tool_result("c1", "ok")).kind(), Kind::ToolResult);
 //! ```
 
+pub mod context;
 mod entry;
 mod error;
 pub mod events;
@@ -20,6 +21,7 @@ mod history;
 pub mod memory;
 mod query;
 mod scope;
+pub mod summary;
 mod thread;
 mod tokens;
 pub mod wal;

@@ -38,6 +38,10 @@ pub enum Error {
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Write(#[from] std::io::Error),
+    /// The engine or a request is configured in a way that cannot work (for example node
+    /// memory without a conversation).
+    #[error("configuration error: {0}")]
+    Config(String),
     /// A broken internal expectation.
     #[error("internal error: {0}")]
     Internal(String),

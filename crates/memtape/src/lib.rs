@@ -14,10 +14,15 @@
 //! # Ok::<(), memtape::Error>(())
 //! ```
 
+mod context;
 mod error;
 mod io;
+mod lifecycle;
+mod node;
 mod search;
 mod tiers;
+pub mod tools;
+mod workspace;
 
 pub use io::ImportReport;
 pub use search::SearchHit;
