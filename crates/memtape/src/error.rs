@@ -38,6 +38,10 @@ pub enum Error {
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Write(#[from] std::io::Error),
+    /// A memory tool refused a call (a missing file, an ambiguous edit, a bad argument).
+    /// The text is what the model is shown as the tool's error result; nothing changed.
+    #[error("{0}")]
+    Tool(String),
     /// The engine or a request is configured in a way that cannot work (for example node
     /// memory without a conversation).
     #[error("configuration error: {0}")]

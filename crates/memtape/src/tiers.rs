@@ -23,6 +23,18 @@ pub fn check_memory_scope(scope: &Scope) -> Result<()> {
     Ok(())
 }
 
+/// The memory of `scope`: a session's (or a node's) agent-and-user scope, or the agent's
+/// when the session has no user; an agent or agent-and-user scope is its own.
+pub fn memory_scope(scope: &Scope) -> Result<Scope> {
+    Ok(Scope::from_parts(
+        scope.tenant().to_owned(),
+        scope.agent_name().to_owned(),
+        scope.user().map(str::to_owned),
+        None,
+        None,
+    )?)
+}
+
 impl<S: Store> Engine<S> {
     /// The memory changes of exactly `scope`, and the scope's latest entry id (the base a
     /// change computed from this log must name).

@@ -1,0 +1,257 @@
+//! Bub's memory tools: `memory.save`, `memory.daily`, `memory.recall`, `memory.show`,
+//! `memory.clear`, and `memory.forget` (the seed's phase 3).
+
+use std::fmt::Write as _;
+
+use chrono::NaiveDate;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use memtape_core::memory::paths;
+use memtape_core::{EntryId, Scope};
+use memtape_store::Store;
+
+use super::{Family, ToolOutput, ToolSpec, check_size, input, search};
+use crate::{Engine, Error, Result};
+
+/// Bub's recall window when none is given (days).
+const RECALL_DAYS: u32 = 7;
+
+pub(super) fn specs() -> Vec<ToolSpec> {
+    let spec = |name, description, input_schema| ToolSpec {
+        name,
+        family: Family::Bub,
+        description,
+        input_schema,
+    };
+    vec![
+        spec(
+            "memory.save",
+            "Replace long-term memory (MEMORY.md) with new content. Keep it short \
+             (under 4 KB): rewrite it as a summary rather than letting it grow.",
+            json!({
+                "type": "object",
+                "properties": {"content": {"type": "string", "description": "The full new long-term memory."}},
+                "required": ["content"],
+                "additionalProperties": false
+            }),
+        ),
+        spec(
+            "memory.daily",
+            "Append a note to the daily notes (memory/YYYY-MM-DD.md) of today or of a given date.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string", "description": "The note to append."},
+                    "date": {"type": "string", "description": "The day, YYYY-MM-DD (default: today)."}
+                },
+                "required": ["content"],
+                "additionalProperties": false
+            }),
+        ),
+        spec(
+            "memory.recall",
+            "Recall memories: long-term memory and the daily notes of the last `days` days, \
+             or, with a query, the lines of those that match it best.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to look for (optional)."},
+                    "days": {"type": "integer", "minimum": 1, "default": RECALL_DAYS, "description": "How many days of daily notes to include."}
+                },
+                "additionalProperties": false
+            }),
+        ),
+        spec(
+            "memory.show",
+            "Show a summary of memory: its version and every file with its size.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        ),
+        spec(
+            "memory.clear",
+            "Clear all memory. Earlier versions stay on the tape and can be restored.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        ),
+        spec(
+            "memory.forget",
+            "Forget specific memory changes (by the entry ids `memory versions` lists), as if \
+             they had never been made.",
+            json!({
+                "type": "object",
+                "properties": {"ids": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}},
+                "required": ["ids"],
+                "additionalProperties": false
+            }),
+        ),
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Save {
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Daily {
+    content: String,
+    date: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Recall {
+    query: Option<String>,
+    days: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Forget {
+    ids: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Nothing {}
+
+pub(super) fn call<S: Store>(
+    engine: &Engine<S>,
+    scope: &Scope,
+    name: &str,
+    args: &Value,
+) -> Result<ToolOutput> {
+    match name {
+        "memory.save" => {
+            let Save { content } = input(name, args)?;
+            check_size(paths::MEMORY, &content)?;
+            engine.save_long_term(scope, &content)?;
+            Ok(ToolOutput::ok("saved to long-term memory"))
+        }
+        "memory.daily" => {
+            let Daily { content, date } = input(name, args)?;
+            let date = date
+                .map(|d| {
+                    NaiveDate::parse_from_str(&d, "%Y-%m-%d").map_err(|_| {
+                        Error::Tool(format!("Error: date {d:?} is not a day (use YYYY-MM-DD)"))
+                    })
+                })
+                .transpose()?;
+            if content.trim().is_empty() {
+                return Err(Error::Tool("Error: the note is empty".into()));
+            }
+            let recorded = engine.append_daily(scope, &content, date)?;
+            let path = recorded.change.ops[0].paths()[0].to_owned();
+            Ok(ToolOutput::ok(format!("appended to daily notes ({path})")))
+        }
+        "memory.recall" => {
+            let Recall { query, days } = input(name, args)?;
+            let days = days.unwrap_or(RECALL_DAYS);
+            if days == 0 {
+                return Err(Error::Tool("Error: days must be at least 1".into()));
+            }
+            recall(engine, scope, query.as_deref(), days)
+        }
+        "memory.show" => {
+            let Nothing {} = input(name, args)?;
+            show(engine, scope)
+        }
+        "memory.clear" => {
+            let Nothing {} = input(name, args)?;
+            Ok(ToolOutput::ok(match engine.clear_memory(scope)? {
+                Some(r) => format!(
+                    "memory cleared (version {}; earlier versions are kept)",
+                    r.version
+                ),
+                None => "memory is already empty".to_owned(),
+            }))
+        }
+        "memory.forget" => {
+            let Forget { ids } = input(name, args)?;
+            if ids.is_empty() {
+                return Err(Error::Tool(
+                    "Error: name at least one change to forget".into(),
+                ));
+            }
+            let ids: Vec<EntryId> = ids.into_iter().map(EntryId).collect();
+            let recorded = match engine.forget_memory(scope, &ids) {
+                Err(Error::Invalid(e)) => return Err(Error::Tool(format!("Error: {e}"))),
+                other => other?,
+            };
+            Ok(ToolOutput::ok(format!(
+                "forgot {} change(s) (version {})",
+                ids.len(),
+                recorded.version
+            )))
+        }
+        other => Err(Error::Internal(format!("{other} is not a Bub tool"))),
+    }
+}
+
+/// Without a query: long-term memory and the daily notes of the last `days` days, newest
+/// first. With one: the best-matching lines of those files.
+fn recall<S: Store>(
+    engine: &Engine<S>,
+    scope: &Scope,
+    query: Option<&str>,
+    days: u32,
+) -> Result<ToolOutput> {
+    let today = engine.now().date_naive();
+    let since = today - chrono::Days::new(u64::from(days.saturating_sub(1)));
+    let in_window = |path: &str| {
+        path == paths::MEMORY || paths::daily_date(path).is_some_and(|d| d >= since && d <= today)
+    };
+    if let Some(query) = query.filter(|q| !q.trim().is_empty()) {
+        let lines = search::search_lines(engine, scope, query, 10, &in_window)?;
+        if lines.is_empty() {
+            return Ok(ToolOutput::ok(format!("no memories match {query:?}")));
+        }
+        let mut out = String::new();
+        for l in lines {
+            let _ = writeln!(out, "{}:{}: {}", l.file, l.line, l.content);
+        }
+        return Ok(ToolOutput::ok(out.trim_end().to_owned()));
+    }
+    let view = engine.memory(scope)?;
+    let mut out = String::new();
+    if let Some(long) = view.content(paths::MEMORY).filter(|c| !c.trim().is_empty()) {
+        let _ = write!(out, "## Long-term Memory\n{}\n", long.trim_end());
+    }
+    for (_, path, file) in view.dailies().into_iter().filter(|(_, p, _)| in_window(p)) {
+        let _ = write!(out, "\n## {path}\n{}\n", file.content.trim_end());
+    }
+    if out.is_empty() {
+        out = format!(
+            "no memories (long-term memory is empty and there are no daily notes in the last {days} days)"
+        );
+    }
+    Ok(ToolOutput::ok(out.trim().to_owned()))
+}
+
+fn show<S: Store>(engine: &Engine<S>, scope: &Scope) -> Result<ToolOutput> {
+    let (log, _) = engine.memory_log(scope)?;
+    let view = engine.memory(scope)?;
+    let mut out = format!(
+        "memory of {scope}: version {}, {} file(s)\n",
+        log.version(),
+        view.files.len()
+    );
+    for (path, file) in &view.files {
+        let _ = writeln!(
+            out,
+            "- {path} ({} bytes, updated {}{})",
+            file.content.len(),
+            file.updated_at.format("%Y-%m-%d %H:%M"),
+            if file.enabled {
+                ", in the system prompt"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(long) = view.content(paths::MEMORY).filter(|c| !c.trim().is_empty()) {
+        let _ = write!(out, "\n## Long-term Memory\n{}\n", long.trim_end());
+    }
+    Ok(ToolOutput::ok(out.trim_end().to_owned()))
+}
