@@ -26,7 +26,7 @@ mod workspace;
 
 pub use io::ImportReport;
 pub use search::SearchHit;
-pub use tiers::check_memory_scope;
+pub use tiers::{check_memory_scope, memory_scope};
 
 use std::collections::HashMap;
 use std::path::Path;
