@@ -22,11 +22,13 @@ mod node;
 mod search;
 mod tiers;
 pub mod tools;
+mod wal;
 mod workspace;
 
 pub use io::ImportReport;
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
+pub use wal::Captured;
 
 use std::collections::HashMap;
 use std::path::Path;
