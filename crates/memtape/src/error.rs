@@ -38,6 +38,14 @@ pub enum Error {
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Write(#[from] std::io::Error),
+    /// Reading or writing a file of the markdown workspace failed.
+    #[error("workspace file {path}: {source}")]
+    Workspace {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// A memory tool refused a call (a missing file, an ambiguous edit, a bad argument).
     /// The text is what the model is shown as the tool's error result; nothing changed.
     #[error("{0}")]

@@ -29,6 +29,7 @@ pub use io::ImportReport;
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
 pub use wal::Captured;
+pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
 
 use std::collections::HashMap;
 use std::path::Path;
