@@ -2,6 +2,7 @@
 //! clap, checked into typed values here, and every failure exits non-zero with a message
 //! that names what is wrong.
 
+mod memory;
 mod output;
 mod retrieval;
 
@@ -70,6 +71,9 @@ enum Command {
         /// Metadata to keep with the entry, as a JSON object.
         #[arg(long, value_name = "JSON")]
         meta: Option<String>,
+        /// Do not scan a user message into the working state (the WAL).
+        #[arg(long)]
+        no_wal: bool,
     },
     /// Show the history a model would get: the unconsolidated tail of the current thread.
     History {
@@ -171,6 +175,17 @@ enum Command {
         #[command(flatten)]
         tuning: retrieval::Tuning,
     },
+    /// Memory: long-term facts, daily notes, versions, diff and undo (--agent, --user).
+    #[command(subcommand)]
+    Memory(memory::MemoryCommand),
+    /// Memory files by path: Anthropic's memory tool on /memories, MateClaw's workspace tools.
+    #[command(subcommand)]
+    Files(memory::FilesCommand),
+    /// Sync the memory with its folder of markdown files (hand edits become versions).
+    Sync(memory::SyncArgs),
+    /// The WAL scanner: what a user message would add to the working state.
+    #[command(subcommand)]
+    Wal(memory::WalCommand),
     /// Embedding model files.
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -315,6 +330,7 @@ fn run(cli: Cli) -> Result<()> {
             name,
             parent,
             meta,
+            no_wal,
         } => {
             let engine = open(&cli)?;
             let role: Role = role.parse()?;
@@ -338,7 +354,12 @@ fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or_default(),
             };
-            let entry = engine.append(&session_scope(&cli, session)?, message, options)?;
+            let session = session_scope(&cli, session)?;
+            // Qanot's WAL: a user message is scanned before anyone answers it.
+            if role == Role::User && !no_wal {
+                engine.capture(&session, content)?;
+            }
+            let entry = engine.append(&session, message, options)?;
             writeln!(stdout, "{}", entry.id)?;
         }
         Command::History {
@@ -486,6 +507,10 @@ fn run(cli: Cli) -> Result<()> {
                 engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
             writeln!(stdout, "{}", entry.id)?;
         }
+        Command::Memory(command) => memory::memory(&cli, command, &mut stdout)?,
+        Command::Files(command) => memory::files(&cli, command, &mut stdout)?,
+        Command::Sync(args) => memory::sync(&cli, args, &mut stdout)?,
+        Command::Wal(command) => memory::wal(command, &mut stdout)?,
         Command::Search(args) => retrieval::search(&cli, args, &mut stdout)?,
         Command::Reindex { tuning } => retrieval::reindex(&cli, tuning, &mut stdout)?,
         Command::Models(ModelsCommand::Fetch) => {

@@ -189,7 +189,7 @@ pub struct SearchArgs {
 }
 
 /// Opens the store with its search index, caught up with the tape.
-fn open_indexed(cli: &Cli, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+pub fn open_indexed(cli: &Cli, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
     let dir = data_dir(cli)?;
     let engine = Engine::open(&dir)?;
     let embedder = cli.models.embedder()?;

@@ -52,16 +52,16 @@ fn the_readme_tour_runs_as_written() {
     // What the tour's comments promise.
     let thread_line = stdout
         .lines()
-        .position(|l| l.starts_with("#1 message user: Hi, I'm Ada"))
+        .position(|l| l.starts_with("#2 message user: Hi, I'm Ada"))
         .unwrap();
     let thread: Vec<&str> = stdout.lines().skip(thread_line).take(4).collect();
     assert!(
-        thread[3].starts_with("#6 message assistant: Checking the ledger"),
+        thread[3].starts_with("#7 message assistant: Checking the ledger"),
         "{thread:?}"
     );
-    // After `consolidate chat-1 2` (which prints the pointer event's id, 7) history starts at 4.
+    // After `consolidate chat-1 3` (which prints the pointer event's id, 8) history starts at 5.
     assert!(
-        stdout.contains("7\n#4 message user: Why was I charged twice?\n#6 message assistant: Checking the ledger...\nchat-1 "),
+        stdout.contains("8\n#5 message user: Why was I charged twice?\n#7 message assistant: Checking the ledger...\nchat-1 "),
         "{stdout}"
     );
     // The semantic search puts Ada's stated preference (or its imported copy) first; BM25 with filters finds the
@@ -72,11 +72,11 @@ fn the_readme_tour_runs_as_written() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("[chat-1] #5 message assistant: A retry bug; refunded."),
+        stdout.contains("[chat-1] #6 message assistant: A retry bug; refunded."),
         "{stdout}"
     );
     assert!(
-        stdout.contains("indexed 10 entries through #13"),
+        stdout.contains("indexed 11 entries through #14"),
         "{stdout}"
     );
     assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);

@@ -14,6 +14,7 @@
 //! # Ok::<(), memtape::Error>(())
 //! ```
 
+mod capture;
 mod context;
 mod error;
 mod io;
@@ -22,13 +23,12 @@ mod node;
 mod search;
 mod tiers;
 pub mod tools;
-mod wal;
 mod workspace;
 
+pub use capture::Captured;
 pub use io::ImportReport;
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
-pub use wal::Captured;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
 
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
-    memory,
+    memory, wal,
 };
 pub use memtape_search::{
     EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, Ranked, SearchFilter,

@@ -1,0 +1,543 @@
+//! The memory commands: `memory` (Bub's tools, versions, diff, undo, prune), `files` (the
+//! Anthropic and MateClaw file tools), `sync` (the markdown workspace) and `wal scan`.
+//! Each runs through the same tool registry the servers expose.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use memtape::memory::diff;
+use memtape::{Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
+use serde_json::{Value, json};
+
+use crate::{Cli, base_scope, data_dir, retrieval};
+
+/// `memtape memory …`: the scope's memory tiers.
+#[derive(Subcommand, Clone, Debug)]
+pub enum MemoryCommand {
+    /// Show the memory: its version, its files and long-term memory.
+    Show {
+        /// Print every file as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace long-term memory (MEMORY.md). CONTENT `-` reads standard input.
+    Save {
+        /// The new long-term memory.
+        #[arg(allow_hyphen_values = true)]
+        content: String,
+    },
+    /// Append to the daily notes (memory/YYYY-MM-DD.md). CONTENT `-` reads standard input.
+    Daily {
+        /// The note.
+        #[arg(allow_hyphen_values = true)]
+        content: String,
+        /// The day (YYYY-MM-DD; default today).
+        #[arg(long)]
+        date: Option<String>,
+    },
+    /// Recall long-term memory and recent daily notes, or the lines matching QUERY.
+    Recall {
+        /// What to look for.
+        #[arg(allow_hyphen_values = true)]
+        query: Option<String>,
+        /// How many days of daily notes.
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+    },
+    /// Search long-term memory, the last 30 days of notes, the working state and /memories.
+    Search {
+        /// What to look for.
+        #[arg(allow_hyphen_values = true)]
+        query: String,
+        /// At most this many lines.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+    /// Forget memory changes (the ids `memory versions` lists), as if never made.
+    Forget {
+        /// The changes' entry ids.
+        #[arg(required = true)]
+        ids: Vec<u64>,
+    },
+    /// Clear every memory file (earlier versions stay and can be restored with undo).
+    Clear,
+    /// List the versions of the memory, or of one file.
+    Versions {
+        /// Only the versions that touched this file.
+        path: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what changed between two versions, as a unified diff.
+    Diff {
+        /// The older version.
+        from: u64,
+        /// The newer version.
+        to: u64,
+    },
+    /// Bring the memory back to how it was at a version (recorded as a new version).
+    Undo {
+        /// The version to return to.
+        version: u64,
+    },
+    /// Remove daily notes older than the retention period.
+    Prune {
+        /// Keep this many days of daily notes.
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+    },
+}
+
+/// `memtape files …`: memory files by path, with Anthropic's memory tool (view, create,
+/// str_replace, insert, delete, rename; paths under /memories) and MateClaw's workspace
+/// tools (list, read, write, edit; .md paths, /memories/… accepted).
+#[derive(Subcommand, Clone, Debug)]
+pub enum FilesCommand {
+    /// Show a file with line numbers, or list a folder two levels deep.
+    View {
+        /// A path under /memories.
+        path: String,
+        /// Only these lines: START END (END -1 reads to the end).
+        #[arg(long, num_args = 2, value_names = ["START", "END"], allow_negative_numbers = true)]
+        range: Option<Vec<i64>>,
+    },
+    /// Create or replace a file. FILE_TEXT `-` reads standard input.
+    Create {
+        /// A path under /memories.
+        path: String,
+        /// The file's content.
+        #[arg(allow_hyphen_values = true)]
+        file_text: String,
+    },
+    /// Replace the one occurrence of OLD with NEW.
+    #[command(name = "str_replace")]
+    StrReplace {
+        /// A path under /memories.
+        path: String,
+        /// The exact text to replace.
+        #[arg(allow_hyphen_values = true)]
+        old: String,
+        /// What replaces it.
+        #[arg(allow_hyphen_values = true)]
+        new: String,
+    },
+    /// Insert TEXT after line LINE (0: before the first line).
+    Insert {
+        /// A path under /memories.
+        path: String,
+        /// The line after which to insert.
+        line: i64,
+        /// The text.
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+    },
+    /// Delete a file or folder.
+    Delete {
+        /// A path under /memories.
+        path: String,
+    },
+    /// Rename a file or folder.
+    Rename {
+        /// The current path.
+        old: String,
+        /// The new path.
+        new: String,
+    },
+    /// List the workspace's files (JSON), optionally those starting with PREFIX.
+    List {
+        /// Only paths starting with this.
+        prefix: Option<String>,
+    },
+    /// Read a file (JSON with its content, size, flag and update time).
+    Read {
+        /// A .md path (MEMORY.md, memory/2026-04-01.md, /memories/notes.md).
+        path: String,
+    },
+    /// Write a whole file. CONTENT `-` reads standard input.
+    Write {
+        /// A .md path.
+        path: String,
+        /// The file's content.
+        #[arg(allow_hyphen_values = true)]
+        content: String,
+    },
+    /// Replace OLD with NEW: one occurrence, or all with --replace-all.
+    Edit {
+        /// A .md path.
+        path: String,
+        /// The exact text to replace.
+        #[arg(allow_hyphen_values = true)]
+        old: String,
+        /// What replaces it.
+        #[arg(allow_hyphen_values = true)]
+        new: String,
+        /// Replace every occurrence.
+        #[arg(long)]
+        replace_all: bool,
+    },
+}
+
+/// `memtape sync`'s arguments.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SyncArgs {
+    /// The workspace folder (default: DATA_DIR/workspace/TENANT/AGENT/shared, or
+    /// …/AGENT/users/USER with --user).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Keep syncing until stopped.
+    #[arg(long)]
+    watch: bool,
+    /// Seconds between syncs in watch mode.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Settle conflicts: `disk` records the file, `tape` overwrites it.
+    #[arg(long, value_parser = ["disk", "tape"])]
+    prefer: Option<String>,
+    /// Print each sync's report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `memtape wal …`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum WalCommand {
+    /// Show what the WAL would capture from a message.
+    Scan {
+        /// The message.
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+        /// Print a JSON list of {category, text}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Reads CONTENT, or standard input when it is `-`.
+fn text_arg(value: &str) -> Result<String> {
+    if value != "-" {
+        return Ok(value.to_owned());
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading standard input")?;
+    Ok(text)
+}
+
+/// Runs a tool; its refusal is this command's error.
+fn tool(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    name: &str,
+    input: Value,
+    out: &mut impl Write,
+) -> Result<()> {
+    let result = engine.call_tool(scope, name, &input)?;
+    if result.is_error {
+        bail!("{}", result.text);
+    }
+    writeln!(out, "{}", result.text)?;
+    Ok(())
+}
+
+/// The engine, with the search index attached when one was built, so memory search runs
+/// through it; without one, memory search is a substring match.
+fn engine_for_search(cli: &Cli) -> Result<Engine<SqliteStore>> {
+    let dir = data_dir(cli)?;
+    if dir.join("index.db").exists() {
+        retrieval::open_indexed(cli, &retrieval::Tuning::default())
+    } else {
+        Ok(Engine::open(&dir)?)
+    }
+}
+
+/// `memtape memory …`.
+pub fn memory(cli: &Cli, command: &MemoryCommand, out: &mut impl Write) -> Result<()> {
+    let scope = base_scope(cli)?;
+    match command {
+        MemoryCommand::Recall { query, days } => {
+            let engine = match query {
+                Some(_) => engine_for_search(cli)?,
+                None => crate::open(cli)?,
+            };
+            return tool(
+                &engine,
+                &scope,
+                "memory.recall",
+                json!({"query": query, "days": days}),
+                out,
+            );
+        }
+        MemoryCommand::Search { query, limit } => {
+            let engine = engine_for_search(cli)?;
+            return tool(
+                &engine,
+                &scope,
+                "memory_search",
+                json!({"query": query, "limit": limit}),
+                out,
+            );
+        }
+        _ => {}
+    }
+    let engine = crate::open(cli)?;
+    match command {
+        MemoryCommand::Show { json } => {
+            if *json {
+                let view = engine.memory(&scope)?;
+                let files: serde_json::Map<String, Value> = view
+                    .files
+                    .iter()
+                    .map(|(path, f)| {
+                        (
+                            path.clone(),
+                            json!({
+                                "content": f.content,
+                                "enabled": f.enabled,
+                                "sort_order": f.sort_order,
+                                "version": f.updated,
+                                "updated_at": f.updated_at.to_rfc3339(),
+                            }),
+                        )
+                    })
+                    .collect();
+                let version = engine.memory_log(&scope)?.0.version();
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"scope": scope.to_string(), "version": version, "files": files})
+                )?;
+            } else {
+                tool(&engine, &scope, "memory.show", json!({}), out)?;
+            }
+        }
+        MemoryCommand::Save { content } => tool(
+            &engine,
+            &scope,
+            "memory.save",
+            json!({"content": text_arg(content)?}),
+            out,
+        )?,
+        MemoryCommand::Daily { content, date } => tool(
+            &engine,
+            &scope,
+            "memory.daily",
+            json!({"content": text_arg(content)?, "date": date}),
+            out,
+        )?,
+        MemoryCommand::Forget { ids } => {
+            tool(&engine, &scope, "memory.forget", json!({"ids": ids}), out)?;
+        }
+        MemoryCommand::Clear => tool(&engine, &scope, "memory.clear", json!({}), out)?,
+        MemoryCommand::Versions { path, json } => {
+            let (log, _) = engine.memory_log(&scope)?;
+            for r in log.versions(path.as_deref()) {
+                let paths: Vec<&str> = r.change.ops.iter().flat_map(|op| op.paths()).collect();
+                if *json {
+                    writeln!(
+                        out,
+                        "{}",
+                        json!({"version": r.version, "id": r.id.0, "at": r.at.to_rfc3339(),
+                               "source": r.change.source, "ops": r.change.ops})
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "v{}\t#{}\t{}\t{}\t{}",
+                        r.version,
+                        r.id,
+                        r.at.format("%Y-%m-%d %H:%M:%S"),
+                        r.change.source,
+                        paths.join(" ")
+                    )?;
+                }
+            }
+        }
+        MemoryCommand::Diff { from, to } => {
+            let (log, _) = engine.memory_log(&scope)?;
+            for v in [from, to] {
+                if *v > log.version() {
+                    bail!(
+                        "there is no version {v}: the memory of {scope} has {} version(s)",
+                        log.version()
+                    );
+                }
+            }
+            write!(out, "{}", diff(&log.view_at(*from), &log.view_at(*to)))?;
+        }
+        MemoryCommand::Undo { version } => match engine.undo_memory(&scope, *version)? {
+            Some(r) => writeln!(
+                out,
+                "memory is back to version {version}, recorded as version {}",
+                r.version
+            )?,
+            None => writeln!(out, "memory already matches version {version}")?,
+        },
+        MemoryCommand::Prune { days } => {
+            let n = engine.prune_daily(&scope, *days)?;
+            writeln!(out, "removed {n} daily note(s) older than {days} days")?;
+        }
+        MemoryCommand::Recall { .. } | MemoryCommand::Search { .. } => {}
+    }
+    Ok(())
+}
+
+/// A MateClaw path: `/memories/x.md` is the workspace file `memories/x.md`.
+fn workspace_path(path: &str) -> String {
+    match path.strip_prefix("/memories/") {
+        Some(rest) => format!("memories/{rest}"),
+        None => path.to_owned(),
+    }
+}
+
+/// `memtape files …`.
+pub fn files(cli: &Cli, command: &FilesCommand, out: &mut impl Write) -> Result<()> {
+    let engine = crate::open(cli)?;
+    let scope = base_scope(cli)?;
+    let (name, input) = match command {
+        FilesCommand::View { path, range } => {
+            let mut input = json!({"command": "view", "path": path});
+            if let Some(r) = range {
+                input["view_range"] = json!(r);
+            }
+            ("memory", input)
+        }
+        FilesCommand::Create { path, file_text } => (
+            "memory",
+            json!({"command": "create", "path": path, "file_text": text_arg(file_text)?}),
+        ),
+        FilesCommand::StrReplace { path, old, new } => (
+            "memory",
+            json!({"command": "str_replace", "path": path, "old_str": old, "new_str": new}),
+        ),
+        FilesCommand::Insert { path, line, text } => (
+            "memory",
+            json!({"command": "insert", "path": path, "insert_line": line, "insert_text": text}),
+        ),
+        FilesCommand::Delete { path } => ("memory", json!({"command": "delete", "path": path})),
+        FilesCommand::Rename { old, new } => (
+            "memory",
+            json!({"command": "rename", "old_path": old, "new_path": new}),
+        ),
+        FilesCommand::List { prefix } => (
+            "list_workspace_memory_files",
+            json!({"filenamePrefix": prefix.as_deref().map(workspace_path)}),
+        ),
+        FilesCommand::Read { path } => (
+            "read_workspace_memory_file",
+            json!({"filename": workspace_path(path)}),
+        ),
+        FilesCommand::Write { path, content } => (
+            "write_workspace_memory_file",
+            json!({"filename": workspace_path(path), "content": text_arg(content)?}),
+        ),
+        FilesCommand::Edit {
+            path,
+            old,
+            new,
+            replace_all,
+        } => (
+            "edit_workspace_memory_file",
+            json!({"filename": workspace_path(path), "oldText": old, "newText": new,
+                   "replaceAll": replace_all}),
+        ),
+    };
+    tool(&engine, &scope, name, input, out)
+}
+
+fn print_report(report: &SyncReport, json: bool, out: &mut impl Write) -> Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(report)?)?;
+        return Ok(());
+    }
+    if !report.recorded.is_empty() {
+        let version = report
+            .version
+            .map_or(String::new(), |v| format!(" as version {v}"));
+        writeln!(out, "recorded {}{version}", report.recorded.join(", "))?;
+    }
+    for path in &report.written {
+        writeln!(out, "wrote {path}")?;
+    }
+    for path in &report.removed {
+        writeln!(out, "removed {path}")?;
+    }
+    for (path, why) in &report.skipped {
+        writeln!(out, "skipped {path}: {why}")?;
+    }
+    for c in &report.conflicts {
+        writeln!(
+            out,
+            "conflict: {} changed on disk and on the tape since the last sync; \
+             keep one side with --prefer disk or --prefer tape",
+            c.path
+        )?;
+    }
+    Ok(())
+}
+
+/// `memtape sync`.
+pub fn sync(cli: &Cli, args: &SyncArgs, out: &mut impl Write) -> Result<()> {
+    let engine = crate::open(cli)?;
+    let scope = base_scope(cli)?;
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => workspace_dir(&data_dir(cli)?, &scope),
+    };
+    let prefer = match args.prefer.as_deref() {
+        Some("disk") => Some(Prefer::Disk),
+        Some("tape") => Some(Prefer::Tape),
+        _ => None,
+    };
+    if !args.watch {
+        let report = engine.sync_workspace(&scope, &dir, prefer)?;
+        print_report(&report, args.json, out)?;
+        if report.is_quiet() && !args.json {
+            writeln!(out, "{} is in sync", dir.display())?;
+        }
+        if !report.conflicts.is_empty() {
+            out.flush()?;
+            bail!(
+                "{} file(s) changed on both sides; nothing was overwritten",
+                report.conflicts.len()
+            );
+        }
+        return Ok(());
+    }
+    if args.interval.is_nan() || args.interval <= 0.0 {
+        bail!("--interval must be more than 0 seconds");
+    }
+    writeln!(out, "watching {} (stop with Ctrl-C)", dir.display())?;
+    out.flush()?;
+    loop {
+        let report = engine.sync_workspace(&scope, &dir, prefer)?;
+        if !report.is_quiet() || args.json {
+            print_report(&report, args.json, out)?;
+            out.flush()?;
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+    }
+}
+
+/// `memtape wal …`.
+pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
+    match command {
+        WalCommand::Scan { text, json } => {
+            let matches = memtape::wal::scan(text);
+            if *json {
+                writeln!(out, "{}", serde_json::to_string(&matches)?)?;
+            } else if matches.is_empty() {
+                writeln!(out, "nothing to capture")?;
+            } else {
+                for m in matches {
+                    writeln!(out, "{}: {}", m.category.as_str(), m.text)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

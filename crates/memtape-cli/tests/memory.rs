@@ -1,0 +1,276 @@
+//! The memory forms of the `memtape` binary (issue 4's CLI): `memory`, `files`, `sync`
+//! (once and watching), `wal scan`, and the WAL on `append`, run as scripts run them.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Run;
+use serde_json::json;
+
+#[test]
+fn memory_forms_save_daily_recall_versions_diff_undo_forget_clear() {
+    let r = Run::new();
+    assert_eq!(
+        r.ok(&["memory", "save", "User likes Python"]),
+        "saved to long-term memory\n"
+    );
+    r.ok(&["memory", "daily", "- shipped v1", "--date", "2026-04-01"]);
+    let shown = r.json(&["memory", "show", "--json"]);
+    assert_eq!(shown["version"], json!(2));
+    assert_eq!(
+        shown["files"]["memory/2026-04-01.md"]["content"],
+        json!("# 2026-04-01\n\n- shipped v1\n")
+    );
+    assert_eq!(
+        r.ok(&["memory", "recall", "python", "--days", "3650"]),
+        "MEMORY.md:1: User likes Python\n"
+    );
+    r.ok(&["memory", "save", "User likes Rust"]);
+    let versions = r.ok(&["memory", "versions", "MEMORY.md"]);
+    let lines: Vec<&str> = versions.lines().collect();
+    assert_eq!(lines.len(), 2, "{versions}");
+    assert!(lines[0].starts_with("v1\t#1\t") && lines[0].ends_with("memory.save\tMEMORY.md"));
+    assert_eq!(
+        r.ok(&["memory", "diff", "1", "3"]),
+        "--- a/MEMORY.md\n+++ b/MEMORY.md\n@@ -1 +1 @@\n-User likes Python\n\\ No newline at end of file\n\
+         +User likes Rust\n\\ No newline at end of file\n\
+         --- /dev/null\n+++ b/memory/2026-04-01.md\n@@ -0,0 +1,3 @@\n+# 2026-04-01\n+\n+- shipped v1\n"
+    );
+    assert_eq!(
+        r.ok(&["memory", "undo", "1"]),
+        "memory is back to version 1, recorded as version 4\n"
+    );
+    let shown = r.json(&["memory", "show", "--json"]);
+    assert_eq!(
+        shown["files"]["MEMORY.md"]["content"],
+        json!("User likes Python")
+    );
+    assert!(shown["files"].get("memory/2026-04-01.md").is_none());
+    let err = r.fails(&["memory", "diff", "1", "9"]);
+    assert!(err.contains("no version 9"), "{err}");
+    // Forgetting the undo (entry 4) leaves the memory as version 3 had it.
+    assert!(
+        r.ok(&["memory", "forget", "4"])
+            .starts_with("forgot 1 change(s)")
+    );
+    assert_eq!(
+        r.json(&["memory", "show", "--json"])["files"]["MEMORY.md"]["content"],
+        json!("User likes Rust")
+    );
+    let err = r.fails(&["memory", "forget", "77"]);
+    assert!(err.contains("77"), "{err}");
+    r.ok(&["memory", "daily", "- old", "--date", "2000-01-01"]);
+    assert_eq!(
+        r.ok(&["memory", "prune", "--days", "30"]),
+        "removed 2 daily note(s) older than 30 days\n",
+        "2000-01-01 and 2026-04-01 (back since its undo was forgotten)"
+    );
+    assert!(r.ok(&["memory", "clear"]).starts_with("memory cleared"));
+    assert_eq!(r.ok(&["memory", "clear"]), "memory is already empty\n");
+}
+
+#[test]
+fn memory_is_scoped_by_agent_and_user() {
+    let r = Run::new();
+    r.ok(&["--agent", "bot", "memory", "save", "shared fact"]);
+    r.ok(&[
+        "--agent",
+        "bot",
+        "--user",
+        "ada",
+        "memory",
+        "save",
+        "ada's fact",
+    ]);
+    let agent = r.json(&["--agent", "bot", "memory", "show", "--json"]);
+    assert_eq!(agent["files"]["MEMORY.md"]["content"], json!("shared fact"));
+    let ada = r.json(&[
+        "--agent", "bot", "--user", "ada", "memory", "show", "--json",
+    ]);
+    assert_eq!(ada["files"]["MEMORY.md"]["content"], json!("ada's fact"));
+    let other = r.json(&["memory", "show", "--json"]);
+    assert_eq!(other["files"], json!({}));
+}
+
+#[test]
+fn files_forms_run_the_anthropic_and_mateclaw_tools() {
+    let r = Run::new();
+    assert_eq!(
+        r.ok(&["files", "create", "/memories/notes.md", "a\nb\n"]),
+        "File created successfully at: /memories/notes.md\n"
+    );
+    assert_eq!(
+        r.ok(&["files", "view", "/memories/notes.md", "--range", "2", "-1"]),
+        "Here's the content of /memories/notes.md with line numbers:\n     2\tb\n"
+    );
+    r.ok(&["files", "str_replace", "/memories/notes.md", "b", "B"]);
+    assert_eq!(
+        r.ok(&["files", "insert", "/memories/notes.md", "0", "top"]),
+        "The file /memories/notes.md has been edited.\n"
+    );
+    let err = r.fails(&["files", "insert", "/memories/notes.md", "10", "x"]);
+    assert!(err.contains("Invalid `insert_line` parameter: 10"), "{err}");
+    let read = r.json(&["files", "read", "/memories/notes.md"]);
+    assert_eq!(read["content"], json!("top\na\nB\n"));
+    let edit = r.json(&[
+        "files",
+        "edit",
+        "/memories/notes.md",
+        "a",
+        "A",
+        "--replace-all",
+    ]);
+    assert_eq!(edit["replacements"], json!(1));
+    r.ok(&["files", "write", "MEMORY.md", "long-term"]);
+    let list = r.json(&["files", "list"]);
+    assert_eq!(list["count"], json!(2));
+    let list = r.json(&["files", "list", "/memories/"]);
+    assert_eq!(list["files"][0]["filename"], json!("memories/notes.md"));
+    assert_eq!(
+        r.ok(&["files", "rename", "/memories/notes.md", "/memories/n.md"]),
+        "Successfully renamed /memories/notes.md to /memories/n.md\n"
+    );
+    assert_eq!(
+        r.ok(&["files", "delete", "/memories/n.md"]),
+        "Successfully deleted /memories/n.md\n"
+    );
+    let err = r.fails(&["files", "view", "/memories/n.md"]);
+    assert!(
+        err.contains("The path /memories/n.md does not exist. Please provide a valid path."),
+        "{err}"
+    );
+    let err = r.fails(&["files", "write", "notes.txt", "x"]);
+    assert!(err.contains("only .md files"), "{err}");
+    let err = r.fails(&["files", "create", "/memories/../MEMORY.md", "x"]);
+    assert!(err.contains("/memories/../MEMORY.md"), "{err}");
+}
+
+#[test]
+fn wal_scan_json_lists_category_and_text() {
+    let r = Run::new();
+    assert_eq!(
+        r.json(&["wal", "scan", "My name is Bobur", "--json"]),
+        json!([{"category": "proper_noun", "text": "My name is Bobur"}])
+    );
+    assert_eq!(
+        r.json(&["wal", "scan", "I'm not sure", "--json"]),
+        json!([])
+    );
+    assert_eq!(
+        r.ok(&["wal", "scan", "use your judgement"]),
+        "nothing to capture\n"
+    );
+}
+
+#[test]
+fn appending_a_user_message_runs_the_wal_unless_told_not_to() {
+    let r = Run::new();
+    r.ok(&[
+        "--user",
+        "u",
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "I prefer dark mode",
+    ]);
+    let shown = r.json(&["--user", "u", "memory", "show", "--json"]);
+    let state = shown["files"]["SESSION-STATE.md"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        state.contains("**preference**: I prefer dark mode"),
+        "{state}"
+    );
+    assert_eq!(
+        shown["files"]["MEMORY.md"]["content"],
+        json!("- I prefer dark mode\n")
+    );
+    r.ok(&[
+        "--user",
+        "v",
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "I prefer tea",
+        "--no-wal",
+    ]);
+    assert_eq!(
+        r.json(&["--user", "v", "memory", "show", "--json"])["files"],
+        json!({})
+    );
+}
+
+#[test]
+fn sync_round_trip_and_conflict_through_the_binary() {
+    let r = Run::new();
+    r.ok(&["memory", "save", "v1\n"]);
+    assert_eq!(r.ok(&["sync"]), "wrote MEMORY.md\n");
+    let file = r
+        .dir
+        .path()
+        .join("data/workspace/default/default/shared/MEMORY.md");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "v1\n");
+    std::fs::write(&file, "edited\n").unwrap();
+    assert_eq!(r.ok(&["sync"]), "recorded MEMORY.md as version 2\n");
+    assert_eq!(
+        r.json(&["memory", "show", "--json"])["files"]["MEMORY.md"]["content"],
+        json!("edited\n")
+    );
+    assert!(r.ok(&["sync"]).ends_with("is in sync\n"));
+
+    std::fs::write(&file, "hand\n").unwrap();
+    r.ok(&["memory", "save", "tape\n"]);
+    let out = r.cmd(&["sync"]);
+    assert!(!out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with("conflict: MEMORY.md changed on disk and on the tape"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("nothing was overwritten"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hand\n");
+    assert_eq!(r.ok(&["sync", "--prefer", "tape"]), "wrote MEMORY.md\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "tape\n");
+}
+
+#[test]
+fn sync_watch_records_an_edit_while_running() {
+    let r = Run::new();
+    r.ok(&["memory", "save", "before\n"]);
+    let ws = r.dir.path().join("ws");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["sync", "--watch", "--interval", "0.1", "--dir"])
+        .arg(&ws)
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_for = |what: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !what() {
+            assert!(start.elapsed() < Duration::from_secs(20), "timed out");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let file = ws.join("MEMORY.md");
+    wait_for(&|| std::fs::read_to_string(&file).is_ok_and(|t| t == "before\n"));
+    std::fs::write(&file, "after\n").unwrap();
+    wait_for(&|| {
+        r.json(&["memory", "show", "--json"])["files"]["MEMORY.md"]["content"] == json!("after\n")
+    });
+    // And the other way: a tape change reaches the file.
+    r.ok(&["memory", "save", "from the tape\n"]);
+    wait_for(&|| std::fs::read_to_string(&file).is_ok_and(|t| t == "from the tape\n"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
