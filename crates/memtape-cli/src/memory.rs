@@ -214,6 +214,15 @@ pub enum WalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Precision and recall per category on a labelled set: JSON lines of
+    /// {"text", "labels": [categories]} (e.g. crates/memtape-core/tests/data/wal-labelled.jsonl).
+    Eval {
+        /// The labelled set.
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Reads CONTENT, or standard input when it is `-`.
@@ -535,6 +544,53 @@ pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
             } else {
                 for m in matches {
                     writeln!(out, "{}: {}", m.category.as_str(), m.text)?;
+                }
+            }
+        }
+        WalCommand::Eval { file, json } => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let mut set = Vec::new();
+            for (i, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                let where_ = || format!("{}: line {}", file.display(), i + 1);
+                let l: Value = serde_json::from_str(line).with_context(where_)?;
+                let (Some(text), Some(names)) = (l["text"].as_str(), l["labels"].as_array()) else {
+                    bail!("{}: expected {{\"text\": …, \"labels\": […]}}", where_());
+                };
+                let mut labels = Vec::new();
+                for name in names {
+                    let name = name.as_str().unwrap_or_default();
+                    labels.push(
+                        name.parse().map_err(|_| {
+                            anyhow::anyhow!("{}: unknown category {name:?}", where_())
+                        })?,
+                    );
+                }
+                set.push((text.to_owned(), labels));
+            }
+            let rows = memtape::wal::metrics(&set);
+            if *json {
+                let rows: Vec<Value> = rows
+                    .iter()
+                    .map(|(c, p, r, n)| json!({"category": c.as_str(), "precision": p, "recall": r, "labelled": n}))
+                    .collect();
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"messages": set.len(), "categories": rows})
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "{} messages\ncategory        precision  recall  labelled",
+                    set.len()
+                )?;
+                for (c, p, r, n) in rows {
+                    writeln!(out, "{:<15} {p:>9.3} {r:>7.3} {n:>9}", c.as_str())?;
                 }
             }
         }

@@ -274,3 +274,27 @@ fn sync_watch_records_an_edit_while_running() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn wal_eval_reports_precision_and_recall_on_the_labelled_set() {
+    let r = Run::new();
+    let set = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../memtape-core/tests/data/wal-labelled.jsonl"
+    );
+    let report = r.json(&["wal", "eval", set, "--json"]);
+    assert!(report["messages"].as_u64().unwrap() >= 200);
+    let rows = report["categories"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    for row in rows {
+        assert!(row["precision"].as_f64().unwrap() >= 0.9, "{row}");
+        assert!(row["recall"].as_f64().unwrap() >= 0.8, "{row}");
+    }
+    std::fs::write(
+        r.path("bad.jsonl"),
+        "{\"text\": \"x\", \"labels\": [\"mood\"]}\n",
+    )
+    .unwrap();
+    let err = r.fails(&["wal", "eval", &r.path("bad.jsonl")]);
+    assert!(err.contains("line 1: unknown category \"mood\""), "{err}");
+}
