@@ -79,6 +79,22 @@ fn the_readme_tour_runs_as_written() {
         stdout.contains("indexed 11 entries through #14"),
         "{stdout}"
     );
+    // The memory part: the WAL's capture is found, versioned, synced to markdown.
+    assert!(
+        stdout.contains(r#"{"file":"MEMORY.md","line":2,"content":"- I prefer dark mode"}"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nv3\t#"), "{stdout}");
+    assert!(stdout.contains("+++ b/memories/ada.md\n"), "{stdout}");
+    assert!(stdout.contains("wrote SESSION-STATE.md\n"), "{stdout}");
+    assert!(
+        stdout.contains("**preference**: I prefer dark mode.\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#"[{"category":"correction","text":"Actually, call me Ada Lovelace."}"#),
+        "{stdout}"
+    );
     assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
     assert!(work.path().join("memtape-data/memtape.db").exists());
 }
