@@ -15,3 +15,12 @@ pub const TAPE_ERROR: &str = "tape.error";
 /// One version of an agent's (or agent and user's) memory: `data = {"ops": [...],
 /// "source": "..."}` (see [`crate::memory::Change`]).
 pub const MEMORY_CHANGE: &str = "memory.change";
+
+/// A compaction of a session's conversation (MateClaw's summary or Qanot's removal), on
+/// the session's tape: `data` is a [`crate::context::Compaction`]. The latest one whose
+/// `through` is on the current thread is in effect for every later prompt.
+pub const CONTEXT_COMPACTION: &str = "context.compaction";
+
+/// How far a session's exchanges have been copied to Qanot's working buffer:
+/// `data = {"through": <entry id>}` (the last copied assistant reply).
+pub const CONTEXT_WORKING_BUFFER: &str = "context.working_buffer";
