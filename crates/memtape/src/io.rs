@@ -1,13 +1,20 @@
 //! Import and export of the tape in JSONL formats. Every import is one store transaction:
 //! a file with a bad line, or one that would mix into an existing session, imports nothing.
+//!
+//! Bub tapes carry memory as versioned zones (seed 001). An import turns each sealed zone
+//! into one `memory.change` of the agent's (or agent and user's) memory, placed on the tape
+//! where the zone was sealed; an export writes every memory version of that scope back as a
+//! zone (`memory/open`, the files, `memory/seal`, version N for memtape's version N) where
+//! its change was made, so Bub reads memtape's current memory as its latest zone.
 
 use std::io::Write;
 
+use memtape_core::formats::bub::{self, Item, Zone};
 use memtape_core::formats::{self, Format, Imported};
 use memtape_core::{Entry, EntryId, Event, Filter, Payload, Scope, events};
 use serde_json::{Map, Value, json};
 
-use crate::{Engine, Error, Placement, Result, Store};
+use crate::{Engine, Error, Placement, Result, Store, check_memory_scope, memory_scope};
 
 /// What an import did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +23,8 @@ pub struct ImportReport {
     pub entries: usize,
     /// The sessions written to.
     pub sessions: Vec<Scope>,
+    /// How many memory versions were recorded (from a Bub tape's memory zones).
+    pub memory_versions: usize,
     /// Whether the entries kept their ids.
     pub placement: Placement,
 }
@@ -94,18 +103,25 @@ impl<S: Store> Engine<S> {
                 let name = session.ok_or_else(|| {
                     Error::NeedSession("a Bub tape names no session: pass --session".into())
                 })?;
-                chain(
+                check_memory_scope(base)?;
+                bub_entries(
                     &base.clone().with_session(name)?,
-                    formats::bub::parse(text, now)?,
+                    base,
+                    bub::read(text, now)?,
                 )
             }
         };
+        // Memory scopes are shared by sessions: only sessions must be new.
         let mut sessions: Vec<Scope> = Vec::new();
         for e in &entries {
-            if !sessions.contains(&e.scope) {
+            if e.scope.session().is_some() && !sessions.contains(&e.scope) {
                 sessions.push(e.scope.clone());
             }
         }
+        let memory_versions = entries
+            .iter()
+            .filter(|e| e.scope.session().is_none())
+            .count();
         for scope in &sessions {
             if let Some(info) = self.store.scope_info(scope)? {
                 return Err(Error::SessionNotEmpty(scope.to_string(), info.entries));
@@ -117,6 +133,7 @@ impl<S: Store> Engine<S> {
         Ok(ImportReport {
             entries: count,
             sessions,
+            memory_versions,
             placement,
         })
     }
@@ -155,7 +172,18 @@ impl<S: Store> Engine<S> {
                     text.push('\n');
                 }
             }
-            Format::Bub => formats::bub::render(&entries, &mut text),
+            Format::Bub => {
+                let memory = memory_scope(scope)?;
+                let (log, _) = self.memory_log(&memory)?;
+                // Each zone is a whole snapshot; forgotten changes are left out of every
+                // one, so an export never carries what was forgotten.
+                let zones: Vec<(EntryId, Zone)> = log
+                    .changes()
+                    .iter()
+                    .map(|r| (r.id, bub::zone(r.version, &log.view_at(r.version), r.at)))
+                    .collect();
+                bub::render_with_zones(&entries, &zones, &mut text);
+            }
             Format::Nanobot => {
                 // A nanobot session is linear: it carries the current thread, so answers
                 // replaced by a regeneration stay behind (memtape's own format keeps them).
@@ -197,6 +225,50 @@ fn event_item(name: &str, data: Value, at: chrono::DateTime<chrono::Utc>) -> Imp
         meta: Map::new(),
         created_at: at,
     }
+}
+
+/// The entries of a Bub tape read with its zones: the tape's entries in `session`, chained
+/// like [`chain`], and for each zone that changes memory a `memory.change` in `memory` at
+/// the zone's place and time, computed from the zone before it.
+fn bub_entries(session: &Scope, memory: &Scope, items: Vec<Item>) -> Vec<Entry> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut head: Option<EntryId> = None;
+    let mut previous: Option<Zone> = None;
+    for item in items {
+        let id = EntryId(out.len() as u64 + 1);
+        match item {
+            Item::Entry(item) => {
+                let conversational = item.payload.kind().is_conversational();
+                out.push(Entry {
+                    id,
+                    scope: session.clone(),
+                    parent: if conversational { head } else { None },
+                    payload: item.payload,
+                    meta: item.meta,
+                    created_at: item.created_at,
+                });
+                if conversational {
+                    head = Some(id);
+                }
+            }
+            Item::Zone(zone) => {
+                if let Some(change) = bub::zone_change(previous.as_ref(), &zone) {
+                    let mut meta = Map::new();
+                    meta.insert("bub_version".into(), zone.version.into());
+                    out.push(Entry {
+                        id,
+                        scope: memory.clone(),
+                        parent: None,
+                        payload: change.to_payload(),
+                        meta,
+                        created_at: zone.at,
+                    });
+                }
+                previous = Some(zone);
+            }
+        }
+    }
+    out
 }
 
 /// Gives imported items provisional ids 1, 2, ... and links each message to the previous

@@ -1,0 +1,349 @@
+//! Bub's memory zones at the Bub tape boundary (seed 001) on a real SQLite store: a Bub
+//! tape's sealed zones become memtape memory versions, and memtape's memory versions are
+//! exported as zones (memory/open, the memory, memory/seal, increasing versions) that Bub's
+//! reader finds. The reader below follows the seed's `_load_snapshot`.
+#![allow(clippy::unwrap_used)]
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use memtape::memory::{Change, MemoryView, Op, paths};
+use memtape::{Engine, Format, HistoryLimits, Message, Scope};
+use serde_json::Value;
+
+fn noon(day: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 2, day, 12, 0, 0).unwrap()
+}
+
+fn agent() -> Scope {
+    Scope::agent("default", "default").unwrap()
+}
+
+/// Bub's memory as its reader sees a tape (seed 001, 3.4): the highest-version
+/// `memory/seal`, the nearest `memory/open` of that version before it, and the
+/// `memory.long_term` / `memory.daily` events between them.
+#[derive(Debug, PartialEq)]
+struct BubSnapshot {
+    version: u64,
+    long_term: String,
+    dailies: Vec<(String, String)>,
+}
+
+fn bub_read(tape: &str) -> Option<BubSnapshot> {
+    let entries: Vec<Value> = tape
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let version_of = |e: &Value, name: &str| -> Option<u64> {
+        (e["kind"] == "anchor" && e["payload"]["name"] == name)
+            .then(|| e["payload"]["state"]["version"].as_u64())
+            .flatten()
+    };
+    let (mut seal, mut best) = (None, 0);
+    for (i, e) in entries.iter().enumerate() {
+        if let Some(v) = version_of(e, "memory/seal")
+            && v > best
+        {
+            (seal, best) = (Some(i), v);
+        }
+    }
+    let seal = seal?;
+    let open = (0..seal)
+        .rev()
+        .find(|&i| version_of(&entries[i], "memory/open") == Some(best))?;
+    let mut snap = BubSnapshot {
+        version: best,
+        long_term: String::new(),
+        dailies: Vec::new(),
+    };
+    for e in &entries[open + 1..seal] {
+        let data = &e["payload"]["data"];
+        match e["payload"]["name"].as_str() {
+            Some("memory.long_term") if e["kind"] == "event" => {
+                snap.long_term = data["content"].as_str().unwrap().to_owned();
+            }
+            Some("memory.daily") if e["kind"] == "event" => snap.dailies.push((
+                data["date"].as_str().unwrap().to_owned(),
+                data["content"].as_str().unwrap().to_owned(),
+            )),
+            _ => {}
+        }
+    }
+    snap.dailies.sort_by(|a, b| b.0.cmp(&a.0));
+    Some(snap)
+}
+
+/// The parts of a view a round trip keeps: each file's text and MateClaw flags.
+fn files(view: &MemoryView) -> Vec<(String, String, bool, i64)> {
+    view.files
+        .iter()
+        .map(|(p, f)| (p.clone(), f.content.clone(), f.enabled, f.sort_order))
+        .collect()
+}
+
+fn export(engine: &Engine, session: &Scope) -> String {
+    let mut out = Vec::new();
+    engine
+        .export(Format::Bub, "default", Some(session), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// Seed 001: "every save is a new version" — memtape's memory versions go out as Bub zones
+/// with increasing versions, Bub's reader finds the current memory in the last one, and
+/// importing the tape gives back the same memory, version by version.
+#[test]
+fn seed_bub_memory_zones_round_trip_through_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_clock(|| noon(10));
+    let a = agent();
+    let s = a.clone().with_session("chat").unwrap();
+    let day = |d| NaiveDate::from_ymd_opt(2026, 2, d);
+    engine
+        .append(&s, Message::user("hello"), Default::default())
+        .unwrap();
+    engine.save_long_term(&a, "User likes Python").unwrap();
+    engine
+        .append(&s, Message::assistant("Got it"), Default::default())
+        .unwrap();
+    engine
+        .append_daily(&a, "- Designed memory architecture", day(9))
+        .unwrap();
+    engine
+        .append_daily(&a, "- Implemented tape memory zone", None)
+        .unwrap();
+    engine
+        .record_memory(
+            &a,
+            Change::one(
+                Op::Write {
+                    path: "memories/notes.md".into(),
+                    content: "free-form\n".into(),
+                },
+                "memory_20250818.create",
+            ),
+        )
+        .unwrap();
+    engine
+        .record_memory(
+            &a,
+            Change::one(
+                Op::Flags {
+                    path: paths::MEMORY.into(),
+                    enabled: Some(true),
+                    sort_order: Some(9),
+                },
+                "flags",
+            ),
+        )
+        .unwrap();
+    engine
+        .save_long_term(&a, "User likes Python and Rust")
+        .unwrap();
+    engine
+        .append_history(&a, "Talked about languages.")
+        .unwrap();
+    engine
+        .record_memory(
+            &a,
+            Change::one(
+                Op::Delete {
+                    path: paths::daily(day(9).unwrap()),
+                },
+                "prune",
+            ),
+        )
+        .unwrap();
+    engine
+        .append(&s, Message::user("thanks"), Default::default())
+        .unwrap();
+    let (original, _) = engine.memory_log(&a).unwrap();
+    assert_eq!(original.version(), 8);
+
+    let tape = export(&engine, &s);
+    let lines: Vec<Value> = tape
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let zone_versions: Vec<(String, u64)> = lines
+        .iter()
+        .filter(|l| l["kind"] == "anchor")
+        .map(|l| {
+            (
+                l["payload"]["name"].as_str().unwrap().to_owned(),
+                l["payload"]["state"]["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = (1..=8)
+        .flat_map(|v| [("memory/open".to_owned(), v), ("memory/seal".to_owned(), v)])
+        .collect();
+    assert_eq!(
+        zone_versions, expected,
+        "one sealed zone per version, in order"
+    );
+    // The first save came after "hello" and before "Got it": zones sit where saves happened.
+    assert_eq!(lines[0]["payload"]["content"], "hello");
+    assert_eq!(lines[1]["payload"]["name"], "memory/open");
+    assert_eq!(lines.last().unwrap()["payload"]["content"], "thanks");
+
+    assert_eq!(
+        bub_read(&tape).unwrap(),
+        BubSnapshot {
+            version: 8,
+            long_term: "User likes Python and Rust".into(),
+            dailies: vec![(
+                "2026-02-10".into(),
+                "# 2026-02-10\n\n- Implemented tape memory zone\n".into()
+            )],
+        },
+        "Bub's reader sees memtape's current memory"
+    );
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let engine2 = Engine::init(dir2.path()).unwrap();
+    let report = engine2
+        .import(Format::Bub, &tape, &a, Some("chat"))
+        .unwrap();
+    assert_eq!(report.memory_versions, 8);
+    assert_eq!(report.sessions, std::slice::from_ref(&s));
+    let (imported, _) = engine2.memory_log(&a).unwrap();
+    assert_eq!(imported.version(), original.version());
+    for v in 1..=original.version() {
+        assert_eq!(
+            files(&imported.view_at(v)),
+            files(&original.view_at(v)),
+            "version {v}"
+        );
+    }
+    assert_eq!(
+        imported.changes()[0].at,
+        original.changes()[0].at,
+        "a version keeps its time"
+    );
+    let history: Vec<String> = engine2
+        .history(&s, &HistoryLimits::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.message().unwrap().content_text().into_owned())
+        .collect();
+    assert_eq!(history, ["hello", "Got it", "thanks"]);
+    // And out again: the same tape, line for line.
+    assert_eq!(export(&engine2, &s), tape);
+}
+
+/// Seed 001's tape data flow (5.1 to 5.3), written by hand: `ensure()`'s empty version 1,
+/// a `memory.save` zone (version 2) and a zone with daily notes (version 3). The empty
+/// version 1 is memtape's version 0; the two saves are memtape versions 1 and 2, and the
+/// conversation keeps its entries without the zones' anchors.
+#[test]
+fn seed_bub_hand_written_tape_with_two_saved_versions() {
+    let tape = r##"{"id": 0, "kind": "anchor", "payload": {"name": "session/start", "state": {"owner": "human"}}, "meta": {}, "date": "2026-02-09T09:00:00+00:00"}
+{"id": 1, "kind": "anchor", "payload": {"name": "memory/open", "state": {"version": 1}}, "meta": {}, "date": "2026-02-09T09:00:00+00:00"}
+{"id": 2, "kind": "anchor", "payload": {"name": "memory/seal", "state": {"version": 1}}, "meta": {}, "date": "2026-02-09T09:00:00+00:00"}
+{"id": 3, "kind": "message", "payload": {"role": "user", "content": "hello"}, "meta": {}, "date": "2026-02-09T09:01:00+00:00"}
+{"id": 4, "kind": "message", "payload": {"role": "assistant", "content": "Hi! How can I help?"}, "meta": {}, "date": "2026-02-09T09:01:05+00:00"}
+{"id": 5, "kind": "message", "payload": {"role": "user", "content": "remember: I like Python"}, "meta": {}, "date": "2026-02-09T10:00:00+00:00"}
+{"id": 6, "kind": "tool_call", "payload": {"calls": [{"id": "call_1", "type": "function", "function": {"name": "memory_save", "arguments": "{\"content\": \"User likes Python\"}"}}]}, "meta": {}, "date": "2026-02-09T10:00:01+00:00"}
+{"id": 7, "kind": "tool_result", "payload": {"results": ["saved to long-term memory"]}, "meta": {}, "date": "2026-02-09T10:00:02+00:00"}
+{"id": 8, "kind": "anchor", "payload": {"name": "memory/open", "state": {"version": 2}}, "meta": {}, "date": "2026-02-09T10:00:02+00:00"}
+{"id": 9, "kind": "event", "payload": {"name": "memory.long_term", "data": {"content": "User likes Python", "updated_at": "2026-02-09T10:00:02+00:00"}}, "meta": {}, "date": "2026-02-09T10:00:02+00:00"}
+{"id": 10, "kind": "anchor", "payload": {"name": "memory/seal", "state": {"version": 2}}, "meta": {}, "date": "2026-02-09T10:00:02+00:00"}
+{"id": 11, "kind": "message", "payload": {"role": "assistant", "content": "Got it, I'll remember that!"}, "meta": {}, "date": "2026-02-09T10:00:03+00:00"}
+{"id": 20, "kind": "anchor", "payload": {"name": "memory/open", "state": {"version": 3}}, "meta": {}, "date": "2026-02-10T10:05:00+00:00"}
+{"id": 21, "kind": "event", "payload": {"name": "memory.long_term", "data": {"content": "User likes Python"}}, "meta": {}, "date": "2026-02-10T10:05:00+00:00"}
+{"id": 22, "kind": "event", "payload": {"name": "memory.daily", "data": {"date": "2026-02-09", "content": "# 2026-02-09\n\n- Designed memory architecture"}}, "meta": {}, "date": "2026-02-10T10:05:00+00:00"}
+{"id": 23, "kind": "event", "payload": {"name": "memory.daily", "data": {"date": "2026-02-10", "content": "# 2026-02-10\n\n- Implemented tape memory zone"}}, "meta": {}, "date": "2026-02-10T10:05:00+00:00"}
+{"id": 24, "kind": "anchor", "payload": {"name": "memory/seal", "state": {"version": 3}}, "meta": {}, "date": "2026-02-10T10:05:00+00:00"}
+"##;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let a = agent();
+    let s = a.clone().with_session("bub1").unwrap();
+    let report = engine.import(Format::Bub, tape, &a, Some("bub1")).unwrap();
+    assert_eq!(report.memory_versions, 2);
+    assert_eq!(report.sessions, std::slice::from_ref(&s));
+
+    let (log, _) = engine.memory_log(&a).unwrap();
+    assert_eq!(log.version(), 2);
+    let sources: Vec<&str> = log
+        .changes()
+        .iter()
+        .map(|r| r.change.source.as_str())
+        .collect();
+    assert_eq!(
+        sources,
+        ["bub memory zone version 2", "bub memory zone version 3"]
+    );
+    assert_eq!(
+        log.changes()[0].at.to_rfc3339(),
+        "2026-02-09T10:00:02+00:00"
+    );
+    assert_eq!(
+        log.view_at(1).content(paths::MEMORY),
+        Some("User likes Python")
+    );
+    let view = engine.memory(&a).unwrap();
+    assert_eq!(view.content(paths::MEMORY), Some("User likes Python"));
+    assert_eq!(
+        view.content("memory/2026-02-09.md"),
+        Some("# 2026-02-09\n\n- Designed memory architecture")
+    );
+    assert_eq!(
+        view.content("memory/2026-02-10.md"),
+        Some("# 2026-02-10\n\n- Implemented tape memory zone")
+    );
+    assert_eq!(view.files.len(), 3);
+
+    // The conversation: the zones' anchors and events are memory now, not session entries.
+    let entries = engine.query(&s, &Default::default()).unwrap();
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| {
+            e.payload
+                .name()
+                .map(str::to_owned)
+                .unwrap_or_else(|| e.message().unwrap().content_text().into_owned())
+        })
+        .collect();
+    assert_eq!(names[0], "session/start");
+    assert_eq!(entries.len(), 7, "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("memory")), "{names:?}");
+
+    // Exported again, Bub reads the same memory from memtape's zones (versions 1 and 2).
+    let out = export(&engine, &s);
+    let snap = bub_read(&out).unwrap();
+    assert_eq!(snap.version, 2);
+    assert_eq!(snap, {
+        let mut want = bub_read(tape).unwrap();
+        want.version = 2;
+        want
+    });
+}
+
+/// Importing into an agent-and-user scope puts the zones in that user's memory; the
+/// agent's own memory is untouched.
+#[test]
+fn seed_bub_zones_land_in_the_memory_scope_of_the_import() {
+    let tape = r#"{"id": 1, "kind": "anchor", "payload": {"name": "memory/open", "state": {"version": 1}}}
+{"id": 2, "kind": "event", "payload": {"name": "memory.long_term", "data": {"content": "Ada's facts"}}}
+{"id": 3, "kind": "anchor", "payload": {"name": "memory/seal", "state": {"version": 1}}}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let user = agent().with_user("ada").unwrap();
+    engine.save_long_term(&agent(), "shared facts").unwrap();
+    let report = engine.import(Format::Bub, tape, &user, Some("t1")).unwrap();
+    assert_eq!((report.entries, report.memory_versions), (1, 1));
+    assert_eq!(
+        engine
+            .memory_log(&user)
+            .unwrap()
+            .0
+            .view()
+            .content(paths::MEMORY),
+        Some("Ada's facts")
+    );
+    assert_eq!(
+        engine.memory(&agent()).unwrap().content(paths::MEMORY),
+        Some("shared facts")
+    );
+}
