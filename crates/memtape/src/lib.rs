@@ -27,6 +27,13 @@ mod workspace;
 
 pub use capture::Captured;
 pub use io::ImportReport;
+pub use lifecycle::{
+    ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
+};
+pub use node::{
+    DEFAULT_MAX_TOKEN_LIMIT, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID,
+    NODE_STARTS_THREAD, NodeMemory, NodeTurn, UUID_NIL,
+};
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
@@ -43,13 +50,16 @@ pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
-    memory, wal,
+    memory, summary, wal,
 };
 pub use memtape_search::{
     EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, Ranked, SearchFilter,
     SearchRequest,
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
+pub use memtape_core::context::{
+    Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
+};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -80,6 +90,7 @@ pub struct Engine<S: Store = SqliteStore> {
     tokens: Box<dyn TokenCounter>,
     clock: Box<dyn Fn() -> DateTime<Utc> + Send + Sync>,
     index: Option<Index>,
+    consolidation: lifecycle::ConsolidationLocks,
 }
 
 impl Engine<SqliteStore> {
@@ -109,6 +120,7 @@ impl<S: Store> Engine<S> {
             tokens: Box::new(Bpe::new(BpeEncoding::Cl100k)),
             clock: Box::new(Utc::now),
             index: None,
+            consolidation: Default::default(),
         }
     }
 
