@@ -28,9 +28,10 @@ const MAX_SENTENCE_WORDS: usize = 60;
 /// commitments ("let's", "we decided", "go with", "deadline", …) and statements about the
 /// user ("my name is", "I prefer", …) score high; greetings, fillers and bare questions
 /// score low. As in MateClaw's transcript, only user and assistant text is read: tool
-/// results and system messages are skipped. The previous summary is folded in: its lines
-/// compete with the new sentences (with a bonus, so established facts tend to stay) and
-/// keep their place before them. The same input always gives the same summary.
+/// results and system messages are skipped. The previous summary is folded in: the span's
+/// best sentences get up to half the bound, then its lines compete with the remaining
+/// sentences (with a small bonus, so established facts tend to stay); they keep their
+/// place before the new ones. The same input always gives the same summary.
 ///
 /// ```
 /// use memtape_core::Message;
@@ -82,29 +83,37 @@ struct Candidate {
     /// Conversation order: carried lines first, then the span's sentences.
     order: usize,
     score: f64,
+    /// Whether it comes from the previous summary.
+    carried: bool,
 }
 
 impl Summarizer for ExtractiveSummarizer {
     fn summarize(&self, messages: &[Message], previous: Option<&str>) -> Result<String> {
         let mut seen = HashSet::new();
         let mut candidates = Vec::new();
-        let mut push = |line: String, score: f64, candidates: &mut Vec<Candidate>| {
-            let key: String = line
-                .chars()
-                .filter(|c| c.is_alphanumeric())
-                .flat_map(char::to_lowercase)
-                .collect();
-            if !key.is_empty() && seen.insert(key) {
-                let order = candidates.len();
-                candidates.push(Candidate { line, order, score });
-            }
-        };
+        let mut push =
+            |line: String, score: f64, carried: bool, candidates: &mut Vec<Candidate>| {
+                let key: String = line
+                    .chars()
+                    .filter(|c| c.is_alphanumeric())
+                    .flat_map(char::to_lowercase)
+                    .collect();
+                if !key.is_empty() && seen.insert(key) {
+                    let order = candidates.len();
+                    candidates.push(Candidate {
+                        line,
+                        order,
+                        score,
+                        carried,
+                    });
+                }
+            };
         for line in previous.unwrap_or("").lines() {
             let line = line.trim().trim_start_matches("- ").trim();
             if !line.is_empty() {
                 // A carried line is judged on its sentence, not on its `Role:` label.
                 let body = line.split_once(": ").map_or(line, |(_, b)| b);
-                push(line.to_string(), score(body) + 1.0, &mut candidates);
+                push(line.to_string(), score(body) + 0.5, true, &mut candidates);
             }
         }
         for message in messages {
@@ -115,30 +124,53 @@ impl Summarizer for ExtractiveSummarizer {
             };
             for sentence in sentences(&message.content_text()) {
                 let line = format!("{label}: {}", cap_words(&sentence));
-                push(line, score(&sentence), &mut candidates);
+                push(line, score(&sentence), false, &mut candidates);
             }
         }
 
-        // The best sentences that fit, then back into conversation order.
+        // The best sentences that fit, then back into conversation order. When there is
+        // a previous summary, the span's own sentences first get up to half the bound, so
+        // new facts always make it in; the rest goes to the best of everything left.
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.order.cmp(&b.order)));
+        let any_carried = candidates.iter().any(|c| c.carried);
         let mut chosen: Vec<(usize, String)> = Vec::new();
+        let mut taken = vec![false; candidates.len()];
         let mut used = 0;
-        for c in ranked {
-            if c.score <= -1.0 {
-                // Greetings, fillers and fragments: never worth a line.
-                break;
+        let passes = [
+            (
+                true,
+                if any_carried {
+                    self.max_tokens / 2
+                } else {
+                    self.max_tokens
+                },
+            ),
+            (false, self.max_tokens),
+        ];
+        for (new_only, bound) in passes {
+            for c in &ranked {
+                if c.score <= -1.0 {
+                    // Greetings, fillers and fragments: never worth a line.
+                    break;
+                }
+                if taken[c.order] || (new_only && c.carried) {
+                    continue;
+                }
+                let line = format!("- {}", c.line);
+                let cost = self.counter.count(&line) + 1;
+                if used + cost <= bound {
+                    used += cost;
+                    taken[c.order] = true;
+                    chosen.push((c.order, line));
+                }
             }
-            let line = format!("- {}", c.line);
-            let cost = self.counter.count(&line) + 1;
-            if used + cost <= self.max_tokens {
-                used += cost;
-                chosen.push((c.order, line));
-            } else if chosen.is_empty() {
-                // Even the best sentence is too long: keep as much of it as fits.
-                chosen.push((c.order, self.cut_to_fit(&line)));
-                break;
-            }
+        }
+        if chosen.is_empty()
+            && let Some(best) = ranked.first().filter(|c| c.score > -1.0)
+        {
+            // Even the best sentence is too long: keep as much of it as fits.
+            chosen.push((best.order, self.cut_to_fit(&format!("- {}", best.line))));
         }
         chosen.sort_by_key(|(order, _)| *order);
         Ok(chosen
@@ -389,6 +421,24 @@ mod tests {
             .summarize(&[], Some(&s))
             .unwrap();
         assert_eq!(again, s);
+    }
+
+    /// A full previous summary does not crowd out the new span: its best sentences get
+    /// half the bound.
+    #[test]
+    fn extractive_summary_makes_room_for_new_facts() {
+        let old: Vec<Message> = (0..40)
+            .map(|i| Message::user(format!("We decided that server {i} runs in room B{i}.")))
+            .collect();
+        let summarizer = ExtractiveSummarizer::new(120);
+        let first = summarizer.summarize(&old, None).unwrap();
+        let new = [Message::user("Let's move the deadline to 2026-09-01.")];
+        let s = summarizer.summarize(&new, Some(&first)).unwrap();
+        assert!(
+            s.ends_with("- User: Let's move the deadline to 2026-09-01."),
+            "{s}"
+        );
+        assert!(s.starts_with("- User: We decided that server 0"), "{s}");
     }
 
     #[test]

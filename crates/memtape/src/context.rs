@@ -1,1 +1,269 @@
 //! The context an agent sends its LLM, built from a session, its memory and the tape.
+//!
+//! [`Engine::context`] reads what the pure builder ([`memtape_core::context::build`])
+//! needs — the memory view of the session's agent (and user), the session's thread after
+//! the compaction in effect, and the session's recent compaction records — and writes back
+//! what must outlive the call: a new compaction as a `context.compaction` event on the
+//! session's tape, and (Qanot) the working buffer as a memory change. The next call, in
+//! this process or another, reads them back, so a summary is made once and the prompt's
+//! prefix stays the same from turn to turn.
+//!
+//! Everything of [`memtape_core::context`] (the configuration, the result, the rendering
+//! and measuring functions) is re-exported here.
+
+pub use memtape_core::context::*;
+
+use chrono::{DateTime, Utc};
+use memtape_core::memory::{Change, Op, paths};
+use memtape_core::summary::{DEFAULT_SUMMARY_MAX_TOKENS, ExtractiveSummarizer, Summarizer};
+use memtape_core::{Entry, EntryId, Event, Filter, Kind, NewEntry, Order, Payload, Scope, events};
+use memtape_store::Store;
+use serde_json::json;
+
+use crate::{Engine, Error, Result};
+
+/// How many of a session's latest compaction records are read: the one in effect is
+/// almost always the newest; older ones matter only after a branch of the thread, and as
+/// MateClaw's summary cache.
+const COMPACTIONS_READ: usize = 32;
+
+/// The memory scope of a session: its agent and user, without the session.
+fn memory_scope_of(session: &Scope) -> Result<Scope> {
+    Ok(Scope::from_parts(
+        session.tenant().to_owned(),
+        session.agent_name().to_owned(),
+        session.user().map(str::to_owned),
+        None,
+        None,
+    )?)
+}
+
+impl<S: Store> Engine<S> {
+    /// The prompt for `session` under `request`: the system message (system prompt, agent
+    /// files, `<memory>` block, date and time), the compaction in effect, the history and
+    /// the current message, within the request's token budget. Summaries come from the
+    /// extractive summarizer, bounded by MateClaw's `summary_max_tokens`; use
+    /// [`Engine::context_with`] to plug in another (an LLM).
+    ///
+    /// A new compaction is recorded on the session's tape (unless `request.record` is
+    /// off or it is an emergency build), and under Qanot's policy the working buffer is
+    /// kept in the memory of the session's agent (and user).
+    ///
+    /// ```
+    /// use memtape::{ContextConfig, ContextRequest, Engine, Message, Policy, Scope};
+    ///
+    /// let engine = Engine::in_memory();
+    /// let chat = Scope::agent("default", "default")?.with_session("demo")?;
+    /// engine.append(&chat, Message::user("My name is Ada."), Default::default())?;
+    /// let request = ContextRequest {
+    ///     system_prompt: "You are helpful.".into(),
+    ///     config: ContextConfig::new(8_000, Policy::default()),
+    ///     ..ContextRequest::default()
+    /// };
+    /// let context = engine.context(&chat, &request)?;
+    /// assert_eq!(context.messages.len(), 2); // the system message and the user's
+    /// assert!(context.tokens <= 8_000);
+    /// # Ok::<(), memtape::Error>(())
+    /// ```
+    pub fn context(&self, session: &Scope, request: &ContextRequest) -> Result<Context> {
+        let max_tokens = match &request.config.policy {
+            Policy::MateClaw(p) => p.summary_max_tokens,
+            Policy::Qanot(_) => DEFAULT_SUMMARY_MAX_TOKENS,
+        };
+        self.context_with(session, request, &ExtractiveSummarizer::new(max_tokens))
+    }
+
+    /// [`Engine::context`] with `summarizer` making compaction summaries.
+    pub fn context_with(
+        &self,
+        session: &Scope,
+        request: &ContextRequest,
+        summarizer: &dyn Summarizer,
+    ) -> Result<Context> {
+        if session.session().is_none() {
+            return Err(Error::Config(format!(
+                "{session}: a context is built for a session; name one"
+            )));
+        }
+        request.config.validate().map_err(Error::Config)?;
+        let now = self.now();
+        let memory_scope = memory_scope_of(session)?;
+        let memory = self.memory(&memory_scope)?;
+        let info = self.store.scope_info(session)?;
+        let pointer = info.as_ref().map_or(EntryId(0), |i| i.last_consolidated);
+        let head = info.as_ref().and_then(|i| i.head);
+
+        let recorded = self.compactions(session)?;
+        let (compaction, tail) = self.context_tail(
+            session,
+            head,
+            pointer,
+            &recorded,
+            request.config.max_messages,
+        )?;
+        let after = compaction.as_ref().map_or(pointer, Compaction::through);
+        let kept_head = match &compaction {
+            Some(Compaction::Qanot { head, .. }) => {
+                let ids: Vec<EntryId> = head.iter().copied().filter(|id| *id > pointer).collect();
+                self.store
+                    .get_many(session.tenant(), &ids)?
+                    .into_iter()
+                    .filter(|e| e.scope == *session)
+                    .filter_map(|e| e.message().cloned().map(|m| (e.id, m)))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let history = tail
+            .iter()
+            .filter_map(|e| e.message().cloned().map(|m| (e.id, m)))
+            .collect();
+        let built = build(
+            BuildInput {
+                request,
+                memory: &memory,
+                now,
+                after,
+                history,
+                compaction,
+                head: kept_head,
+                cache: &recorded,
+            },
+            summarizer,
+            self.tokens(),
+        )?;
+
+        if request.record && !request.emergency {
+            if let Some(made) = &built.record {
+                self.append_payload(session, made.to_payload())?;
+            }
+            if built.context.working_buffer {
+                self.keep_working_buffer(session, &memory_scope, &tail, now)?;
+            }
+        }
+        Ok(built.context)
+    }
+
+    /// The session's latest compaction records, newest first, with their times.
+    fn compactions(&self, session: &Scope) -> Result<Vec<(Compaction, DateTime<Utc>)>> {
+        let filter = Filter {
+            kinds: vec![Kind::Event],
+            name: Some(events::CONTEXT_COMPACTION.to_owned()),
+            order: Order::Desc,
+            limit: Some(COMPACTIONS_READ),
+            ..Filter::default()
+        };
+        self.store
+            .scan(session, &filter)?
+            .iter()
+            .filter_map(|e| Compaction::from_entry(e).map(|c| c.map(|c| (c, e.created_at))))
+            .collect::<memtape_core::Result<_>>()
+            .map_err(Error::from)
+    }
+
+    /// The compaction in effect and the thread after it: the newest record whose `through`
+    /// is on the current thread (after the consolidation pointer), or none and the thread
+    /// after the pointer. A record made on another branch (before a regenerated message)
+    /// is not in effect on this one.
+    fn context_tail(
+        &self,
+        session: &Scope,
+        head: Option<EntryId>,
+        pointer: EntryId,
+        recorded: &[(Compaction, DateTime<Utc>)],
+        max: usize,
+    ) -> Result<(Option<Compaction>, Vec<Entry>)> {
+        let Some(head) = head else {
+            return Ok((None, Vec::new()));
+        };
+        for (compaction, _) in recorded {
+            let through = compaction.through();
+            if through <= pointer || through > head {
+                continue;
+            }
+            let tail = self.walk(session, head, through, max)?;
+            let on_thread = match tail.first() {
+                Some(first) => first.parent == Some(through),
+                None => head == through,
+            };
+            if on_thread {
+                return Ok((Some(compaction.clone()), tail));
+            }
+        }
+        Ok((None, self.walk(session, head, pointer, max)?))
+    }
+
+    /// Qanot's working buffer: once a session's prompt passes the buffer threshold, every
+    /// completed exchange is appended to `memory/working-buffer.md` of its memory scope.
+    /// The first time, the buffer starts afresh (with Qanot's header) and takes the latest
+    /// exchange; later, every exchange after the last one copied. How far the session was
+    /// copied is a `context.working_buffer` event on its tape, written in the same
+    /// transaction as the memory change.
+    fn keep_working_buffer(
+        &self,
+        session: &Scope,
+        memory_scope: &Scope,
+        tail: &[Entry],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let filter = Filter {
+            kinds: vec![Kind::Event],
+            name: Some(events::CONTEXT_WORKING_BUFFER.to_owned()),
+            order: Order::Desc,
+            limit: Some(1),
+            ..Filter::default()
+        };
+        let copied = self
+            .store
+            .scan(session, &filter)?
+            .first()
+            .and_then(|e| match &e.payload {
+                Payload::Event(ev) => ev.data.get("through").and_then(|t| t.as_u64()),
+                _ => None,
+            })
+            .map(EntryId);
+        let all = exchanges(tail);
+        let (op, new) = match copied {
+            None => {
+                let new: Vec<_> = all.last().cloned().into_iter().collect();
+                let mut text = working_buffer_header(now);
+                for x in &new {
+                    text.push_str(&working_buffer_entry(x.at, &x.human, &x.agent));
+                }
+                let op = Op::Write {
+                    path: paths::WORKING_BUFFER.to_owned(),
+                    content: text,
+                };
+                (op, new)
+            }
+            Some(through) => {
+                let new: Vec<_> = all.into_iter().filter(|x| x.id > through).collect();
+                if new.is_empty() {
+                    return Ok(());
+                }
+                let text = new
+                    .iter()
+                    .map(|x| working_buffer_entry(x.at, &x.human, &x.agent))
+                    .collect();
+                let op = Op::Append {
+                    path: paths::WORKING_BUFFER.to_owned(),
+                    text,
+                    heading: Some(working_buffer_header(now)),
+                };
+                (op, new)
+            }
+        };
+        let through = new.last().map_or(EntryId(0), |x| x.id);
+        let change = Change::one(op, "context.working_buffer");
+        change.validate()?;
+        let mark = Payload::Event(Event {
+            name: events::CONTEXT_WORKING_BUFFER.to_owned(),
+            data: json!({ "through": through.0 }),
+        });
+        self.append_entries(vec![
+            NewEntry::new(memory_scope.clone(), change.to_payload(), now),
+            NewEntry::new(session.clone(), mark, now),
+        ])?;
+        Ok(())
+    }
+}

@@ -15,7 +15,7 @@
 //! ```
 
 mod capture;
-mod context;
+pub mod context;
 mod error;
 mod io;
 mod lifecycle;
