@@ -2,6 +2,7 @@
 //! clap, checked into typed values here, and every failure exits non-zero with a message
 //! that names what is wrong.
 
+mod lifecycle;
 mod memory;
 mod output;
 mod retrieval;
@@ -167,6 +168,13 @@ enum Command {
         session: String,
         /// The last consolidated entry (0 to consolidate nothing).
         through: u64,
+    },
+    /// Start a new conversation in a session (nanobot's /new): archive its unconsolidated
+    /// messages to HISTORY.md (extractive summary), then clear it; nothing is cleared if
+    /// archiving fails.
+    New {
+        /// The session key.
+        session: String,
     },
     /// Search everything on the tape: messages, tool results, memory (BM25 + embeddings).
     Search(retrieval::SearchArgs),
@@ -507,6 +515,7 @@ fn run(cli: Cli) -> Result<()> {
                 engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
             writeln!(stdout, "{}", entry.id)?;
         }
+        Command::New { session } => lifecycle::new_session(&cli, session, &mut stdout)?,
         Command::Memory(command) => memory::memory(&cli, command, &mut stdout)?,
         Command::Files(command) => memory::files(&cli, command, &mut stdout)?,
         Command::Sync(args) => memory::sync(&cli, args, &mut stdout)?,

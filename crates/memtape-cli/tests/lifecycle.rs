@@ -1,0 +1,78 @@
+//! `memtape new SESSION` (nanobot's /new, seed 000) driven through the real binary: the
+//! unconsolidated messages are archived to HISTORY.md with the extractive summarizer, then
+//! the session is cleared — its history starts again — while the tape keeps every entry.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
+
+use common::Run;
+use serde_json::json;
+
+/// Seed 000, `/new`: archive the unconsolidated messages, then clear the session.
+#[test]
+fn nanobot_new_archives_to_history_then_clears_the_session() {
+    let r = Run::new();
+    let say = |role: &str, content: &str| {
+        r.ok(&[
+            "append",
+            "s1",
+            "--role",
+            role,
+            "--content",
+            content,
+            "--no-wal",
+        ])
+    };
+    say("user", "Hi there!");
+    say("assistant", "Hello.");
+    r.ok(&["consolidate", "s1", "2"]);
+    say("user", "My name is Ada and the deadline is 2026-03-01.");
+    say("assistant", "Great, we decided to use PostgreSQL 16.");
+
+    assert_eq!(
+        r.ok(&["new", "s1"]),
+        "archived 2 messages to HISTORY.md (memory version 1); default/default session=s1 cleared\n"
+    );
+    assert_eq!(r.json(&["history", "s1", "--json"]), json!([]));
+
+    let memory = r.json(&["memory", "show", "--json"]);
+    let history = memory["files"]["HISTORY.md"]["content"].as_str().unwrap();
+    assert!(history.starts_with('['), "{history}");
+    assert!(
+        history.contains("- User: My name is Ada and the deadline is 2026-03-01.")
+            && history.contains("PostgreSQL 16"),
+        "{history}"
+    );
+    assert!(
+        !history.contains("Hi there"),
+        "consolidated messages are not archived again: {history}"
+    );
+
+    // Nothing left the tape; the boundary is an anchor.
+    let entries = r.ok(&["entries", "s1", "--kind", "message"]);
+    assert_eq!(entries.lines().count(), 4, "{entries}");
+    let anchors = r.json(&["entries", "s1", "--kind", "anchor", "--json"]);
+    assert_eq!(anchors[0]["payload"]["name"], "session/new");
+    assert_eq!(anchors[0]["payload"]["state"]["archived"], 2);
+
+    // The new conversation's history starts after /new, and a second /new has nothing to
+    // archive.
+    let fresh = say("user", "a fresh start");
+    assert_eq!(
+        r.json(&["history", "s1", "--json"]),
+        json!([{"role": "user", "content": "a fresh start"}])
+    );
+    r.ok(&["consolidate", "s1", fresh.trim()]);
+    assert_eq!(
+        r.ok(&["new", "s1"]),
+        "nothing to archive; default/default session=s1 cleared\n"
+    );
+}
+
+#[test]
+fn new_names_a_session_that_does_not_exist() {
+    let r = Run::new();
+    let err = r.fails(&["new", "ghost"]);
+    assert!(err.contains("no session") && err.contains("ghost"), "{err}");
+}
