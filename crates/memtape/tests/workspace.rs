@@ -107,7 +107,10 @@ fn a_hand_edit_becomes_a_version_and_tape_changes_reach_the_files() {
     engine.prune_daily(&agent(), 0).unwrap();
     let report = engine.sync_workspace(&agent(), &ws, None).unwrap();
     assert_eq!(report.removed, ["memory/2026-04-01.md"]);
-    assert!(!ws.join("memory").exists(), "the folder it emptied goes too");
+    assert!(
+        !ws.join("memory").exists(),
+        "the folder it emptied goes too"
+    );
 }
 
 #[test]
