@@ -38,8 +38,9 @@
 //!   the pluggable [`Summarizer`] (the extractive one offline).
 //! - [`Qanot`]: from `buffer_ratio` (50%) the facade keeps the working buffer; past
 //!   `compaction_ratio` (60%) the first 2 and last 4 messages stay and the middle is
-//!   removed, with Qanot's marker; when the first messages (or the current one) show a
-//!   sign of compaction, recovery context is appended to the current message.
+//!   removed, with Qanot's marker; recovery context (working buffer, working state,
+//!   today's notes) is appended to the current message on the prompt that compacts and
+//!   whenever the conversation itself shows a sign of compaction ("where were we?").
 //!
 //! Under both, the prompt is then fitted to the budget (MateClaw's trimToFit: drop the
 //! oldest messages, keeping at least the last 2), and an emergency build (MateClaw's
@@ -112,7 +113,9 @@ pub struct Qanot {
     pub keep_first: usize,
     /// Messages kept from its end.
     pub keep_last: usize,
-    /// Whether recovery context is appended when a compaction is detected.
+    /// Whether recovery context is appended when a compaction is detected: on the prompt
+    /// that compacts, and when the current message or one of the first three messages
+    /// from the tape shows a sign of compaction ([`COMPACTION_SIGNS`]).
     pub recovery: bool,
 }
 
@@ -537,15 +540,20 @@ pub fn build(
         conv = repair(conv, counter);
     }
 
+    // Qanot's recovery. Qanot looks for signs of compaction in the first messages on
+    // every turn, so after one compaction it appends recovery to every later message;
+    // the builder knows when it compacted, so its own marker and summary are not taken as
+    // signs: recovery comes with the prompt that compacts, and whenever the conversation
+    // shows a sign itself (the current message, or one of the first three from the tape).
     let mut recovery = false;
     if let Policy::Qanot(q) = &config.policy
         && q.recovery
         && let Some(message) = &mut current
-        && (conv
-            .iter()
-            .take(3)
-            .any(|p| shows_compaction(&p.message.content_text()))
-            || shows_compaction(&message.content_text()))
+        && (record.is_some()
+            || shows_compaction(&message.content_text())
+            || conv.iter().take(3).any(|p| {
+                p.id.is_some() && !p.truncated && shows_compaction(&p.message.content_text())
+            }))
         && let Some(text) = recovery_text(memory, now.date_naive())
     {
         let room = max.saturating_sub(tokens_of(&conv, &Some(message.clone())));

@@ -19,6 +19,8 @@ pub const USAGE_HINTS: &str = "Use `memory.save` to update long-term memory, `me
 /// What Qanot looks for in the first messages (and memtape also in the current one) to
 /// tell that the conversation was compacted: summary tags, truncation markers and
 /// "where were we?" questions (Qanot's `_COMPACTION_MARKERS`, matched case-insensitively).
+/// The marker and summary the builder inserts itself are not looked at: it knows when it
+/// compacted.
 pub const COMPACTION_SIGNS: [&str; 7] = [
     "<summary>",
     "truncated",

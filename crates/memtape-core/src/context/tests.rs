@@ -507,34 +507,47 @@ fn view_with(files: &[(&str, &str)]) -> MemoryView {
 
 /// Qanot: "If the agent detects signs of compaction (truncation markers, 'where were we?'
 /// messages), it automatically injects recovery context … appended to the user's message."
+/// The builder's own marker is not a sign (it knows when it compacted): recovery comes with
+/// the prompt that compacts, a "where were we?", or a sign in the first tape messages.
 #[test]
 fn qanot_recovery_is_appended_to_the_current_message_when_compaction_is_detected() {
-    let mut req = qanot(1_000_000);
-    req.message = Some(Message::user("Next question."));
     let memory = view_with(&[
         ("memory/working-buffer.md", "buffered"),
         ("SESSION-STATE.md", "state"),
     ]);
+    let recovered = "Next question.\n\n---\n\n[COMPACTION RECOVERY]\n## Working Buffer Recovery\nbuffered\n\n---\n\n## Session State\nstate";
+    let mut req = qanot(1_000_000);
+    req.message = Some(Message::user("Next question."));
     // No sign of compaction: nothing is appended.
     let mut case = Case::new(&req, turns(2));
     case.memory = memory.clone();
     let ctx = case.run(&Recording::default()).context;
     assert!(!ctx.recovery);
     assert_eq!(texts(&ctx).last().unwrap(), "Next question.");
-    // A compaction marker among the first messages.
+    // The prompt that compacts.
+    let tokens = base(&req) + 20 * TURN_MESSAGE;
+    let mut compacting = qanot(budget_around(tokens, 0.60, true));
+    compacting.message = req.message.clone();
+    let mut case = Case::new(&compacting, turns(10));
+    case.memory = memory.clone();
+    let ctx = case.run(&Recording::default()).context;
+    assert!(ctx.compacted && ctx.recovery);
+    assert_eq!(texts(&ctx).last().unwrap(), recovered);
+    // Later prompts with the same compaction in effect: its marker is not a sign.
+    let mut case = Case::new(&req, turns(2)[2..].to_vec());
+    case.memory = memory.clone();
     case.compaction = Some(Compaction::Qanot {
         head: vec![EntryId(1), EntryId(2)],
         through: EntryId(2),
         removed: 3,
     });
     case.head = turns(1);
-    case.history = turns(2)[2..].to_vec();
-    let ctx = case.run(&Recording::default()).context;
-    assert!(ctx.recovery);
-    assert_eq!(
-        texts(&ctx).last().unwrap(),
-        "Next question.\n\n---\n\n[COMPACTION RECOVERY]\n## Working Buffer Recovery\nbuffered\n\n---\n\n## Session State\nstate"
-    );
+    assert!(!case.run(&Recording::default()).context.recovery);
+    // A sign in one of the first messages of the tape (an imported summary).
+    let mut case = Case::new(&req, turns(2));
+    case.memory = memory.clone();
+    case.history[0].1 = Message::user("<summary>we discussed the release</summary>");
+    assert!(case.run(&Recording::default()).context.recovery);
     // "Where were we?" from the user.
     let mut asked = qanot(1_000_000);
     asked.message = Some(Message::user("Sorry, where were we?"));
