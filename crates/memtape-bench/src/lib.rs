@@ -1,6 +1,7 @@
 //! memtape-bench: benchmarks run as commands (`memtape bench ...`), reporting medians over
 //! several runs. Nothing here is a test; tests never time anything.
 
+pub mod context;
 pub mod locomo;
 pub mod scale;
 pub mod store;

@@ -2,6 +2,7 @@
 //! clap, checked into typed values here, and every failure exits non-zero with a message
 //! that names what is wrong.
 
+mod context;
 mod lifecycle;
 mod memory;
 mod output;
@@ -176,6 +177,10 @@ enum Command {
         /// The session key.
         session: String,
     },
+    /// The prompt an agent would send its LLM for a session: system prompt, agent files,
+    /// memory, the compaction in effect, history and the current message, within a token
+    /// budget (MateClaw or Qanot compaction; a new compaction is recorded on the tape).
+    Context(context::ContextArgs),
     /// Search everything on the tape: messages, tool results, memory (BM25 + embeddings).
     Search(retrieval::SearchArgs),
     /// Rebuild the search index from the tape (after changing --model, or any time).
@@ -210,6 +215,8 @@ enum ModelsCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Prompt-prefix stability over a scripted conversation (what LLM prompt caches reuse).
+    Context(context::ContextBenchArgs),
     /// Durable append throughput and get_history latency on a large session.
     Store {
         /// Messages in the large session.
@@ -520,12 +527,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Files(command) => memory::files(&cli, command, &mut stdout)?,
         Command::Sync(args) => memory::sync(&cli, args, &mut stdout)?,
         Command::Wal(command) => memory::wal(command, &mut stdout)?,
+        Command::Context(args) => context::context(&cli, args, &mut stdout)?,
         Command::Search(args) => retrieval::search(&cli, args, &mut stdout)?,
         Command::Reindex { tuning } => retrieval::reindex(&cli, tuning, &mut stdout)?,
         Command::Models(ModelsCommand::Fetch) => {
             let path = cli.models.fetch()?;
             writeln!(stdout, "{} ready: {}", cli.models.model, path.display())?;
         }
+        Command::Bench(BenchCommand::Context(args)) => context::bench(args, &mut stdout)?,
         Command::Bench(BenchCommand::Store {
             messages,
             appends,
