@@ -42,6 +42,11 @@
 //!   today's notes) is appended to the current message on the prompt that compacts and
 //!   whenever the conversation itself shows a sign of compaction ("where were we?").
 //!
+//! A compaction record is rendered by what it is, whichever policy the request names: a
+//! MateClaw compaction after a Qanot one summarizes from where the Qanot one ended (Qanot's
+//! kept first messages then leave the prompt), and a Qanot compaction after a MateClaw one
+//! keeps the first messages after the summary's span.
+//!
 //! Under both, the prompt is then fitted to the budget (MateClaw's trimToFit: drop the
 //! oldest messages, keeping at least the last 2), and an emergency build (MateClaw's
 //! compactForRetry, after a context_length_exceeded error) keeps only the last 4.
@@ -101,7 +106,9 @@ impl Default for MateClaw {
     }
 }
 
-/// Qanot's context management thresholds.
+/// Qanot's context management thresholds. (Qanot also resets its token *estimate* to about
+/// 35% of the maximum after compacting; the builder counts the prompt's tokens on every
+/// build instead, so there is no estimate to reset.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Qanot {
