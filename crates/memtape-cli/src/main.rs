@@ -176,6 +176,10 @@ enum Command {
     New {
         /// The session key.
         session: String,
+        /// Then remove the memory's daily notes older than this many days (Bub's
+        /// retention; 0 keeps them all).
+        #[arg(long, default_value_t = memtape::DEFAULT_RETENTION_DAYS)]
+        retention_days: u32,
     },
     /// The prompt an agent would send its LLM for a session: system prompt, agent files,
     /// memory, the compaction in effect, history and the current message, within a token
@@ -522,7 +526,10 @@ fn run(cli: Cli) -> Result<()> {
                 engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
             writeln!(stdout, "{}", entry.id)?;
         }
-        Command::New { session } => lifecycle::new_session(&cli, session, &mut stdout)?,
+        Command::New {
+            session,
+            retention_days,
+        } => lifecycle::new_session(&cli, session, *retention_days, &mut stdout)?,
         Command::Memory(command) => memory::memory(&cli, command, &mut stdout)?,
         Command::Files(command) => memory::files(&cli, command, &mut stdout)?,
         Command::Sync(args) => memory::sync(&cli, args, &mut stdout)?,

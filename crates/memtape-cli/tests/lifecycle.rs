@@ -76,3 +76,39 @@ fn new_names_a_session_that_does_not_exist() {
     let err = r.fails(&["new", "ghost"]);
     assert!(err.contains("no session") && err.contains("ghost"), "{err}");
 }
+
+/// Bub's retention (seed 001, 7.1: retention_days, default 30) applied as a new session
+/// starts: `new` prunes the memory's old daily notes, `--retention-days 0` keeps them.
+#[test]
+fn bub_new_session_prunes_daily_notes_past_retention() {
+    let r = Run::new();
+    r.ok(&[
+        "append",
+        "s1",
+        "--role",
+        "user",
+        "--content",
+        "hello",
+        "--no-wal",
+    ]);
+    r.ok(&["memory", "daily", "ancient", "--date", "2001-01-01"]);
+    r.ok(&["memory", "daily", "fresh"]);
+    let out = r.ok(&["new", "s1", "--retention-days", "0"]);
+    assert!(!out.contains("removed"), "{out}");
+    let out = r.ok(&["new", "s1"]);
+    assert!(
+        out.ends_with("removed 1 daily note(s) older than 30 days\n"),
+        "{out}"
+    );
+    let files = r.json(&["memory", "show", "--json"])["files"].clone();
+    assert!(files.get("memory/2001-01-01.md").is_none());
+    assert_eq!(
+        files
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| k.starts_with("memory/"))
+            .count(),
+        1
+    );
+}

@@ -46,6 +46,9 @@ use memtape_core::{Order, select_history, walk_thread};
 use serde_json::{Map, Value, json};
 
 pub use error::Error;
+pub use memtape_core::context::{
+    Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
+};
 pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
     Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
@@ -57,9 +60,6 @@ pub use memtape_search::{
     SearchRequest,
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
-pub use memtape_core::context::{
-    Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
-};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
