@@ -95,6 +95,23 @@ fn the_readme_tour_runs_as_written() {
         stdout.contains(r#"[{"category":"correction","text":"Actually, call me Ada Lovelace."}"#),
         "{stdout}"
     );
+    // The context: the memory block carries the WAL's capture; /new archives and clears.
+    let at = stdout
+        .find("{\n  \"messages\"")
+        .unwrap_or_else(|| panic!("no context JSON in {stdout}"));
+    let context: serde_json::Value = serde_json::Deserializer::from_str(&stdout[at..])
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(context["tokens"].as_u64().unwrap() > 0);
+    let system = context["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("You are a helpful assistant.") && system.contains("<memory>"),
+        "{system}"
+    );
+    assert!(system.contains("I prefer dark mode"), "{system}");
+    assert!(stdout.contains("session=chat-1 cleared"), "{stdout}");
     assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
     assert!(work.path().join("memtape-data/memtape.db").exists());
 }
