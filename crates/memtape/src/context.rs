@@ -20,23 +20,12 @@ use memtape_core::{Entry, EntryId, Event, Filter, Kind, NewEntry, Order, Payload
 use memtape_store::Store;
 use serde_json::json;
 
-use crate::{Engine, Error, Result};
+use crate::{Engine, Error, Result, memory_scope};
 
 /// How many of a session's latest compaction records are read: the one in effect is
 /// almost always the newest; older ones matter only after a branch of the thread, and as
 /// MateClaw's summary cache.
 const COMPACTIONS_READ: usize = 32;
-
-/// The memory scope of a session: its agent and user, without the session.
-fn memory_scope_of(session: &Scope) -> Result<Scope> {
-    Ok(Scope::from_parts(
-        session.tenant().to_owned(),
-        session.agent_name().to_owned(),
-        session.user().map(str::to_owned),
-        None,
-        None,
-    )?)
-}
 
 impl<S: Store> Engine<S> {
     /// The prompt for `session` under `request`: the system message (system prompt, agent
@@ -87,7 +76,7 @@ impl<S: Store> Engine<S> {
         }
         request.config.validate().map_err(Error::Config)?;
         let now = self.now();
-        let memory_scope = memory_scope_of(session)?;
+        let memory_scope = memory_scope(session)?;
         let memory = self.memory(&memory_scope)?;
         let info = self.store.scope_info(session)?;
         let pointer = info.as_ref().map_or(EntryId(0), |i| i.last_consolidated);
