@@ -86,18 +86,20 @@ impl<S: Store> Engine<S> {
                 }
                 let first_message = items.len();
                 items.extend(file.messages);
-                let mut entries = chain(&scope, items);
+                let mut chain = Chain::default();
+                for item in items {
+                    chain.push(&scope, item);
+                }
                 if file.last_consolidated > 0 {
-                    let through = entries[first_message + file.last_consolidated - 1].id;
-                    let at = entries[first_message + file.last_consolidated - 1].created_at;
+                    let last = &chain.entries[first_message + file.last_consolidated - 1];
                     let item = event_item(
                         events::SESSION_CONSOLIDATED,
-                        json!({"through": through.0}),
-                        at,
+                        json!({"through": last.id.0}),
+                        last.created_at,
                     );
-                    entries.extend(chain_from(&scope, vec![item], entries.len()));
+                    chain.push(&scope, item);
                 }
-                entries
+                chain.entries
             }
             Format::Bub => {
                 let name = session.ok_or_else(|| {
@@ -228,75 +230,57 @@ fn event_item(name: &str, data: Value, at: chrono::DateTime<chrono::Utc>) -> Imp
 }
 
 /// The entries of a Bub tape read with its zones: the tape's entries in `session`, chained
-/// like [`chain`], and for each zone that changes memory a `memory.change` in `memory` at
+/// like [`Chain`], and for each zone that changes memory a `memory.change` in `memory` at
 /// the zone's place and time, computed from the zone before it.
 fn bub_entries(session: &Scope, memory: &Scope, items: Vec<Item>) -> Vec<Entry> {
-    let mut out = Vec::with_capacity(items.len());
-    let mut head: Option<EntryId> = None;
+    let mut chain = Chain::default();
     let mut previous: Option<Zone> = None;
     for item in items {
-        let id = EntryId(out.len() as u64 + 1);
         match item {
             Item::Entry(item) => {
-                let conversational = item.payload.kind().is_conversational();
-                out.push(Entry {
-                    id,
-                    scope: session.clone(),
-                    parent: if conversational { head } else { None },
-                    payload: item.payload,
-                    meta: item.meta,
-                    created_at: item.created_at,
-                });
-                if conversational {
-                    head = Some(id);
-                }
+                chain.push(session, item);
             }
             Item::Zone(zone) => {
                 if let Some(change) = bub::zone_change(previous.as_ref(), &zone) {
                     let mut meta = Map::new();
                     meta.insert("bub_version".into(), zone.version.into());
-                    out.push(Entry {
-                        id,
-                        scope: memory.clone(),
-                        parent: None,
+                    let item = Imported {
                         payload: change.to_payload(),
                         meta,
                         created_at: zone.at,
-                    });
+                    };
+                    chain.push(memory, item);
                 }
                 previous = Some(zone);
             }
         }
     }
-    out
+    chain.entries
 }
 
-/// Gives imported items provisional ids 1, 2, ... and links each message to the previous
-/// one, so the store can restore them as a unit (renumbering them after its last id).
-fn chain(scope: &Scope, items: Vec<Imported>) -> Vec<Entry> {
-    chain_from(scope, items, 0)
+/// Imported items with provisional ids 1, 2, ... in order, each conversational one linked
+/// to the one before, so the store can restore them as a unit (renumbering them after its
+/// last id).
+#[derive(Default)]
+struct Chain {
+    entries: Vec<Entry>,
+    head: Option<EntryId>,
 }
 
-fn chain_from(scope: &Scope, items: Vec<Imported>, already: usize) -> Vec<Entry> {
-    let mut head: Option<EntryId> = None;
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let id = EntryId((already + i + 1) as u64);
-            let conversational = item.payload.kind().is_conversational();
-            let entry = Entry {
-                id,
-                scope: scope.clone(),
-                parent: if conversational { head } else { None },
-                payload: item.payload,
-                meta: item.meta,
-                created_at: item.created_at,
-            };
-            if conversational {
-                head = Some(id);
-            }
-            entry
-        })
-        .collect()
+impl Chain {
+    fn push(&mut self, scope: &Scope, item: Imported) {
+        let id = EntryId(self.entries.len() as u64 + 1);
+        let conversational = item.payload.kind().is_conversational();
+        self.entries.push(Entry {
+            id,
+            scope: scope.clone(),
+            parent: if conversational { self.head } else { None },
+            payload: item.payload,
+            meta: item.meta,
+            created_at: item.created_at,
+        });
+        if conversational {
+            self.head = Some(id);
+        }
+    }
 }

@@ -61,15 +61,20 @@ impl<S: Store> Engine<S> {
     /// reach every user); the user's own files win.
     pub fn memory(&self, scope: &Scope) -> Result<MemoryView> {
         let (log, _) = self.memory_log(scope)?;
-        let mut view = log.view();
+        self.layered(scope, log.view())
+    }
+
+    /// `own`, the view of `scope`'s own memory, with the agent's shared files it does not
+    /// override layered under it when `scope` is an agent-and-user scope.
+    pub(crate) fn layered(&self, scope: &Scope, mut own: MemoryView) -> Result<MemoryView> {
         if scope.user().is_some() {
             let agent = Scope::agent(scope.tenant(), scope.agent_name())?;
             let (shared, _) = self.memory_log(&agent)?;
             for (path, file) in shared.view().files {
-                view.files.entry(path).or_insert(file);
+                own.files.entry(path).or_insert(file);
             }
         }
-        Ok(view)
+        Ok(own)
     }
 
     /// Records a change of `scope`'s memory computed by `compute` from the current log and

@@ -30,7 +30,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use memtape_core::memory::MemoryView;
 use memtape_core::{Scope, memory};
 use memtape_store::Store;
 
@@ -172,19 +171,6 @@ impl<S: Store> Engine<S> {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// The view a write in `scope` starts from: the scope's own files, and for an
-    /// agent-and-user scope the agent's shared files it does not override.
-    fn layered_view(&self, scope: &Scope, own: &MemoryView) -> Result<MemoryView> {
-        let mut view = own.clone();
-        if scope.user().is_some() {
-            let agent = Scope::agent(scope.tenant(), scope.agent_name())?;
-            for (path, file) in self.memory_log(&agent)?.0.view().files {
-                view.files.entry(path).or_insert(file);
-            }
-        }
-        Ok(view)
     }
 }
 

@@ -237,7 +237,10 @@ impl<S: Store> Engine<S> {
         let last = |p: &str| state.files.get(p).map(String::as_str);
         // A file that cannot be read as memory is left alone on both sides.
         let unreadable: BTreeSet<String> = skipped.iter().map(|(p, _)| p.clone()).collect();
-        let disk_hash = |p: &str| disk.get(p).map(|c| sha256(c));
+        // Hashed once: the change below may be computed more than once.
+        let hashes: BTreeMap<&str, String> =
+            disk.iter().map(|(p, c)| (p.as_str(), sha256(c))).collect();
+        let disk_hash = |p: &str| hashes.get(p).cloned();
 
         // Record the hand edits, deciding conflicts against the tape as it is at the write
         // (compare-and-append: a change that lands meanwhile makes this run again).

@@ -117,6 +117,11 @@ fn is_dir(view: &MemoryView, relative: &str) -> bool {
     view.files.keys().any(|p| p.starts_with(&prefix))
 }
 
+/// Whether `relative` names a file or a folder of `view`.
+fn exists(view: &MemoryView, relative: &str) -> bool {
+    view.files.contains_key(relative) || is_dir(view, relative)
+}
+
 /// A file's lines, without the empty piece after a final newline.
 fn lines(content: &str) -> Vec<&str> {
     let mut v: Vec<&str> = content.split('\n').collect();
@@ -170,7 +175,7 @@ pub(super) fn call<S: Store>(
             };
             check_size(&path, &file_text)?;
             engine.change_memory(scope, |_, own| {
-                let view = engine.layered_view(scope, own)?;
+                let view = engine.layered(scope, own.clone())?;
                 if is_dir(&view, &relative) {
                     return Err(Error::Tool(format!(
                         "Error: {path} is a directory; create a file inside it"
@@ -196,7 +201,7 @@ pub(super) fn call<S: Store>(
             let relative = file_path(&path)?;
             let mut snippet = String::new();
             engine.change_memory(scope, |_, own| {
-                let view = engine.layered_view(scope, own)?;
+                let view = engine.layered(scope, own.clone())?;
                 let content = existing_file(&view, &relative, &path)?;
                 if old_str.is_empty() {
                     return Err(Error::Tool("Error: old_str is empty; give the exact text to replace".into()));
@@ -242,7 +247,7 @@ pub(super) fn call<S: Store>(
         } => {
             let relative = file_path(&path)?;
             engine.change_memory(scope, |_, own| {
-                let view = engine.layered_view(scope, own)?;
+                let view = engine.layered(scope, own.clone())?;
                 let content = existing_file(&view, &relative, &path)?;
                 let mut all = lines(content);
                 let count = all.len();
@@ -269,10 +274,10 @@ pub(super) fn call<S: Store>(
                 )));
             };
             engine.change_memory(scope, |_, own| {
-                let there = own.files.contains_key(&relative) || is_dir(own, &relative);
+                let there = exists(own, &relative);
                 if !there {
-                    let view = engine.layered_view(scope, own)?;
-                    if view.files.contains_key(&relative) || is_dir(&view, &relative) {
+                    let view = engine.layered(scope, own.clone())?;
+                    if exists(&view, &relative) {
                         return Err(shared_only(&path));
                     }
                     return Err(not_found(&path));
@@ -298,14 +303,14 @@ pub(super) fn call<S: Store>(
                 )));
             }
             engine.change_memory(scope, |_, own| {
-                let view = engine.layered_view(scope, own)?;
-                if !own.files.contains_key(&from) && !is_dir(own, &from) {
-                    if view.files.contains_key(&from) || is_dir(&view, &from) {
+                let view = engine.layered(scope, own.clone())?;
+                if !exists(own, &from) {
+                    if exists(&view, &from) {
                         return Err(shared_only(&old_path));
                     }
                     return Err(not_found(&old_path));
                 }
-                if view.files.contains_key(&to) || is_dir(&view, &to) {
+                if exists(&view, &to) {
                     return Err(Error::Tool(format!(
                         "Error: The destination {new_path} already exists"
                     )));

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use memtape_core::Scope;
-use memtape_core::memory::{Change, MemoryFile, Op};
+use memtape_core::memory::{Change, MemoryFile, Op, paths};
 use memtape_store::Store;
 
 use super::{Family, ToolOutput, ToolSpec, check_path, check_size, input};
@@ -180,9 +180,17 @@ pub(super) fn call<S: Store>(
             let Write { filename, content } = input(name, args)?;
             let path = check_filename(&filename)?;
             check_size(&path, &content)?;
-            let mut existed = false;
+            let (mut existed, mut enabled) = (false, false);
             engine.change_memory(scope, |_, own| {
-                existed = engine.layered_view(scope, own)?.files.contains_key(&path);
+                existed = engine
+                    .layered(scope, own.clone())?
+                    .files
+                    .contains_key(&path);
+                // A write keeps the file's flags; a new file of the scope gets the defaults.
+                enabled = own
+                    .files
+                    .get(&path)
+                    .map_or(paths::default_flags(&path).0, |f| f.enabled);
                 Ok(Some(Change::one(
                     Op::Write {
                         path: path.clone(),
@@ -191,11 +199,6 @@ pub(super) fn call<S: Store>(
                     WRITE,
                 )))
             })?;
-            let enabled = engine
-                .memory(scope)?
-                .files
-                .get(&path)
-                .is_some_and(|f| f.enabled);
             Ok(ToolOutput::json(&json!({
                 "agentId": agent,
                 "filename": path,
@@ -221,7 +224,7 @@ pub(super) fn call<S: Store>(
             }
             let (mut replacements, mut size_after) = (0, 0);
             engine.change_memory(scope, |_, own| {
-                let view = engine.layered_view(scope, own)?;
+                let view = engine.layered(scope, own.clone())?;
                 let content = view.content(&path).ok_or_else(|| {
                     Error::Tool(format!("Error: workspace memory file not found: {filename}"))
                 })?;
