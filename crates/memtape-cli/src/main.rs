@@ -69,7 +69,7 @@ enum Command {
         name: Option<String>,
         /// The message this one follows (to regenerate an answer); default: the latest.
         #[arg(long, value_name = "ID")]
-        parent: Option<u64>,
+        parent: Option<EntryId>,
         /// Metadata to keep with the entry, as a JSON object.
         #[arg(long, value_name = "JSON")]
         meta: Option<String>,
@@ -99,8 +99,8 @@ enum Command {
     },
     /// Show the thread that ends at an entry (regenerated answers replace their siblings).
     Thread {
-        /// The entry at the end of the thread.
-        entry_id: u64,
+        /// The entry at the end of the thread (of this agent, or of --user).
+        entry_id: EntryId,
         /// Print JSON entries.
         #[arg(long)]
         json: bool,
@@ -147,28 +147,37 @@ enum Command {
     /// Import a JSONL file: all of it, or nothing if any line is bad.
     Import {
         /// memtape, nanobot or bub.
-        #[arg(long)]
-        format: Format,
+        #[arg(long, required_unless_present = "restore")]
+        format: Option<Format>,
+        /// Administrator: restore a whole-store backup (`export --all`), every tenant as
+        /// written; a plain memtape import stays inside --tenant/--agent/--user.
+        #[arg(long, conflicts_with_all = ["format", "session"])]
+        restore: bool,
         /// The file.
         file: PathBuf,
         /// The session to import into (default: the nanobot key, or the Bub file's name).
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
     },
-    /// Export to stdout: one session, or (memtape format) the whole store.
+    /// Export to stdout: one session, or (memtape format) everything of the agent (or of
+    /// --user).
     Export {
         /// memtape, nanobot or bub.
-        #[arg(long)]
-        format: Format,
+        #[arg(long, required_unless_present = "all")]
+        format: Option<Format>,
         /// The session key.
         session: Option<String>,
+        /// Administrator: the whole store, every tenant, in memtape's format (a backup
+        /// that `import --restore` reads back).
+        #[arg(long, conflicts_with_all = ["format", "session"])]
+        all: bool,
     },
     /// Move a session's consolidation pointer: entries up to ID leave its history.
     Consolidate {
         /// The session key.
         session: String,
         /// The last consolidated entry (0 to consolidate nothing).
-        through: u64,
+        through: EntryId,
     },
     /// Start a new conversation in a session (nanobot's /new): archive its unconsolidated
     /// messages to HISTORY.md (extractive summary), then clear it; nothing is cleared if
@@ -366,7 +375,7 @@ fn run(cli: Cli) -> Result<()> {
             message.tool_call_id = tool_call_id.clone();
             message.name = name.clone();
             let options = AppendOptions {
-                parent: parent.map(EntryId),
+                parent: *parent,
                 meta: meta
                     .as_deref()
                     .map(|m| json_object("--meta", m))
@@ -425,7 +434,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Thread { entry_id, json } => {
             let engine = open(&cli)?;
-            let thread = engine.thread(&cli.tenant, EntryId(*entry_id))?;
+            let thread = engine.thread(&base_scope(&cli)?, *entry_id)?;
             output::entries(&mut stdout, &thread, *json)?;
         }
         Command::Anchor {
@@ -482,17 +491,24 @@ fn run(cli: Cli) -> Result<()> {
             format,
             file,
             session,
+            ..
         } => {
             let engine = open(&cli)?;
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let session = match (format, session) {
-                (Format::Bub, None) => file.file_stem().map(|s| s.to_string_lossy().into_owned()),
-                (_, s) => s.clone(),
-            };
-            let report = engine
-                .import(*format, &text, &base_scope(&cli)?, session.as_deref())
-                .with_context(|| format!("importing {} (nothing was imported)", file.display()))?;
+            let report = match format {
+                None => engine.restore_store(&text),
+                Some(format) => {
+                    let session = match (format, session) {
+                        (Format::Bub, None) => {
+                            file.file_stem().map(|s| s.to_string_lossy().into_owned())
+                        }
+                        (_, s) => s.clone(),
+                    };
+                    engine.import(*format, &text, &base_scope(&cli)?, session.as_deref())
+                }
+            }
+            .with_context(|| format!("importing {} (nothing was imported)", file.display()))?;
             let names: Vec<String> = report.sessions.iter().map(ToString::to_string).collect();
             writeln!(
                 stdout,
@@ -507,23 +523,29 @@ fn run(cli: Cli) -> Result<()> {
                 )?;
             }
         }
-        Command::Export { format, session } => {
+        Command::Export {
+            format, session, ..
+        } => {
             let engine = open(&cli)?;
-            let scope = session
-                .as_deref()
-                .map(|s| session_scope(&cli, s))
-                .transpose()?;
-            if let Some(s) = &scope
-                && engine.store().scope_info(s)?.is_none()
-            {
-                bail!("no session {s}");
-            }
-            engine.export(*format, &cli.tenant, scope.as_ref(), &mut stdout)?;
+            let Some(format) = format else {
+                engine.export_store(&mut stdout)?;
+                return Ok(());
+            };
+            let scope = match session.as_deref() {
+                Some(s) => {
+                    let scope = session_scope(&cli, s)?;
+                    if engine.store().scope_info(&scope)?.is_none() {
+                        bail!("no session {scope}");
+                    }
+                    scope
+                }
+                None => base_scope(&cli)?,
+            };
+            engine.export(*format, &scope, &mut stdout)?;
         }
         Command::Consolidate { session, through } => {
             let engine = open(&cli)?;
-            let entry =
-                engine.mark_consolidated(&session_scope(&cli, session)?, EntryId(*through))?;
+            let entry = engine.mark_consolidated(&session_scope(&cli, session)?, *through)?;
             writeln!(stdout, "{}", entry.id)?;
         }
         Command::New {

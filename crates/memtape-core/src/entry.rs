@@ -5,17 +5,58 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::events::BuiltinEvent;
 use crate::{Error, Result, Scope};
 
 /// A free bag of caller metadata carried by every entry. memtape never reads it.
 pub type Meta = Map<String, Value>;
 
-/// The id of an entry: monotonic per store, never reused. Id 0 is never assigned.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+/// The id of an entry: monotonic per store, never reused. Id 0 is never assigned; it
+/// stands for "none" where an id is optional (a pointer that covers nothing).
+///
+/// Ids run from 1 to [`EntryId::MAX`] (2^53 − 1): every SQL database holds that in a signed
+/// 64-bit column, and every JSON reader (JavaScript's included) reads it exactly. Reading
+/// an id, from JSON or from text, refuses anything larger, so no input can store a wrapped
+/// id or leave the store without a next one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct EntryId(pub u64);
+
+impl EntryId {
+    /// The largest id a store assigns or accepts: 2^53 − 1.
+    pub const MAX: EntryId = EntryId((1 << 53) - 1);
+
+    /// `value` as an id, if it is in range (0 ..= [`EntryId::MAX`]).
+    pub fn new(value: u64) -> Result<Self> {
+        if value > Self::MAX.0 {
+            return Err(Error::IdOutOfRange(value.to_string()));
+        }
+        Ok(EntryId(value))
+    }
+
+    /// Whether the id is in range.
+    pub fn in_range(self) -> bool {
+        self <= Self::MAX
+    }
+}
+
+impl<'de> Deserialize<'de> for EntryId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(d)?;
+        EntryId::new(value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::str::FromStr for EntryId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let value: u64 = s
+            .trim()
+            .parse()
+            .map_err(|_| Error::IdOutOfRange(s.to_owned()))?;
+        EntryId::new(value)
+    }
+}
 
 impl std::fmt::Display for EntryId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -492,8 +533,18 @@ impl Payload {
         (!out.is_empty()).then_some(out)
     }
 
-    /// Checks the payload's rules (message structure, non-empty names).
+    /// Checks the payload's rules: message structure, non-empty names, and for an event
+    /// that memtape owns, its data's typed shape ([`BuiltinEvent::decode`]). Every way an
+    /// entry comes in runs this.
     pub fn validate(&self) -> Result<()> {
+        self.validate_structure()?;
+        BuiltinEvent::from_payload(self)?;
+        Ok(())
+    }
+
+    /// The structural rules only (message structure, non-empty names): what reading a
+    /// stored entry back checks.
+    fn validate_structure(&self) -> Result<()> {
         match self {
             Payload::Message(m) => m.validate(),
             Payload::Anchor(Anchor { name, .. }) | Payload::Event(Event { name, .. })
@@ -519,7 +570,8 @@ impl Payload {
         value.unwrap_or(Value::Null)
     }
 
-    /// Reads a payload written by [`Payload::to_json`], checking that it is of `kind`.
+    /// Reads a payload written by [`Payload::to_json`], checking that it is of `kind` and
+    /// its structure ([`Payload::validate`] checks built-in events' data as well).
     pub fn from_json(kind: Kind, value: Value) -> Result<Self> {
         let invalid = |e: serde_json::Error| Error::InvalidEntry(format!("{kind} payload: {e}"));
         let payload = match kind {
@@ -533,7 +585,7 @@ impl Payload {
                 payload.kind()
             )));
         }
-        payload.validate()?;
+        payload.validate_structure()?;
         Ok(payload)
     }
 }
@@ -610,8 +662,14 @@ impl Serialize for Entry {
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let raw = RawEntry::deserialize(d)?;
+        if raw.id == EntryId(0) {
+            return Err(serde::de::Error::custom(
+                "entry id 0 is never assigned: ids start at 1",
+            ));
+        }
         let payload =
             Payload::from_json(raw.kind, raw.payload).map_err(serde::de::Error::custom)?;
+        payload.validate().map_err(serde::de::Error::custom)?;
         Ok(Entry {
             id: raw.id,
             scope: raw.scope,

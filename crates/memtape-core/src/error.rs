@@ -13,6 +13,9 @@ pub enum Error {
     /// An entry's stored kind does not agree with its payload, or its payload is malformed.
     #[error("invalid entry: {0}")]
     InvalidEntry(String),
+    /// An entry id that is not a number from 0 to 2^53 − 1.
+    #[error("{0:?} is not an entry id: ids are whole numbers up to 9007199254740991 (2^53 - 1)")]
+    IdOutOfRange(String),
     /// A kind name that memtape does not know.
     #[error(
         "unknown kind {0:?} (expected one of message, tool_call, tool_result, anchor, event, system)"

@@ -1,5 +1,16 @@
-//! Names of the events memtape itself writes on the tape. Projections (the session table,
-//! later the memory view) are folds over these.
+//! The events memtape itself writes on the tape, as one typed enum with one encode and one
+//! decode. Every way an entry comes in (append, import, restore) checks a built-in event
+//! with [`BuiltinEvent::decode`], the same decoder that reads it, so a malformed one is
+//! refused at the door instead of breaking a projection later. Events with other names are
+//! the caller's and stay free-form.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::context::Compaction;
+use crate::memory::{Change, Op};
+use crate::{EntryId, Error, Event, Payload, Result};
 
 /// Moves a session's consolidation pointer: `data = {"through": <entry id>}`; entries with
 /// ids up to and including `through` are consolidated and left out of history.
@@ -9,7 +20,8 @@ pub const SESSION_CONSOLIDATED: &str = "session.consolidated";
 /// `data = {"metadata": {...}}`. The latest one wins.
 pub const SESSION_METADATA: &str = "session.metadata";
 
-/// A Bub tape `error` entry, kept as an event so it round-trips: `data` is the error payload.
+/// A Bub tape `error` entry, kept as an event so it round-trips: `data` is the error payload,
+/// free-form (whatever Bub wrote).
 pub const TAPE_ERROR: &str = "tape.error";
 
 /// One version of an agent's (or agent and user's) memory: `data = {"ops": [...],
@@ -24,3 +36,243 @@ pub const CONTEXT_COMPACTION: &str = "context.compaction";
 /// How far a session's exchanges have been copied to Qanot's working buffer:
 /// `data = {"through": <entry id>}` (the last copied assistant reply).
 pub const CONTEXT_WORKING_BUFFER: &str = "context.working_buffer";
+
+/// A position on the tape: the data of a pointer event (`{"through": <entry id>}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Through {
+    /// The last entry covered (0: none).
+    pub through: EntryId,
+}
+
+/// A session's metadata, as carried over from a nanobot session file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionMetadata {
+    /// The session key the file named.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The file's free metadata object.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    /// When the file says the session was created.
+    #[serde(default)]
+    pub created_at: Option<DateTime<Utc>>,
+    /// When the file says the session was last updated.
+    #[serde(default)]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// An event memtape writes and reads itself. Its data has one typed shape, checked on the
+/// way in and decoded by the same rule on the way out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BuiltinEvent {
+    /// `session.consolidated`: the consolidation pointer moved.
+    Consolidated(Through),
+    /// `session.metadata`: a session's free metadata.
+    Metadata(SessionMetadata),
+    /// `memory.change`: one version of memory.
+    MemoryChange(Change),
+    /// `context.compaction`: a compaction of the conversation.
+    Compaction(Compaction),
+    /// `context.working_buffer`: how far Qanot's working buffer was copied.
+    WorkingBuffer(Through),
+}
+
+impl BuiltinEvent {
+    /// The pointer event `session.consolidated {through}`.
+    pub fn consolidated(through: EntryId) -> Self {
+        BuiltinEvent::Consolidated(Through { through })
+    }
+
+    /// The pointer event `context.working_buffer {through}`.
+    pub fn working_buffer(through: EntryId) -> Self {
+        BuiltinEvent::WorkingBuffer(Through { through })
+    }
+
+    /// The event's name on the tape.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BuiltinEvent::Consolidated(_) => SESSION_CONSOLIDATED,
+            BuiltinEvent::Metadata(_) => SESSION_METADATA,
+            BuiltinEvent::MemoryChange(_) => MEMORY_CHANGE,
+            BuiltinEvent::Compaction(_) => CONTEXT_COMPACTION,
+            BuiltinEvent::WorkingBuffer(_) => CONTEXT_WORKING_BUFFER,
+        }
+    }
+
+    /// Whether memtape owns events called `name` (and so checks their data).
+    pub fn is_builtin(name: &str) -> bool {
+        [
+            SESSION_CONSOLIDATED,
+            SESSION_METADATA,
+            MEMORY_CHANGE,
+            CONTEXT_COMPACTION,
+            CONTEXT_WORKING_BUFFER,
+        ]
+        .contains(&name)
+    }
+
+    /// Decodes `event`: `Ok(None)` when memtape does not own its name (the data is the
+    /// caller's, free-form), an error naming the event and the problem when it owns the
+    /// name but the data does not have its shape (or, for a memory change, breaks a path
+    /// or size rule).
+    pub fn decode(event: &Event) -> Result<Option<Self>> {
+        fn typed<'a, T: Deserialize<'a>>(name: &str, data: &'a Value) -> Result<T> {
+            T::deserialize(data)
+                .map_err(|e| Error::InvalidEntry(format!("event {name}: bad data: {e}")))
+        }
+        let data = &event.data;
+        let decoded = match event.name.as_str() {
+            SESSION_CONSOLIDATED => BuiltinEvent::Consolidated(typed(&event.name, data)?),
+            SESSION_METADATA => BuiltinEvent::Metadata(typed(&event.name, data)?),
+            MEMORY_CHANGE => {
+                let change: Change = typed(&event.name, data)?;
+                change.validate()?;
+                BuiltinEvent::MemoryChange(change)
+            }
+            CONTEXT_COMPACTION => BuiltinEvent::Compaction(typed(&event.name, data)?),
+            CONTEXT_WORKING_BUFFER => BuiltinEvent::WorkingBuffer(typed(&event.name, data)?),
+            _ => return Ok(None),
+        };
+        Ok(Some(decoded))
+    }
+
+    /// Decodes the event a payload carries, if it is a built-in one.
+    pub fn from_payload(payload: &Payload) -> Result<Option<Self>> {
+        match payload {
+            Payload::Event(e) => Self::decode(e),
+            _ => Ok(None),
+        }
+    }
+
+    /// The event as it is written on the tape.
+    pub fn to_event(&self) -> Event {
+        let data = match self {
+            BuiltinEvent::Consolidated(t) | BuiltinEvent::WorkingBuffer(t) => {
+                serde_json::to_value(t)
+            }
+            BuiltinEvent::Metadata(m) => serde_json::to_value(m),
+            BuiltinEvent::MemoryChange(c) => serde_json::to_value(c),
+            BuiltinEvent::Compaction(c) => serde_json::to_value(c),
+        };
+        Event {
+            name: self.name().to_owned(),
+            // Plain data with string keys: serializing cannot fail.
+            data: data.unwrap_or(Value::Null),
+        }
+    }
+
+    /// The event as a payload.
+    pub fn to_payload(&self) -> Payload {
+        Payload::Event(self.to_event())
+    }
+
+    /// Every entry id this event refers to, for renumbering on restore: pointer targets, a
+    /// compaction's span and kept messages, the changes a memory change forgets. Zero ids
+    /// ("nothing") are included; callers leave them as they are.
+    pub fn entry_refs_mut(&mut self) -> Vec<&mut EntryId> {
+        match self {
+            BuiltinEvent::Consolidated(t) | BuiltinEvent::WorkingBuffer(t) => {
+                vec![&mut t.through]
+            }
+            BuiltinEvent::Metadata(_) => Vec::new(),
+            BuiltinEvent::MemoryChange(c) => c
+                .ops
+                .iter_mut()
+                .flat_map(|op| match op {
+                    Op::Forget { changes } => changes.iter_mut().collect(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+            BuiltinEvent::Compaction(Compaction::MateClaw { from, through, .. }) => {
+                vec![from, through]
+            }
+            BuiltinEvent::Compaction(Compaction::Qanot { head, through, .. }) => {
+                head.iter_mut().chain(std::iter::once(through)).collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(name: &str, data: Value) -> Event {
+        Event {
+            name: name.into(),
+            data,
+        }
+    }
+
+    #[test]
+    fn a_malformed_builtin_event_is_refused_with_its_name() {
+        for (name, data) in [
+            (MEMORY_CHANGE, json!({"ops": "write everything"})),
+            (MEMORY_CHANGE, json!({"ops": []})),
+            (
+                MEMORY_CHANGE,
+                json!({"ops": [{"op": "write", "path": "../../etc/passwd", "content": "x"}]}),
+            ),
+            (
+                MEMORY_CHANGE,
+                json!({"ops": [{"op": "write", "path": "/abs.md", "content": "x"}]}),
+            ),
+            (SESSION_CONSOLIDATED, json!({"through": "7"})),
+            (SESSION_CONSOLIDATED, json!({"through": -1})),
+            (SESSION_CONSOLIDATED, json!({})),
+            (CONTEXT_WORKING_BUFFER, json!("7")),
+            (CONTEXT_COMPACTION, json!({"policy": "mateclaw"})),
+            (SESSION_METADATA, json!({"metadata": "not an object"})),
+        ] {
+            let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(name) || text.contains("path") || text.contains("op"),
+                "{name} {data}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_event_names_stay_free_form() {
+        let free = event("memory.long_term", json!("anything at all"));
+        assert_eq!(BuiltinEvent::decode(&free).unwrap(), None);
+        let bub_error = event(TAPE_ERROR, json!({"kind": 3}));
+        assert_eq!(BuiltinEvent::decode(&bub_error).unwrap(), None);
+    }
+
+    #[test]
+    fn every_builtin_event_round_trips_through_one_encoding() {
+        let all = [
+            BuiltinEvent::consolidated(EntryId(9)),
+            BuiltinEvent::working_buffer(EntryId(4)),
+            BuiltinEvent::Metadata(SessionMetadata {
+                key: Some("cli:1".into()),
+                ..SessionMetadata::default()
+            }),
+            BuiltinEvent::MemoryChange(Change::one(
+                Op::Write {
+                    path: "MEMORY.md".into(),
+                    content: "x".into(),
+                },
+                "test",
+            )),
+            BuiltinEvent::Compaction(Compaction::Qanot {
+                head: vec![EntryId(1)],
+                through: EntryId(5),
+                removed: 3,
+            }),
+        ];
+        for event in all {
+            assert!(BuiltinEvent::is_builtin(event.name()));
+            let decoded = BuiltinEvent::decode(&event.to_event()).unwrap();
+            assert_eq!(decoded, Some(event));
+        }
+        assert_eq!(
+            BuiltinEvent::consolidated(EntryId(9)).to_event().data,
+            json!({"through": 9})
+        );
+    }
+}

@@ -156,6 +156,20 @@ impl Scope {
     pub fn node(&self) -> Option<&str> {
         self.node.as_deref()
     }
+
+    /// Whether `other` lies within this scope: the same tenant and agent, and the same
+    /// user, session and node wherever this scope names one. An agent scope holds its
+    /// users', sessions' and nodes' scopes; a user's scope holds only that user's. This is
+    /// the access rule of every read that is given a scope.
+    pub fn contains(&self, other: &Scope) -> bool {
+        let within =
+            |mine: &Option<String>, theirs: &Option<String>| mine.is_none() || mine == theirs;
+        self.tenant == other.tenant
+            && self.agent == other.agent
+            && within(&self.user, &other.user)
+            && within(&self.session, &other.session)
+            && within(&self.node, &other.node)
+    }
 }
 
 impl std::fmt::Display for Scope {
@@ -197,6 +211,25 @@ mod tests {
                 .with_session("x".repeat(300))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_scope_contains_its_narrower_scopes_only() {
+        let agent = Scope::agent("t", "a").unwrap();
+        let u1 = agent.clone().with_user("u1").unwrap();
+        let u1_chat = u1.clone().with_session("s").unwrap();
+        let u2_chat = agent
+            .clone()
+            .with_user("u2")
+            .unwrap()
+            .with_session("s")
+            .unwrap();
+        assert!(agent.contains(&u1_chat) && agent.contains(&agent));
+        assert!(u1.contains(&u1_chat) && !u1.contains(&u2_chat));
+        // The agent's own memory is not the user's.
+        assert!(!u1.contains(&agent));
+        assert!(!agent.contains(&Scope::agent("t", "b").unwrap()));
+        assert!(!agent.contains(&Scope::agent("t2", "a").unwrap()));
     }
 
     #[test]

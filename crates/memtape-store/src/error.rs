@@ -75,6 +75,11 @@ pub enum Error {
         /// The latest entry there is.
         actual: EntryId,
     },
+    /// Every id up to [`EntryId::MAX`] is taken: the store can take no more entries.
+    #[error(
+        "the store has no ids left after {0} (ids end at 2^53 - 1); export it and import into a new store, which renumbers"
+    )]
+    IdsExhausted(EntryId),
     /// A stored row could not be read back.
     #[error("corrupt entry {id}: {why}")]
     Corrupt {

@@ -71,7 +71,7 @@ impl Store for MemoryStore {
         self.lock().atomically(|inner| {
             let mut out = Vec::with_capacity(entries.len());
             for new in entries {
-                let id = EntryId(inner.last_id().0 + 1);
+                let id = crate::rules::next_id(inner.last_id())?;
                 let info = inner
                     .scopes
                     .get(&new.scope)

@@ -2,7 +2,8 @@
 //! parent linking, the scope projection and the consolidation pointer. Stores supply
 //! lookups; the decisions are made here, once.
 
-use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope, events};
+use memtape_core::events::BuiltinEvent;
+use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope};
 
 use crate::{Error, Placement, Result, ScopeInfo};
 
@@ -32,20 +33,32 @@ impl ScopeInfo {
         self.first_at.get_or_insert(entry.created_at);
         self.last_at = Some(entry.created_at);
         if let Some(through) = consolidated_through(&entry.payload) {
-            self.last_consolidated = EntryId(through);
+            self.last_consolidated = through;
         }
     }
 }
 
-/// The target of a `session.consolidated` event, if `payload` is one.
-fn consolidated_through(payload: &Payload) -> Option<u64> {
-    match payload {
-        Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED => {
-            e.data.get("through").and_then(|v| v.as_u64())
-        }
+/// The target of a `session.consolidated` event, if `payload` is one (and well formed:
+/// every payload is validated before it is stored).
+fn consolidated_through(payload: &Payload) -> Option<EntryId> {
+    match BuiltinEvent::from_payload(payload) {
+        Ok(Some(BuiltinEvent::Consolidated(t))) => Some(t.through),
         _ => None,
     }
 }
+
+/// The id a store gives the entry after `last`, or an error when ids have run out
+/// ([`EntryId::MAX`]); restores keep headroom, so only 2^52 appends can get here.
+pub fn next_id(last: EntryId) -> Result<EntryId> {
+    match last.0.checked_add(1).map(EntryId) {
+        Some(next) if next.in_range() => Ok(next),
+        _ => Err(Error::IdsExhausted(last)),
+    }
+}
+
+/// A restore keeps a file's ids only up to this one (2^52), so at least 2^52 ids are
+/// left for appends after any import; a file with larger ids is renumbered.
+pub const KEEP_IDS_UP_TO: EntryId = EntryId(1 << 52);
 
 /// Where an existing entry belongs and what it is, for checking references to it.
 pub type Lookup<'a> = dyn FnMut(EntryId) -> Result<Option<(Scope, Kind)>> + 'a;
@@ -90,13 +103,7 @@ pub fn prepare(
         }
     };
     if let Some(through) = consolidated_through(&new.payload) {
-        check_pointer(through, &new.scope, info, lookup)?;
-    } else if matches!(&new.payload, Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED) {
-        return Err(Error::BadPointer {
-            scope: new.scope.to_string(),
-            through: 0,
-            why: "the event needs data {\"through\": <entry id>}".into(),
-        });
+        check_pointer(through.0, &new.scope, info, lookup)?;
     }
     Ok(Entry {
         id,
@@ -154,11 +161,37 @@ fn check_pointer(
     }
 }
 
-/// Plans a restore: keeps the entries' ids when they all come after `last_id`, else numbers
-/// them anew from `last_id + 1`, remapping parents and pointer targets. A reference to an
-/// entry outside the set is refused when renumbering (there is nothing to map it to).
+/// Plans a restore: keeps the entries' ids when they all come after `last_id` and none is
+/// above [`KEEP_IDS_UP_TO`], else numbers them anew from `last_id + 1`, remapping parents
+/// and every id a built-in event refers to (pointer targets, compaction spans, forgotten
+/// changes). A reference to an entry outside the set is refused when renumbering (there is
+/// nothing to map it to). Ids must increase through the set; none may be out of range.
 pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<Entry>, Placement)> {
-    if entries.first().is_none_or(|e| e.id > last_id) {
+    for pair in entries.windows(2) {
+        if pair[1].id <= pair[0].id {
+            return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+                "entry ids must increase: {} follows {}",
+                pair[1].id, pair[0].id
+            ))));
+        }
+    }
+    if let Some(bad) = entries
+        .iter()
+        .flat_map(|e| [Some(e.id), e.parent])
+        .flatten()
+        .find(|id| !id.in_range() || id.0 == 0)
+    {
+        return Err(Error::Invalid(memtape_core::Error::IdOutOfRange(
+            bad.0.to_string(),
+        )));
+    }
+    let room = (last_id.0 as u128) + (entries.len() as u128) <= EntryId::MAX.0 as u128;
+    if !room {
+        return Err(Error::IdsExhausted(last_id));
+    }
+    let keep = entries.first().is_none_or(|e| e.id > last_id)
+        && entries.last().is_none_or(|e| e.id <= KEEP_IDS_UP_TO);
+    if keep {
         return Ok((entries, Placement::KeptIds));
     }
     let map: std::collections::HashMap<EntryId, EntryId> = entries
@@ -179,16 +212,13 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
         if let Some(p) = e.parent {
             e.parent = Some(remap(p, "parent", old_id)?);
         }
-        if let Payload::Event(ev) = &mut e.payload
-            && ev.name == events::SESSION_CONSOLIDATED
-            && let Some(t) = ev
-                .data
-                .get("through")
-                .and_then(|v| v.as_u64())
-                .filter(|t| *t > 0)
-        {
-            let new = remap(EntryId(t), "pointer target", old_id)?;
-            ev.data["through"] = serde_json::Value::from(new.0);
+        if let Some(mut event) = BuiltinEvent::from_payload(&e.payload)? {
+            for id in event.entry_refs_mut() {
+                if id.0 > 0 {
+                    *id = remap(*id, "entry", old_id)?;
+                }
+            }
+            e.payload = event.to_payload();
         }
     }
     Ok((entries, Placement::Renumbered))
@@ -212,7 +242,7 @@ pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) 
         check_parent(p, entry.id, &entry.scope, lookup)?;
     }
     if let Some(through) = consolidated_through(&entry.payload) {
-        check_pointer(through, &entry.scope, info, lookup)?;
+        check_pointer(through.0, &entry.scope, info, lookup)?;
     }
     Ok(())
 }

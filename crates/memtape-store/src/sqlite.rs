@@ -13,7 +13,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 
-use crate::rules::{check_restored, plan_restore, prepare};
+use crate::rules::{check_restored, next_id, plan_restore, prepare};
 use crate::{Error, Placement, Result, ScopeInfo, Store};
 
 /// The schema version this build writes. Databases with a higher version are refused.
@@ -77,6 +77,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn to_nanos(t: DateTime<Utc>) -> Result<i64> {
     t.timestamp_nanos_opt()
         .ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
+}
+
+/// An id as SQLite's signed integer. Ids above `i64::MAX` cannot exist; they saturate, so
+/// `id > x` finds nothing and `id < x` finds everything, as they would for a huge number.
+fn sql_id(id: EntryId) -> i64 {
+    i64::try_from(id.0).unwrap_or(i64::MAX)
+}
+
+/// An id read from SQLite (never negative: ids are only ever written from [`sql_id`]).
+fn unsql(v: i64) -> EntryId {
+    EntryId(u64::try_from(v).unwrap_or(0))
 }
 
 fn from_nanos(n: i64) -> DateTime<Utc> {
@@ -259,7 +270,7 @@ impl Writer<'_> {
                 "SELECT s.tenant, s.agent, s.user, s.session, s.node, e.kind
                  FROM entries e JOIN scopes s USING (scope_id) WHERE e.id = ?1",
             )?
-            .query_row([id.0 as i64], |r| {
+            .query_row([sql_id(id)], |r| {
                 Ok((scope_from_row(r, 0)?, r.get::<_, String>(5)?))
             })
             .optional()?;
@@ -271,7 +282,7 @@ impl Writer<'_> {
 
     fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
         let meta = serde_json::to_string(&entry.meta).map_err(|e| Error::Corrupt {
-            id: entry.id.0 as i64,
+            id: sql_id(entry.id),
             why: e.to_string(),
         })?;
         self.tx
@@ -280,11 +291,11 @@ impl Writer<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                entry.id.0 as i64,
+                sql_id(entry.id),
                 scope_id,
                 entry.kind().as_str(),
                 entry.payload.name(),
-                entry.parent.map(|p| p.0 as i64),
+                entry.parent.map(sql_id),
                 to_nanos(entry.created_at)?,
                 entry.payload.to_json().to_string(),
                 meta,
@@ -293,7 +304,7 @@ impl Writer<'_> {
             .scopes
             .get_mut(&entry.scope)
             .ok_or_else(|| Error::Corrupt {
-                id: entry.id.0 as i64,
+                id: sql_id(entry.id),
                 why: "scope not loaded".into(),
             })?;
         info.apply(entry);
@@ -303,7 +314,7 @@ impl Writer<'_> {
 
 fn last_id(conn: &Connection) -> Result<EntryId> {
     let id: Option<i64> = conn.query_row("SELECT max(id) FROM entries", [], |r| r.get(0))?;
-    Ok(EntryId(id.unwrap_or(0) as u64))
+    Ok(unsql(id.unwrap_or(0)))
 }
 
 fn scope_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Scope>> {
@@ -324,7 +335,7 @@ fn info_from_row(r: &Row<'_>) -> rusqlite::Result<Result<(i64, ScopeInfo)>> {
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };
-    let id = |v: Option<i64>| v.map(|v| EntryId(v as u64));
+    let id = |v: Option<i64>| v.map(unsql);
     Ok(Ok((
         r.get(0)?,
         ScopeInfo {
@@ -333,7 +344,7 @@ fn info_from_row(r: &Row<'_>) -> rusqlite::Result<Result<(i64, ScopeInfo)>> {
             messages: r.get::<_, i64>(7)? as u64,
             head: id(r.get(8)?),
             last_id: id(r.get(9)?),
-            last_consolidated: EntryId(r.get::<_, i64>(10)? as u64),
+            last_consolidated: unsql(r.get(10)?),
             first_at: r.get::<_, Option<i64>>(11)?.map(from_nanos),
             last_at: r.get::<_, Option<i64>>(12)?.map(from_nanos),
         },
@@ -351,7 +362,7 @@ fn load_scope(conn: &Connection, scope: &Scope) -> Result<Option<(i64, ScopeInfo
 }
 
 fn save_scope(conn: &Connection, scope_id: i64, info: &ScopeInfo) -> Result<()> {
-    let id = |v: Option<EntryId>| v.map(|v| v.0 as i64);
+    let id = |v: Option<EntryId>| v.map(sql_id);
     conn.prepare_cached(
         "UPDATE scopes SET entries = ?2, messages = ?3, head = ?4, last_id = ?5, last_consolidated = ?6,
          first_at = ?7, last_at = ?8 WHERE scope_id = ?1",
@@ -362,7 +373,7 @@ fn save_scope(conn: &Connection, scope_id: i64, info: &ScopeInfo) -> Result<()> 
         info.messages as i64,
         id(info.head),
         id(info.last_id),
-        info.last_consolidated.0 as i64,
+        sql_id(info.last_consolidated),
         info.first_at.map(to_nanos).transpose()?,
         info.last_at.map(to_nanos).transpose()?,
     ])?;
@@ -398,11 +409,13 @@ fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Res
 impl Store for SqliteStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         self.write(|w| {
-            let first = w.last_id()?.0 + 1;
+            let mut last = w.last_id()?;
             let mut out = Vec::with_capacity(entries.len());
-            for (next, new) in (first..).zip(entries) {
+            for new in entries {
+                let next = next_id(last)?;
+                last = next;
                 let (scope_id, info) = w.scope(&new.scope)?;
-                let entry = prepare(new, EntryId(next), &info, &mut |id| w.lookup(id))?;
+                let entry = prepare(new, next, &info, &mut |id| w.lookup(id))?;
                 w.insert(scope_id, &entry)?;
                 out.push(entry);
             }
@@ -435,7 +448,7 @@ impl Store for SqliteStore {
                 );
                 let mut stmt = c.prepare_cached(&sql)?;
                 let mut args: Vec<SqlValue> = vec![SqlValue::Text(tenant.to_owned())];
-                args.extend(chunk.iter().map(|id| SqlValue::Integer(id.0 as i64)));
+                args.extend(chunk.iter().map(|id| SqlValue::Integer(sql_id(*id))));
                 let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
                 while let Some(row) = rows.next()? {
                     let scope = scope_from_row(row, 0)??;
@@ -457,7 +470,7 @@ impl Store for SqliteStore {
             );
             let mut stmt = c.prepare_cached(&sql)?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut rows = stmt.query(params![after.0 as i64, limit])?;
+            let mut rows = stmt.query(params![sql_id(after), limit])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 let scope = scope_from_row(row, 0)??;
@@ -475,7 +488,7 @@ impl Store for SqliteStore {
                 prefixed_entry_columns()
             );
             let mut stmt = c.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![id.0 as i64, tenant])?;
+            let mut rows = stmt.query(params![sql_id(id), tenant])?;
             let Some(row) = rows.next()? else {
                 return Ok(None);
             };
@@ -494,11 +507,11 @@ impl Store for SqliteStore {
             let mut args: Vec<SqlValue> = vec![SqlValue::Integer(scope_id)];
             if let Some(a) = filter.after {
                 sql.push_str(" AND id > ?");
-                args.push(SqlValue::Integer(a.0 as i64));
+                args.push(SqlValue::Integer(sql_id(a)));
             }
             if let Some(b) = filter.before {
                 sql.push_str(" AND id < ?");
-                args.push(SqlValue::Integer(b.0 as i64));
+                args.push(SqlValue::Integer(sql_id(b)));
             }
             if !filter.kinds.is_empty() {
                 sql.push_str(&format!(
@@ -575,11 +588,11 @@ fn decode(
     let payload = Payload::from_json(kind, value).map_err(|e| corrupt(e.to_string()))?;
     let meta: Meta = serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?;
     Ok(Entry {
-        id: EntryId(id as u64),
+        id: unsql(id),
         scope: scope.clone(),
         payload,
         meta,
         created_at: from_nanos(created_at),
-        parent: parent.map(|p| EntryId(p as u64)),
+        parent: parent.map(unsql),
     })
 }

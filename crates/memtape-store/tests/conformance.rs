@@ -187,7 +187,7 @@ fn the_consolidation_pointer_is_an_event_projected_onto_the_scope() {
         for (data, why) in [
             (json!({"through": foreign.0}), "not in this scope"),
             (json!({"through": 999}), "no entry of this scope"),
-            (json!({"nope": 1}), "needs data"),
+            (json!({"nope": 1}), "session.consolidated: bad data"),
         ] {
             let err = store
                 .append(vec![event(&s, events::SESSION_CONSOLIDATED, data)])
@@ -430,7 +430,7 @@ fn get_many_keeps_the_order_asked_and_skips_other_tenants() {
 fn compare_and_append_refuses_a_write_based_on_a_stale_read() {
     each_store(|store| {
         let memory = Scope::agent("acme", "bot").unwrap();
-        let e = |text: &str| event(&memory, events::MEMORY_CHANGE, json!({"note": text}));
+        let e = |text: &str| event(&memory, "memory.note", json!({"note": text}));
         // An empty scope: the precondition is "no entry yet".
         let first = store.append(vec![e("a").if_last(EntryId(0))]).unwrap();
         // Two writers read `first`; the second to write loses and writes nothing.

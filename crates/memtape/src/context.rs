@@ -14,11 +14,11 @@
 pub use memtape_core::context::*;
 
 use chrono::{DateTime, Utc};
+use memtape_core::events::{self, BuiltinEvent};
 use memtape_core::memory::{Change, Op, paths};
 use memtape_core::summary::{DEFAULT_SUMMARY_MAX_TOKENS, ExtractiveSummarizer, Summarizer};
-use memtape_core::{Entry, EntryId, Event, Filter, Kind, NewEntry, Order, Payload, Scope, events};
+use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 use memtape_store::Store;
-use serde_json::json;
 
 use crate::{Engine, Error, Result, memory_scope};
 
@@ -206,11 +206,12 @@ impl<S: Store> Engine<S> {
             .store
             .scan(session, &filter)?
             .first()
-            .and_then(|e| match &e.payload {
-                Payload::Event(ev) => ev.data.get("through").and_then(|t| t.as_u64()),
+            .map(|e| BuiltinEvent::from_payload(&e.payload))
+            .transpose()?
+            .and_then(|event| match event {
+                Some(BuiltinEvent::WorkingBuffer(t)) => Some(t.through),
                 _ => None,
-            })
-            .map(EntryId);
+            });
         let all = exchanges(tail);
         let (op, new) = match copied {
             None => {
@@ -245,10 +246,7 @@ impl<S: Store> Engine<S> {
         let through = new.last().map_or(EntryId(0), |x| x.id);
         let change = Change::one(op, "context.working_buffer");
         change.validate()?;
-        let mark = Payload::Event(Event {
-            name: events::CONTEXT_WORKING_BUFFER.to_owned(),
-            data: json!({ "through": through.0 }),
-        });
+        let mark = BuiltinEvent::working_buffer(through).to_payload();
         self.append_entries(vec![
             NewEntry::new(memory_scope.clone(), change.to_payload(), now),
             NewEntry::new(session.clone(), mark, now),

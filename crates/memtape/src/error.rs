@@ -35,6 +35,19 @@ pub enum Error {
         "{0} already has {1} entries; import into a new session (--session) so nothing is mixed"
     )]
     SessionNotEmpty(String, u64),
+    /// A memtape-format import names a scope outside the one it was given: imports are
+    /// confined to the caller's scope; a whole-store restore is its own, explicit form.
+    #[error(
+        "entry {entry} of the file belongs to {scope}, outside the import's scope {allowed}: import it into its own scope (--tenant/--agent/--user), or restore the whole store as an administrator (memtape import --restore)"
+    )]
+    OutsideScope {
+        /// The entry's id in the file.
+        entry: EntryId,
+        /// The scope it names.
+        scope: String,
+        /// The scope the import was confined to.
+        allowed: String,
+    },
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Write(#[from] std::io::Error),

@@ -9,10 +9,11 @@
 
 use std::io::Write;
 
+use memtape_core::events::{BuiltinEvent, SessionMetadata};
 use memtape_core::formats::bub::{self, Item, Zone};
 use memtape_core::formats::{self, Format, Imported};
-use memtape_core::{Entry, EntryId, Event, Filter, Payload, Scope, events};
-use serde_json::{Map, Value, json};
+use memtape_core::{Entry, EntryId, Filter, Scope};
+use serde_json::Map;
 
 use crate::{Engine, Error, Placement, Result, Store, check_memory_scope, memory_scope};
 
@@ -30,9 +31,13 @@ pub struct ImportReport {
 }
 
 impl<S: Store> Engine<S> {
-    /// Imports `text` in `format`. Foreign formats land in `base` (tenant, agent, user)
-    /// under the session `session`, or the one the file names (nanobot's key). memtape's
-    /// own format keeps each entry's scope, except that `session` replaces the session.
+    /// Imports `text` in `format` into `base` (tenant, agent, and user if it names one).
+    /// Foreign formats land under the session `session`, or the one the file names
+    /// (nanobot's key). memtape's own format keeps each entry's scope, except that
+    /// `session` replaces the session, and every scope must lie within `base`
+    /// ([`Scope::contains`]): an entry of another tenant, agent or user is refused
+    /// ([`Error::OutsideScope`]) and nothing is imported. A whole-store restore across
+    /// tenants is [`Engine::restore_store`].
     pub fn import(
         &self,
         format: Format,
@@ -44,6 +49,13 @@ impl<S: Store> Engine<S> {
         let entries = match format {
             Format::Memtape => {
                 let mut entries = formats::memtape::parse(text)?;
+                if let Some(e) = entries.iter().find(|e| !base.contains(&e.scope)) {
+                    return Err(Error::OutsideScope {
+                        entry: e.id,
+                        scope: e.scope.to_string(),
+                        allowed: base.to_string(),
+                    });
+                }
                 if let Some(s) = session {
                     for e in &mut entries {
                         if e.scope.session().is_some() {
@@ -72,17 +84,13 @@ impl<S: Store> Engine<S> {
                 let scope = base.clone().with_session(key)?;
                 let mut items = Vec::new();
                 if file.key.is_some() || !file.metadata.is_empty() {
-                    let data = json!({
-                        "key": file.key,
-                        "metadata": file.metadata,
-                        "created_at": file.created_at,
-                        "updated_at": file.updated_at,
+                    let metadata = BuiltinEvent::Metadata(SessionMetadata {
+                        key: file.key.clone(),
+                        metadata: file.metadata.clone(),
+                        created_at: file.created_at,
+                        updated_at: file.updated_at,
                     });
-                    items.push(event_item(
-                        events::SESSION_METADATA,
-                        data,
-                        file.created_at.unwrap_or(now),
-                    ));
+                    items.push(event_item(metadata, file.created_at.unwrap_or(now)));
                 }
                 let first_message = items.len();
                 items.extend(file.messages);
@@ -92,11 +100,7 @@ impl<S: Store> Engine<S> {
                 }
                 if file.last_consolidated > 0 {
                     let last = &chain.entries[first_message + file.last_consolidated - 1];
-                    let item = event_item(
-                        events::SESSION_CONSOLIDATED,
-                        json!({"through": last.id.0}),
-                        last.created_at,
-                    );
+                    let item = event_item(BuiltinEvent::consolidated(last.id), last.created_at);
                     chain.push(&scope, item);
                 }
                 chain.entries
@@ -113,6 +117,18 @@ impl<S: Store> Engine<S> {
                 )
             }
         };
+        self.restore_entries(entries)
+    }
+
+    /// Restores a whole store's export (memtape's format, every tenant, as
+    /// [`Engine::export_store`] writes it): each entry keeps its scope. An administrator's
+    /// form, never one to expose to a tenant. All or nothing, like every import.
+    pub fn restore_store(&self, text: &str) -> Result<ImportReport> {
+        self.restore_entries(formats::memtape::parse(text)?)
+    }
+
+    /// Writes `entries` in one transaction, refusing to mix into a session that has entries.
+    fn restore_entries(&self, entries: Vec<Entry>) -> Result<ImportReport> {
         // Memory scopes are shared by sessions: only sessions must be new.
         let mut sessions: Vec<Scope> = Vec::new();
         for e in &entries {
@@ -140,19 +156,22 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// Writes `session` (or, for memtape's own format without a session, every scope of
-    /// `tenant`) to `out` in `format`.
-    pub fn export(
-        &self,
-        format: Format,
-        tenant: &str,
-        session: Option<&Scope>,
-        out: &mut dyn Write,
-    ) -> Result<()> {
-        if let (Format::Memtape, None) = (format, session) {
+    /// Writes `scope` to `out` in `format`: one session when `scope` names one; for
+    /// memtape's own format, every scope within `scope` otherwise (the agent's memory,
+    /// users and sessions, or one user's, [`Scope::contains`]). Nothing outside `scope` is
+    /// ever written; a whole-store backup is [`Engine::export_store`].
+    pub fn export(&self, format: Format, scope: &Scope, out: &mut dyn Write) -> Result<()> {
+        if scope.session().is_none() {
+            if format != Format::Memtape {
+                return Err(Error::NeedSession(
+                    format!("a {format:?} export holds one session: name it").to_lowercase(),
+                ));
+            }
             let mut all: Vec<Entry> = Vec::new();
-            for info in self.store.scopes(tenant)? {
-                all.extend(self.store.scan(&info.scope, &Filter::default())?);
+            for info in self.store.scopes(scope.tenant())? {
+                if scope.contains(&info.scope) {
+                    all.extend(self.store.scan(&info.scope, &Filter::default())?);
+                }
             }
             all.sort_by_key(|e| e.id);
             for e in &all {
@@ -160,11 +179,6 @@ impl<S: Store> Engine<S> {
             }
             return Ok(());
         }
-        let scope = session.ok_or_else(|| {
-            Error::NeedSession(
-                format!("a {format:?} export holds one session: name it").to_lowercase(),
-            )
-        })?;
         let entries = self.store.scan(scope, &Filter::default())?;
         let mut text = String::new();
         match format {
@@ -202,10 +216,8 @@ impl<S: Store> Engine<S> {
                 let metadata = entries
                     .iter()
                     .rev()
-                    .find_map(|e| match &e.payload {
-                        Payload::Event(ev) if ev.name == events::SESSION_METADATA => {
-                            ev.data.get("metadata").and_then(Value::as_object).cloned()
-                        }
+                    .find_map(|e| match BuiltinEvent::from_payload(&e.payload) {
+                        Ok(Some(BuiltinEvent::Metadata(m))) => Some(m.metadata),
                         _ => None,
                     })
                     .unwrap_or_default();
@@ -216,14 +228,28 @@ impl<S: Store> Engine<S> {
         out.write_all(text.as_bytes())?;
         Ok(())
     }
+
+    /// Writes the whole store, every tenant, in memtape's format and tape order: the
+    /// administrator's backup, which [`Engine::restore_store`] reads back. Never one to
+    /// expose to a tenant.
+    pub fn export_store(&self, out: &mut dyn Write) -> Result<()> {
+        let mut after = EntryId(0);
+        loop {
+            let batch = self.store.entries_after(after, 1024)?;
+            let Some(last) = batch.last() else {
+                return Ok(());
+            };
+            after = last.id;
+            for e in &batch {
+                writeln!(out, "{}", formats::memtape::line(e))?;
+            }
+        }
+    }
 }
 
-fn event_item(name: &str, data: Value, at: chrono::DateTime<chrono::Utc>) -> Imported {
+fn event_item(event: BuiltinEvent, at: chrono::DateTime<chrono::Utc>) -> Imported {
     Imported {
-        payload: Payload::Event(Event {
-            name: name.to_owned(),
-            data,
-        }),
+        payload: event.to_payload(),
         meta: Map::new(),
         created_at: at,
     }

@@ -42,8 +42,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
+use memtape_core::events::BuiltinEvent;
 use memtape_core::{Order, select_history, walk_thread};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 pub use error::Error;
 pub use memtape_core::context::{
@@ -232,11 +233,7 @@ impl<S: Store> Engine<S> {
     /// Moves the session's consolidation pointer: entries up to `through` leave history.
     /// The move is itself an entry on the tape.
     pub fn mark_consolidated(&self, session: &Scope, through: EntryId) -> Result<Entry> {
-        self.event(
-            session,
-            events::SESSION_CONSOLIDATED,
-            json!({ "through": through.0 }),
-        )
+        self.append_payload(session, BuiltinEvent::consolidated(through).to_payload())
     }
 
     /// The history to send to a model: the unconsolidated messages of the session's
@@ -293,9 +290,15 @@ impl<S: Store> Engine<S> {
         walk_thread(leaf, &mut fetch, |e| e.id <= stop_at, max)
     }
 
-    /// The thread that ends at `leaf`, root first (Dify's extract_thread_messages).
-    pub fn thread(&self, tenant: &str, leaf: EntryId) -> Result<Vec<Entry>> {
-        let entry = self.store.get(tenant, leaf)?.ok_or(Error::NoEntry(leaf))?;
+    /// The thread that ends at `leaf`, root first (Dify's extract_thread_messages). `leaf`
+    /// must lie within `scope` ([`Scope::contains`]); an entry of another agent or user is
+    /// reported as missing, like one that does not exist.
+    pub fn thread(&self, scope: &Scope, leaf: EntryId) -> Result<Vec<Entry>> {
+        let entry = self
+            .store
+            .get(scope.tenant(), leaf)?
+            .filter(|e| scope.contains(&e.scope))
+            .ok_or(Error::NoEntry(leaf))?;
         if !entry.kind().is_conversational() {
             return Err(Error::NotAMessage(leaf, entry.kind()));
         }

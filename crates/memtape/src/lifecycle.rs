@@ -15,11 +15,12 @@
 use std::collections::HashSet;
 use std::sync::{Condvar, Mutex, PoisonError};
 
+use memtape_core::events::BuiltinEvent;
 use memtape_core::memory::Recorded;
 use memtape_core::summary::Summarizer;
-use memtape_core::{Entry, EntryId, Event, Message, NewEntry, Payload, Scope, events};
+use memtape_core::{Entry, EntryId, Message, NewEntry, Payload, Scope};
 use memtape_store::Store;
-use serde_json::{Map, json};
+use serde_json::Map;
 
 use crate::{Engine, Error, Result, memory_scope};
 
@@ -179,10 +180,7 @@ impl<S: Store> Engine<S> {
         if through > info.last_consolidated {
             clear.push(NewEntry::new(
                 session.clone(),
-                Payload::Event(Event {
-                    name: events::SESSION_CONSOLIDATED.into(),
-                    data: json!({ "through": through.0 }),
-                }),
+                BuiltinEvent::consolidated(through).to_payload(),
                 now,
             ));
         }

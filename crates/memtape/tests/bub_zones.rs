@@ -81,9 +81,7 @@ fn files(view: &MemoryView) -> Vec<(String, String, bool, i64)> {
 
 fn export(engine: &Engine, session: &Scope) -> String {
     let mut out = Vec::new();
-    engine
-        .export(Format::Bub, "default", Some(session), &mut out)
-        .unwrap();
+    engine.export(Format::Bub, session, &mut out).unwrap();
     String::from_utf8(out).unwrap()
 }
 

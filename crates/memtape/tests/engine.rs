@@ -65,7 +65,10 @@ fn history_is_the_unconsolidated_tail_of_the_current_thread() {
     // Nothing was removed: the whole thread is still on the tape.
     let leaf = thread[3].id;
     assert_eq!(
-        texts(&e.thread("default", leaf).unwrap()),
+        texts(
+            &e.thread(&Scope::agent("default", "default").unwrap(), leaf)
+                .unwrap()
+        ),
         ["A", "A''", "C", "C'"]
     );
 }
@@ -168,22 +171,21 @@ fn memtape_format_round_trips_every_field() {
     e.mark_consolidated(&s, EntryId(1)).unwrap();
 
     let mut first = Vec::new();
-    e.export(Format::Memtape, "default", None, &mut first)
-        .unwrap();
+    let agent = Scope::agent("default", "default").unwrap();
+    e.export(Format::Memtape, &agent, &mut first).unwrap();
     let dir2 = tempfile::tempdir().unwrap();
     let e2 = engine(&dir2);
     let report = e2
         .import(
             Format::Memtape,
             std::str::from_utf8(&first).unwrap(),
-            &session("x"),
+            &agent,
             None,
         )
         .unwrap();
     assert_eq!((report.entries, report.placement), (6, Placement::KeptIds));
     let mut second = Vec::new();
-    e2.export(Format::Memtape, "default", None, &mut second)
-        .unwrap();
+    e2.export(Format::Memtape, &agent, &mut second).unwrap();
     assert_eq!(
         String::from_utf8(first).unwrap(),
         String::from_utf8(second).unwrap()
@@ -221,8 +223,7 @@ fn nanobot_sessions_import_with_their_pointer_and_export_back() {
     );
 
     let mut out = Vec::new();
-    e.export(Format::Nanobot, "default", Some(&s), &mut out)
-        .unwrap();
+    e.export(Format::Nanobot, &s, &mut out).unwrap();
     let out = String::from_utf8(out).unwrap();
     let lines: Vec<serde_json::Value> = out
         .lines()
@@ -260,8 +261,7 @@ fn bub_tapes_round_trip() {
     let base = Scope::agent("default", "default").unwrap();
     e.import(Format::Bub, tape, &base, Some("bub1")).unwrap();
     let mut out = Vec::new();
-    e.export(Format::Bub, "default", Some(&session("bub1")), &mut out)
-        .unwrap();
+    e.export(Format::Bub, &session("bub1"), &mut out).unwrap();
     let strip = |text: &str| -> Vec<serde_json::Value> {
         text.lines()
             .map(|l| {
@@ -336,8 +336,7 @@ fn nanobot_export_carries_the_current_thread() {
     )
     .unwrap();
     let mut out = Vec::new();
-    e.export(Format::Nanobot, "default", Some(&s), &mut out)
-        .unwrap();
+    e.export(Format::Nanobot, &s, &mut out).unwrap();
     let out = String::from_utf8(out).unwrap();
     assert!(
         !out.contains("first answer") && out.contains("regenerated"),

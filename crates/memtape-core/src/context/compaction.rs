@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::CONTEXT_COMPACTION;
+use crate::events::{BuiltinEvent, CONTEXT_COMPACTION};
 use crate::{Entry, EntryId, Error, Message, Payload, Result, Role};
 
 /// One compaction of a session's conversation, as recorded on the session's tape (a
@@ -58,22 +58,21 @@ impl Compaction {
 
     /// The event that records this compaction on the session's tape.
     pub fn to_payload(&self) -> Payload {
-        Payload::Event(crate::Event {
-            name: CONTEXT_COMPACTION.to_string(),
-            data: serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
-        })
+        BuiltinEvent::Compaction(self.clone()).to_payload()
     }
 
     /// The compaction an entry records, if it is a `context.compaction` event.
     pub fn from_entry(entry: &Entry) -> Option<Result<Compaction>> {
         match &entry.payload {
             Payload::Event(e) if e.name == CONTEXT_COMPACTION => {
-                Some(serde_json::from_value(e.data.clone()).map_err(|err| {
-                    Error::InvalidEntry(format!(
-                        "entry {}: bad context.compaction: {err}",
+                Some(match BuiltinEvent::decode(e) {
+                    Ok(Some(BuiltinEvent::Compaction(c))) => Ok(c),
+                    Ok(_) => Err(Error::InvalidEntry(format!(
+                        "entry {}: not a context.compaction",
                         entry.id
-                    ))
-                }))
+                    ))),
+                    Err(err) => Err(Error::InvalidEntry(format!("entry {}: {err}", entry.id))),
+                })
             }
             _ => None,
         }

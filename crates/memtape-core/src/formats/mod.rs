@@ -48,7 +48,9 @@ pub struct Imported {
 }
 
 /// Yields `(line number, parsed JSON)` for each non-blank line, or the first bad line.
+/// A UTF-8 byte order mark at the start of the file is skipped (editors on Windows write one).
 pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value)>> + '_ {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -103,6 +105,17 @@ pub(crate) fn time_field(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_utf8_bom_rejects_a_jsonl_file() {
+        let lines: Vec<_> = json_lines("\u{feff}{\"a\": 1}\n{\"b\": 2}\n")
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], (1, serde_json::json!({"a": 1})));
+        // Only at the start: a BOM inside a line is still not JSON.
+        assert!(json_lines("{}\n\u{feff}{}").nth(1).unwrap().is_err());
+    }
 
     #[test]
     fn python_isoformat_is_read_as_utc() {
