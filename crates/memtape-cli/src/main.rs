@@ -331,6 +331,12 @@ fn open(cli: &Cli) -> Result<Engine<SqliteStore>> {
     Ok(Engine::open(&data_dir(cli)?)?)
 }
 
+/// Opens the store for a command that only reads: nothing is written, so it works on a
+/// full or read-only disk (a backup can always be taken).
+fn open_read_only(cli: &Cli) -> Result<Engine<SqliteStore>> {
+    Ok(Engine::open_read_only(&data_dir(cli)?)?)
+}
+
 /// Prints a benchmark's JSON report, and writes it to `out` too when given.
 fn write_report(json: &str, out: Option<&Path>, stdout: &mut impl Write) -> Result<()> {
     if let Some(out) = out {
@@ -396,7 +402,7 @@ fn run(cli: Cli) -> Result<()> {
             max_tokens,
             json,
         } => {
-            let engine = open(&cli)?;
+            let engine = open_read_only(&cli)?;
             let limits = HistoryLimits {
                 max_messages: *max_messages,
                 max_tokens: *max_tokens,
@@ -416,7 +422,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Sessions { json } => {
-            let engine = open(&cli)?;
+            let engine = open_read_only(&cli)?;
             let sessions: Vec<_> = engine
                 .sessions(&cli.tenant)?
                 .into_iter()
@@ -433,7 +439,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Thread { entry_id, json } => {
-            let engine = open(&cli)?;
+            let engine = open_read_only(&cli)?;
             let thread = engine.thread(&base_scope(&cli)?, *entry_id)?;
             output::entries(&mut stdout, &thread, *json)?;
         }
@@ -461,7 +467,7 @@ fn run(cli: Cli) -> Result<()> {
             limit,
             json,
         } => {
-            let engine = open(&cli)?;
+            let engine = open_read_only(&cli)?;
             let range = match (after_anchor, from_last_anchor, between) {
                 (Some(name), _, _) => AnchorRange::After(name.clone()),
                 (_, true, _) => AnchorRange::FromLast,
@@ -526,7 +532,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export {
             format, session, ..
         } => {
-            let engine = open(&cli)?;
+            let engine = open_read_only(&cli)?;
             let Some(format) = format else {
                 engine.export_store(&mut stdout)?;
                 return Ok(());

@@ -49,6 +49,27 @@ pub enum Error {
         /// The application id found.
         found: i64,
     },
+    /// The file is not an SQLite database at all.
+    #[error(
+        "{0} is not a memtape store (not an SQLite database); move it away or choose another --data-dir"
+    )]
+    NotSqlite(PathBuf),
+    /// The store's folder cannot be written: the disk is full, the filesystem is read-only,
+    /// or permissions forbid it. Read-only opens still work.
+    #[error(
+        "cannot write the store at {path}: {cause} ({source}); reads still work, so `memtape export` can take a backup"
+    )]
+    Unwritable {
+        /// The database file.
+        path: PathBuf,
+        /// What the filesystem says, e.g. "the disk is full".
+        cause: String,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The store was opened read-only and cannot take writes.
+    #[error("the store at {0} is open read-only: this command cannot write")]
+    ReadOnly(PathBuf),
     /// The filesystem does not support SQLite's write-ahead log (e.g. some network mounts).
     #[error(
         "{path}: the filesystem refused WAL mode (journal mode is {mode}); put the data directory on a local disk"

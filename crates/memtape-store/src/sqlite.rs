@@ -61,11 +61,21 @@ CREATE TRIGGER entries_append_only_delete BEFORE DELETE ON entries
 "#];
 
 /// The embedded SQLite store.
+///
+/// Opened for writing ([`SqliteStore::create`], [`SqliteStore::open`]) it holds one writer
+/// connection and a pool of read-only ones. Opened read-only
+/// ([`SqliteStore::open_read_only`]) it holds readers only and never writes a byte, so
+/// reads and backups work on a full or read-only disk.
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    // Declared before the writer so they close first: the writer, closing last, checkpoints
+    // the write-ahead log and removes it (a read-only connection cannot).
     readers: Mutex<Vec<Connection>>,
+    writer: Option<Mutex<Connection>>,
+    /// Readers open the file as immutable: it sits on a read-only filesystem with no
+    /// write-ahead log beside it, so no writer can change it while we read.
+    immutable: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -128,17 +138,65 @@ impl SqliteStore {
         Self::open_at(dir.join(Self::FILE_NAME), false)
     }
 
+    /// Opens the existing store in `dir` for reading only: nothing is written, not even a
+    /// migration (a store of an older schema is migrated by opening it for writing once,
+    /// which is tried first), so reads work on a full or read-only disk. Appends fail with
+    /// [`Error::ReadOnly`].
+    pub fn open_read_only(dir: &Path) -> Result<Self> {
+        let path = dir.join(Self::FILE_NAME);
+        if !path.exists() {
+            return Err(Error::Missing(path));
+        }
+        let mut store = SqliteStore {
+            path,
+            readers: Mutex::new(Vec::new()),
+            writer: None,
+            immutable: false,
+        };
+        let identity = match store.read(|c| identity(c, &store.path)) {
+            Ok(found) => found,
+            Err(first) => {
+                // SQLite could not set up its shared-memory file (a read-only folder, a
+                // full disk). With no write-ahead log there is nothing uncommitted to
+                // miss: read the file as immutable.
+                if wal_has_frames(&store.path) {
+                    return Err(first);
+                }
+                lock(&store.readers).clear();
+                store.immutable = true;
+                store.read(|c| identity(c, &store.path))?
+            }
+        };
+        if identity.version < SCHEMA_VERSION {
+            drop(store);
+            // One write to bring an older store up to date, then read-only again.
+            drop(Self::open_at(dir.join(Self::FILE_NAME), false)?);
+            return Self::open_read_only(dir);
+        }
+        Ok(store)
+    }
+
     fn open_at(path: PathBuf, create: bool) -> Result<Self> {
         if !create && !path.exists() {
             return Err(Error::Missing(path));
         }
-        let mut writer = Connection::open(&path)?;
-        configure(&writer, &path)?;
-        migrate(&mut writer, &path)?;
+        let open = || -> Result<Connection> {
+            if path.exists() {
+                // Identity first, on a read-only connection: a file that is not memtape's
+                // is refused before anything (the journal mode included) is written to it.
+                identity(&read_only_connection(&path, false)?, &path)?;
+            }
+            let mut writer = Connection::open(&path)?;
+            configure(&writer, &path)?;
+            migrate(&mut writer, &path)?;
+            Ok(writer)
+        };
+        let writer = open().map_err(|e| diagnose(e, &path))?;
         Ok(SqliteStore {
             path,
-            writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
+            writer: Some(Mutex::new(writer)),
+            immutable: false,
         })
     }
 
@@ -156,16 +214,7 @@ impl SqliteStore {
         let conn = lock(&self.readers).pop();
         let conn = match conn {
             Some(c) => c,
-            None => {
-                let c = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY
-                        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                        | OpenFlags::SQLITE_OPEN_URI,
-                )?;
-                c.busy_timeout(std::time::Duration::from_secs(10))?;
-                c
-            }
+            None => read_only_connection(&self.path, self.immutable)?,
         };
         let out = f(&conn);
         lock(&self.readers).push(conn);
@@ -175,19 +224,140 @@ impl SqliteStore {
     /// Runs `f` in one IMMEDIATE transaction with the scopes it touches cached, writes the
     /// touched scope projections back and commits (durably) only if `f` succeeds.
     fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = lock(&self.writer);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut w = Writer {
-            tx: &tx,
-            scopes: HashMap::new(),
+        let writer = self
+            .writer
+            .as_ref()
+            .ok_or_else(|| Error::ReadOnly(self.path.clone()))?;
+        let mut conn = lock(writer);
+        let run = |conn: &mut Connection| -> Result<T> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut w = Writer {
+                tx: &tx,
+                scopes: HashMap::new(),
+            };
+            let out = f(&mut w)?;
+            for (scope_id, info) in w.scopes.values() {
+                save_scope(&tx, *scope_id, info)?;
+            }
+            tx.commit()?;
+            Ok(out)
         };
-        let out = f(&mut w)?;
-        for (scope_id, info) in w.scopes.values() {
-            save_scope(&tx, *scope_id, info)?;
-        }
-        tx.commit()?;
-        Ok(out)
+        run(&mut conn).map_err(|e| diagnose(e, &self.path))
     }
+}
+
+/// Turns an SQLite failure to write into one that names the cause, when the folder itself
+/// cannot be written (full, read-only, no permission): SQLite's own words ("disk I/O
+/// error") do not say which. Other errors pass through.
+fn diagnose(err: Error, path: &Path) -> Error {
+    use rusqlite::ErrorCode::{CannotOpen, DiskFull, ReadOnly, SystemIoFailure};
+    let Error::Sqlite(source) = err else {
+        return err;
+    };
+    if !matches!(
+        source.sqlite_error_code(),
+        Some(DiskFull | ReadOnly | CannotOpen | SystemIoFailure)
+    ) {
+        return Error::Sqlite(source);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let probe = dir.join(".memtape-write-probe");
+    let tried = std::fs::File::create_new(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(&[0; 4096])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    let cause = match tried {
+        Ok(()) => return Error::Sqlite(source),
+        Err(e) => match e.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                "the disk is full".to_owned()
+            }
+            std::io::ErrorKind::ReadOnlyFilesystem => "the filesystem is read-only".to_owned(),
+            std::io::ErrorKind::PermissionDenied => {
+                format!("no permission to write in {}", dir.display())
+            }
+            _ => format!("{} cannot be written: {e}", dir.display()),
+        },
+    };
+    Error::Unwritable {
+        path: path.to_owned(),
+        cause,
+        source,
+    }
+}
+
+/// A read-only connection to `path`; `immutable` reads it without any locking or
+/// shared memory (only for a file nothing can be writing).
+fn read_only_connection(path: &Path, immutable: bool) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let c = if immutable {
+        Connection::open_with_flags(format!("{}?immutable=1", file_uri(path)), flags)?
+    } else {
+        Connection::open_with_flags(path, flags)?
+    };
+    c.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(c)
+}
+
+/// `path` as an SQLite `file:` URI, with the characters URIs reserve escaped.
+fn file_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for ch in path.to_string_lossy().chars() {
+        match ch {
+            '%' | '?' | '#' => uri.push_str(&format!("%{:02X}", ch as u32)),
+            c => uri.push(c),
+        }
+    }
+    uri
+}
+
+/// Whether a write-ahead log with content sits beside the database (frames a reader
+/// needs, which an immutable open would not see).
+fn wal_has_frames(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(PathBuf::from(wal)).is_ok_and(|m| m.len() > 0)
+}
+
+/// What a database file says about itself.
+struct Identity {
+    version: i64,
+}
+
+/// Reads the file's application id and schema version without writing anything, and
+/// refuses a file that is not a memtape store (or is a newer one).
+fn identity(conn: &Connection, path: &Path) -> Result<Identity> {
+    let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => Error::NotSqlite(path.to_owned()),
+        _ => Error::Sqlite(e),
+    };
+    let app: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(not_sqlite)?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(not_sqlite)?;
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(not_sqlite)?;
+    if app != APPLICATION_ID && (app != 0 || tables > 0) {
+        return Err(Error::NotMemtape {
+            path: path.to_owned(),
+            found: app,
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(Error::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(Identity { version })
 }
 
 fn configure(conn: &Connection, path: &Path) -> Result<()> {
@@ -204,24 +374,15 @@ fn configure(conn: &Connection, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Brings the schema up to date. A store already at this version is only read, so opening
+/// it writes nothing (a full disk does not stop it from opening).
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    if app == APPLICATION_ID && identity(conn, path)?.version == SCHEMA_VERSION {
+        return Ok(());
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let app: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let tables: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-    if app != APPLICATION_ID && (app != 0 || tables > 0) {
-        return Err(Error::NotMemtape {
-            path: path.to_owned(),
-            found: app,
-        });
-    }
-    if version > SCHEMA_VERSION {
-        return Err(Error::NewerSchema {
-            path: path.to_owned(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
+    let version = identity(&tx, path)?.version;
     for (v, sql) in MIGRATIONS
         .iter()
         .enumerate()

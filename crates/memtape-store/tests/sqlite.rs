@@ -87,6 +87,62 @@ fn another_programs_database_is_refused() {
 }
 
 #[test]
+fn a_foreign_sqlite_file_is_modified_before_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(SqliteStore::FILE_NAME);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+    for open in [
+        SqliteStore::open,
+        SqliteStore::create,
+        SqliteStore::open_read_only,
+    ] {
+        let err = open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not a memtape store"), "{err}");
+    }
+    // Not a byte changed (the journal mode was switched to WAL before the check), and no
+    // write-ahead log was left beside it.
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [SqliteStore::FILE_NAME]);
+    // A file that is not SQLite at all says so.
+    std::fs::write(
+        &path,
+        b"definitely not a database, just text padding it out......",
+    )
+    .unwrap();
+    let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("not an SQLite database"), "{err}");
+}
+
+#[test]
+fn a_read_only_store_reads_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::create(dir.path()).unwrap();
+        store.append(vec![user("one")]).unwrap();
+    }
+    // The writer closes last, so a clean close leaves no write-ahead log behind.
+    assert!(!dir.path().join("memtape.db-wal").exists());
+    let before = std::fs::read(dir.path().join(SqliteStore::FILE_NAME)).unwrap();
+    let store = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(store.scan(&scope(), &Filter::default()).unwrap().len(), 1);
+    let err = store.append(vec![user("two")]).unwrap_err().to_string();
+    assert!(err.contains("read-only"), "{err}");
+    drop(store);
+    assert_eq!(
+        std::fs::read(dir.path().join(SqliteStore::FILE_NAME)).unwrap(),
+        before
+    );
+}
+
+#[test]
 fn the_database_itself_refuses_to_modify_or_delete_entries() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(dir.path()).unwrap();

@@ -104,6 +104,12 @@ impl Engine<SqliteStore> {
     pub fn open(dir: &Path) -> Result<Self> {
         Ok(Self::with_store(SqliteStore::open(dir)?))
     }
+
+    /// Opens the existing store in `dir` for reading only: nothing is written, so reads
+    /// and exports work on a full or read-only disk; writes fail with a clear error.
+    pub fn open_read_only(dir: &Path) -> Result<Self> {
+        Ok(Self::with_store(SqliteStore::open_read_only(dir)?))
+    }
 }
 
 impl Engine<MemoryStore> {
