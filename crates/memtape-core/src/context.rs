@@ -65,9 +65,9 @@ pub use compaction::{Compaction, qanot_split, recent_pairs_start};
 pub use prefix::{common_prefix_tokens, extends};
 pub use render::{
     COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, RECOVERY_HEADING, SUMMARY_PREFIX,
-    TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line, exchanges, memory_block,
-    recovery_text, shows_compaction, summary_text, system_text, with_recovery,
-    working_buffer_entry, working_buffer_header,
+    TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line, exchanges, fit_text,
+    memory_block, recovery_text, shows_compaction, summary_text, system_text, system_text_within,
+    with_recovery, working_buffer_entry, working_buffer_header,
 };
 pub use truncate::{
     TOOL_RESULT_HEAD, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_TAIL, truncate_tool_result,
@@ -327,8 +327,11 @@ pub struct Context {
     /// Tokens before the last message: the part the next turn's prompt repeats unless
     /// memory, the time line or a compaction changes it.
     pub stable_prefix_tokens: usize,
-    /// Whether the prompt is still over budget (the system message and the current message
-    /// alone do not fit, with the fewest messages trimToFit keeps).
+    /// Whether the agent files or the `<memory>` block were cut to keep the budget (only
+    /// after the conversation was trimmed to its last few messages).
+    pub memory_truncated: bool,
+    /// Whether the prompt is still over budget: the system prompt and the current message
+    /// alone do not fit, with the fewest messages trimToFit keeps and memory cut away.
     pub over_budget: bool,
 }
 
@@ -413,7 +416,7 @@ pub fn build(
         .collect();
     let mut head: Vec<Part> = head.into_iter().map(|(id, m)| part(Some(id), m)).collect();
 
-    let system = Message::text(
+    let mut system = Message::text(
         Role::System,
         system_text(
             &request.system_prompt,
@@ -423,7 +426,8 @@ pub fn build(
             config.time_precision,
         ),
     );
-    let system_cost = counter.count_message(&system);
+    let full_system_cost = counter.count_message(&system);
+    let system_cost = full_system_cost;
     let (mut current, current_on_tape) = match &request.message {
         Some(m) => (Some(m.clone()), false),
         None if history.last().is_some_and(|p| p.message.role == Role::User) => {
@@ -564,7 +568,8 @@ pub fn build(
         && let Some(text) = recovery_text(memory, now.date_naive())
     {
         let room = max.saturating_sub(tokens_of(&conv, &Some(message.clone())));
-        let text = fit_text(&text, room, counter);
+        // The recovery's own heading and separators cost a few tokens too.
+        let text = fit_text(&text, room.saturating_sub(12), counter);
         if !text.is_empty() {
             message.content = Some(Content::Text(with_recovery(&message.content_text(), &text)));
             recovery = true;
@@ -579,7 +584,29 @@ pub fn build(
     }
     let trimmed = assembled - conv.len();
 
-    let tokens = tokens_of(&conv, &current);
+    // Still over: the conversation is down to its last few messages, so memory gives way.
+    // The agent files and the <memory> block are cut to what the budget leaves beside the
+    // system prompt, the kept messages and the current message.
+    let mut tokens = tokens_of(&conv, &current);
+    let mut memory_truncated = false;
+    if tokens > max {
+        let others = tokens - full_system_cost;
+        let role_cost = counter.count_message(&Message::text(Role::System, ""));
+        let room = max.saturating_sub(others).saturating_sub(role_cost);
+        let (text, cut) = system_text_within(
+            &request.system_prompt,
+            memory,
+            now,
+            config.recent_days,
+            config.time_precision,
+            room,
+            counter,
+        );
+        system = Message::text(Role::System, text);
+        memory_truncated = cut;
+        tokens = others + counter.count_message(&system);
+    }
+
     let history_messages =
         conv.iter().filter(|p| p.id.is_some()).count() + usize::from(current_on_tape);
     let truncated_tool_results = conv.iter().filter(|p| p.truncated).count();
@@ -604,6 +631,7 @@ pub fn build(
         working_buffer,
         recovery,
         stable_prefix_tokens: tokens.saturating_sub(last),
+        memory_truncated,
         over_budget: tokens > max,
     };
     Ok(Built { context, record })
@@ -624,33 +652,4 @@ fn repair(parts: Vec<Part>, counter: &dyn TokenCounter) -> Vec<Part> {
     }
     let mut parts: Vec<Option<Part>> = parts.into_iter().map(Some).collect();
     keep.into_iter().filter_map(|i| parts[i].take()).collect()
-}
-
-/// `text`, or as much of its start as fits in `room` tokens with a `[truncated]` mark.
-fn fit_text(text: &str, room: usize, counter: &dyn TokenCounter) -> String {
-    // The recovery's own heading and separators cost a few tokens too.
-    let room = room.saturating_sub(12);
-    if counter.count(text) <= room {
-        return text.to_string();
-    }
-    let ends: Vec<usize> = text
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain([text.len()])
-        .collect();
-    let fits = |n: usize| counter.count(&format!("{}\n[truncated]", &text[..ends[n]])) <= room;
-    let (mut lo, mut hi) = (0, ends.len() - 1);
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    if lo == 0 {
-        String::new()
-    } else {
-        format!("{}\n[truncated]", &text[..ends[lo]])
-    }
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, NaiveDate, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::memory::{MemoryView, paths};
-use crate::{Entry, EntryId, Role};
+use crate::{Entry, EntryId, Role, TokenCounter};
 
 /// MateClaw: the prefix of the summary message, which is a user message so that earlier
 /// user input is never raised to system-level instructions.
@@ -154,6 +154,90 @@ pub fn system_text(
     .filter(|part| !part.is_empty())
     .collect::<Vec<_>>()
     .join("\n\n")
+}
+
+/// [`system_text`] within `room` tokens: the system prompt and the date line are the
+/// caller's and always whole; when the agent files and the `<memory>` block do not fit
+/// beside them, each is cut (the files to at most half the room left, unless the block
+/// needs less; the block keeps its closing tag) with a `[truncated]` mark. Returns the
+/// text and whether anything was cut.
+pub fn system_text_within(
+    system_prompt: &str,
+    view: &MemoryView,
+    now: DateTime<Utc>,
+    recent_days: u32,
+    precision: TimePrecision,
+    room: usize,
+    counter: &dyn TokenCounter,
+) -> (String, bool) {
+    let full = system_text(system_prompt, view, now, recent_days, precision);
+    if counter.count(&full) <= room {
+        return (full, false);
+    }
+    let prompt = system_prompt.trim();
+    let date = date_line(now, precision);
+    // Separators and marks cost a few tokens each.
+    let fixed = counter.count(prompt) + counter.count(&date) + 16;
+    let avail = room.saturating_sub(fixed);
+    let files = agent_files(view);
+    let block = memory_block(view, now.date_naive(), recent_days);
+    let (files_cost, block_cost) = (counter.count(&files), counter.count(&block));
+    let files_room = files_cost.min((avail / 2).max(avail.saturating_sub(block_cost)));
+    let files = fit_text(&files, files_room, counter);
+    let block_room = avail.saturating_sub(counter.count(&files));
+    const CLOSE: &str = "\n</memory>";
+    let block = if block_cost <= block_room {
+        block
+    } else {
+        let body = block.strip_suffix("</memory>").unwrap_or(&block);
+        let cut = fit_text(
+            body,
+            block_room.saturating_sub(counter.count(CLOSE)),
+            counter,
+        );
+        if cut.is_empty() {
+            cut
+        } else {
+            format!("{cut}{CLOSE}")
+        }
+    };
+    let text = [prompt.to_string(), files, block, date]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    (text, true)
+}
+
+/// The longest prefix of `text` (cut at a character) that fits in `room` tokens with a
+/// `[truncated]` mark after it; all of `text` when it fits; empty when nothing does. The
+/// search never looks past `room × 32` characters, so cutting a huge text stays fast.
+pub fn fit_text(text: &str, room: usize, counter: &dyn TokenCounter) -> String {
+    const MARK: &str = "\n[truncated]";
+    if counter.count(text) <= room {
+        return text.to_string();
+    }
+    let ends: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .take(room.saturating_mul(32).saturating_add(1))
+        .collect();
+    let fits = |n: usize| counter.count(&format!("{}{MARK}", &text[..ends[n]])) <= room;
+    let (mut lo, mut hi) = (0, ends.len() - 1);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if lo == 0 {
+        String::new()
+    } else {
+        format!("{}{MARK}", &text[..ends[lo]])
+    }
 }
 
 /// MateClaw's summary message text: the prefix, then the summary.

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use chrono::TimeZone;
 
 use super::*;
-use crate::memory::MemoryFile;
+use crate::memory::{MemoryFile, paths};
 use crate::{Error, ToolCall};
 
 /// One token per whitespace-separated word.
@@ -671,4 +671,34 @@ fn configurations_that_cannot_work_are_refused() {
     let parsed: ContextConfig =
         serde_json::from_str(r#"{"max_input_tokens": 500, "policy": {"name": "qanot"}}"#).unwrap();
     assert_eq!(parsed.policy, Policy::Qanot(Qanot::default()));
+}
+
+/// Size limits: a huge memory made `context --budget 4000` return 19 million tokens, only
+/// flagged `over_budget`. After trimToFit the agent files and the `<memory>` block give
+/// way: the prompt keeps its budget, the system prompt, date line and current message stay
+/// whole, and the cut block still closes its tag.
+#[test]
+fn a_huge_memory_is_truncated_to_keep_the_budget() {
+    let mut req = mateclaw(4000);
+    req.system_prompt = "You are a careful assistant.".into();
+    req.message = Some(Message::user("what do you remember about me?"));
+    let mut case = Case::new(&req, turns(3));
+    case.memory = view_with(&[
+        (paths::MEMORY, &"the user likes tea ".repeat(50_000)),
+        (paths::PROFILE, "Name: Ada"),
+    ]);
+    let ctx = case.run(&Recording::default()).context;
+    assert!(ctx.tokens <= 4000, "{} tokens", ctx.tokens);
+    assert!(ctx.memory_truncated && !ctx.over_budget);
+    let system = ctx.messages[0].content_text();
+    assert!(system.starts_with("You are a careful assistant."));
+    assert!(system.contains("the user likes tea") && system.contains("[truncated]"));
+    assert!(system.contains("</memory>") && system.contains("Current date and time"));
+    let last = ctx.messages.last().unwrap();
+    assert_eq!(last.content_text(), "what do you remember about me?");
+    // A memory that fits is never cut.
+    case.memory = view_with(&[(paths::MEMORY, "the user likes tea")]);
+    let ctx = case.run(&Recording::default()).context;
+    assert!(!ctx.memory_truncated);
+    assert!(!ctx.messages[0].content_text().contains("[truncated]"));
 }
