@@ -2,6 +2,9 @@
 //! parent kills it with SIGKILL at random moments, reopens the store and checks that every
 //! acknowledged append is there, in order, that batches are all-or-nothing, and that the
 //! database is sound. The child is this test binary re-run on the `crash_child` entry.
+//!
+//! The suite runs 30 trials; `MEMTAPE_CRASH_TRIALS=1000` runs more (`cargo test -p
+//! memtape-store --test crash -- --nocapture` prints the totals).
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
@@ -15,7 +18,18 @@ use memtape_store::{SqliteStore, Store};
 
 const DIR_VAR: &str = "MEMTAPE_CRASH_DIR";
 const TRIAL_VAR: &str = "MEMTAPE_CRASH_TRIAL";
-const TRIALS: u32 = 30;
+const TRIALS_VAR: &str = "MEMTAPE_CRASH_TRIALS";
+const DEFAULT_TRIALS: u32 = 30;
+
+/// How many kills to run: `MEMTAPE_CRASH_TRIALS`, or 30.
+fn trials() -> u32 {
+    match std::env::var(TRIALS_VAR) {
+        Ok(n) => n
+            .parse()
+            .unwrap_or_else(|_| panic!("{TRIALS_VAR}={n:?} is not a whole number")),
+        Err(_) => DEFAULT_TRIALS,
+    }
+}
 
 fn scope() -> Scope {
     Scope::agent("t", "a")
@@ -52,7 +66,8 @@ fn sigkill_at_random_moments() {
     let exe = std::env::current_exe().unwrap();
     let mut rng = fastrand::Rng::with_seed(0x6d74_6170);
     let mut total_acked = 0;
-    for trial in 0..TRIALS {
+    let (trials, mut torn_tails) = (trials(), 0);
+    for trial in 0..trials {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
@@ -84,6 +99,9 @@ fn sigkill_at_random_moments() {
         child.wait().unwrap();
         let acked = reader.join().unwrap();
         total_acked += acked.len();
+        let mut wal = dir.path().join(SqliteStore::FILE_NAME).into_os_string();
+        wal.push("-wal");
+        torn_tails += usize::from(std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0));
 
         let store = SqliteStore::open(dir.path()).unwrap();
         assert_eq!(store.integrity_check().unwrap(), "ok", "trial {trial}");
@@ -117,7 +135,9 @@ fn sigkill_at_random_moments() {
             assert_eq!(ack, &format!("t{trial}-b{i}"));
         }
     }
-    eprintln!("{TRIALS} kills, {total_acked} acknowledged batches checked");
+    eprintln!(
+        "{trials} kills ({torn_tails} left a write-ahead log to recover), {total_acked} acknowledged batches checked, all stored, no batch torn"
+    );
     assert!(
         total_acked > 0,
         "no append was ever acknowledged: the child never ran"
