@@ -1,0 +1,178 @@
+//! The memory view: the files a fold of changes leaves, and diffs between two views.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::{Op, paths};
+use crate::EntryId;
+
+/// One file of the memory view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryFile {
+    /// The text.
+    pub content: String,
+    /// Whether it is injected into the system prompt (MateClaw).
+    pub enabled: bool,
+    /// Its place among injected files.
+    pub sort_order: i64,
+    /// The version that created it (or last replaced it wholesale after a delete).
+    pub created: u64,
+    /// The version that last changed it.
+    pub updated: u64,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// The changes whose text makes up the content now: the last write and every append
+    /// after it. A search hit on any other change's text is no longer current.
+    pub parts: Vec<EntryId>,
+}
+
+/// The memory as of one version: its files by path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryView {
+    /// The version folded up to (0 = nothing yet).
+    pub version: u64,
+    /// The files, by path.
+    pub files: BTreeMap<String, MemoryFile>,
+}
+
+impl MemoryView {
+    /// A file's content.
+    pub fn content(&self, path: &str) -> Option<&str> {
+        self.files.get(path).map(|f| f.content.as_str())
+    }
+
+    /// The daily notes, newest first, as (date, path, file).
+    pub fn dailies(&self) -> Vec<(NaiveDate, &str, &MemoryFile)> {
+        let mut out: Vec<_> = self
+            .files
+            .iter()
+            .filter_map(|(p, f)| paths::daily_date(p).map(|d| (d, p.as_str(), f)))
+            .collect();
+        out.sort_by_key(|d| std::cmp::Reverse(d.0));
+        out
+    }
+
+    /// Whether the change `id` still contributes text to `path`.
+    pub fn is_current(&self, path: &str, id: EntryId) -> bool {
+        self.files.get(path).is_some_and(|f| f.parts.contains(&id))
+    }
+
+    pub(super) fn apply(&mut self, version: u64, id: EntryId, at: DateTime<Utc>, op: &Op) {
+        let touch = |f: &mut MemoryFile| {
+            f.updated = version;
+            f.updated_at = at;
+        };
+        let fresh = |path: &str, content: String| {
+            let (enabled, sort_order) = paths::default_flags(path);
+            MemoryFile {
+                content,
+                enabled,
+                sort_order,
+                created: version,
+                updated: version,
+                updated_at: at,
+                parts: vec![id],
+            }
+        };
+        match op {
+            Op::Write { path, content } => match self.files.get_mut(path) {
+                Some(f) => {
+                    f.content.clone_from(content);
+                    f.parts = vec![id];
+                    touch(f);
+                }
+                None => {
+                    self.files
+                        .insert(path.clone(), fresh(path, content.clone()));
+                }
+            },
+            Op::Append {
+                path,
+                text,
+                heading,
+            } => match self.files.get_mut(path) {
+                Some(f) => {
+                    f.content.push_str(text);
+                    f.parts.push(id);
+                    touch(f);
+                }
+                None => {
+                    let content = format!("{}{text}", heading.as_deref().unwrap_or(""));
+                    self.files.insert(path.clone(), fresh(path, content));
+                }
+            },
+            Op::Delete { path } => {
+                let prefix = format!("{path}/");
+                self.files
+                    .retain(|p, _| p != path && !p.starts_with(&prefix));
+            }
+            Op::Rename { from, to } => {
+                let prefix = format!("{from}/");
+                let moved: Vec<String> = self
+                    .files
+                    .keys()
+                    .filter(|p| *p == from || p.starts_with(&prefix))
+                    .cloned()
+                    .collect();
+                for old in moved {
+                    if let Some(mut f) = self.files.remove(&old) {
+                        touch(&mut f);
+                        let new = format!("{to}{}", &old[from.len()..]);
+                        self.files.insert(new, f);
+                    }
+                }
+            }
+            Op::Flags {
+                path,
+                enabled,
+                sort_order,
+            } => {
+                if let Some(f) = self.files.get_mut(path) {
+                    if let Some(e) = enabled {
+                        f.enabled = *e;
+                    }
+                    if let Some(s) = sort_order {
+                        f.sort_order = *s;
+                    }
+                    touch(f);
+                }
+            }
+            Op::Forget { .. } => {}
+            Op::Clear => self.files.clear(),
+        }
+    }
+}
+
+/// A unified diff from view `a` to view `b`, file by file (`a/PATH` → `b/PATH`); empty when
+/// they hold the same files with the same text.
+pub fn diff(a: &MemoryView, b: &MemoryView) -> String {
+    let mut out = String::new();
+    let paths: std::collections::BTreeSet<&String> = a.files.keys().chain(b.files.keys()).collect();
+    for path in paths {
+        let old = a.content(path);
+        let new = b.content(path);
+        if old == new {
+            continue;
+        }
+        let old_name = if old.is_some() {
+            format!("a/{path}")
+        } else {
+            "/dev/null".to_string()
+        };
+        let new_name = if new.is_some() {
+            format!("b/{path}")
+        } else {
+            "/dev/null".to_string()
+        };
+        let text = similar::TextDiff::from_lines(old.unwrap_or(""), new.unwrap_or(""));
+        out.push_str(
+            &text
+                .unified_diff()
+                .context_radius(3)
+                .header(&old_name, &new_name)
+                .to_string(),
+        );
+    }
+    out
+}
