@@ -20,9 +20,9 @@ mod log;
 pub mod paths;
 mod view;
 
-pub use change::{Change, Op};
+pub use change::{Change, MAX_FILE_BYTES, Op};
 pub use log::{MemoryLog, Recorded};
-pub use paths::{MAX_PATH_BYTES, check_path};
+pub use paths::{MAX_NAME_BYTES, MAX_PATH_BYTES, check_path, sync_ignores};
 pub use view::{MemoryFile, MemoryView, diff};
 
 #[cfg(test)]

@@ -7,6 +7,21 @@ use super::check_path;
 use crate::events::MEMORY_CHANGE;
 use crate::{Entry, EntryId, Error, Payload, Result};
 
+/// The largest memory file, in bytes (256 KiB): the limit of every way into memory (the
+/// tools, the engine's writes, imports, the workspace sync), checked on each op's text by
+/// [`Change::validate`] and on the file a change makes by [`MemoryView::check`](super::MemoryView::check).
+/// Bub recommends keeping long-term memory under 4 KB; this is the hard stop that keeps a
+/// runaway write out of memory and of the prompt.
+pub const MAX_FILE_BYTES: usize = 256 * 1024;
+
+/// The refusal of a file of `bytes` bytes, naming the limit.
+pub(super) fn too_large(path: &str, bytes: usize) -> Error {
+    Error::InvalidMemory(format!(
+        "{path} would be {bytes} bytes, over the limit of {MAX_FILE_BYTES} bytes (256 KiB) \
+         for one memory file; keep memory files short (summarize, or split into several files)"
+    ))
+}
+
 /// One operation on the memory workspace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -97,7 +112,10 @@ impl Change {
         }
     }
 
-    /// Checks every path and refuses an empty change.
+    /// Checks every path ([`check_path`]) and the size of every op's text (at most
+    /// [`MAX_FILE_BYTES`]), and refuses an empty change. The rule for every way a change
+    /// comes in; what a change does to the files is checked by
+    /// [`MemoryView::check`](super::MemoryView::check).
     pub fn validate(&self) -> Result<()> {
         if self.ops.is_empty() {
             return Err(Error::InvalidMemory(
@@ -107,6 +125,16 @@ impl Change {
         for op in &self.ops {
             for path in op.paths() {
                 check_path(path)?;
+            }
+            let bytes = match op {
+                Op::Write { content, .. } => content.len(),
+                Op::Append { text, heading, .. } => {
+                    text.len() + heading.as_ref().map_or(0, String::len)
+                }
+                _ => 0,
+            };
+            if bytes > MAX_FILE_BYTES {
+                return Err(too_large(op.paths()[0], bytes));
             }
         }
         Ok(())

@@ -54,12 +54,26 @@ pub fn default_flags(path: &str) -> (bool, i64) {
     }
 }
 
-/// Longest accepted path, in bytes.
+/// Longest accepted path, in bytes (well under the 4096 bytes Linux allows for a whole
+/// path, so a workspace folder has room in front of it).
 pub const MAX_PATH_BYTES: usize = 512;
+
+/// Longest accepted name of one file or folder, in bytes: what Linux file systems allow
+/// (`NAME_MAX`).
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Whether the markdown workspace's sync passes over a file or folder of this name without
+/// reading it: hidden names (a leading `.`, like its own `.memtape/`) and editor backups
+/// (`#name#`, `name~`). [`check_path`] refuses such names, so memory never holds a file
+/// that a sync would write and then not read back.
+pub fn sync_ignores(name: &str) -> bool {
+    name.starts_with('.') || name.starts_with('#') || name.ends_with('~')
+}
 
 /// Checks a workspace path and returns it in its one accepted form: relative, `/`-separated,
 /// no empty, `.` or `..` segments, no backslashes, control characters or percent-encoded
-/// dots and slashes. Each rejection names the path and the rule.
+/// dots and slashes; no name longer than [`MAX_NAME_BYTES`]; no hidden names or editor
+/// backups ([`sync_ignores`]). Each rejection names the path and the rule.
 pub fn check_path(path: &str) -> Result<String> {
     let bad = |why: &str| Error::InvalidPath {
         path: path.to_string(),
@@ -97,6 +111,25 @@ pub fn check_path(path: &str) -> Result<String> {
                 ));
             }
             "." | ".." => return Err(bad("`.` and `..` segments are not allowed")),
+            name if name.len() > MAX_NAME_BYTES => {
+                return Err(bad(&format!(
+                    "a file or folder name is at most {MAX_NAME_BYTES} bytes (the file \
+                     system's limit); one here is {} bytes",
+                    name.len()
+                )));
+            }
+            name if name.starts_with('.') => {
+                return Err(bad(
+                    "hidden names (starting with .) are not allowed: the workspace sync \
+                     does not read them",
+                ));
+            }
+            name if sync_ignores(name) => {
+                return Err(bad(
+                    "editor backup names (starting with # or ending with ~) are not \
+                     allowed: the workspace sync does not read them",
+                ));
+            }
             _ => {}
         }
     }

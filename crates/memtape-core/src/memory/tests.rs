@@ -243,3 +243,87 @@ fn a_change_round_trips_through_its_event() {
     );
     assert!(write("../x", "y").validate().is_err());
 }
+
+/// Issue 10: names sync cannot write or read back are refused by the one path rule.
+#[test]
+fn names_over_the_file_system_limit_hidden_names_and_backups_are_refused() {
+    let name = |n: usize| format!("memories/{}.md", "n".repeat(n - 3));
+    assert!(check_path(&name(MAX_NAME_BYTES)).is_ok());
+    let err = check_path(&name(MAX_NAME_BYTES + 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("255 bytes"), "{err}");
+    for (bad, rule) in [
+        ("memories/.notes.md", "hidden"),
+        (".memtape/sync.json", "hidden"),
+        ("memories/#draft.md", "editor backup"),
+        ("memories/backup.md~", "editor backup"),
+        ("memories/#x#/a.md", "editor backup"),
+    ] {
+        let err = check_path(bad).unwrap_err().to_string();
+        assert!(err.contains(rule) && err.contains(bad), "{err}");
+    }
+    for good in ["memories/draft#1.md", "memories/x~y.md", "a b/ünï 名.md"] {
+        assert!(check_path(good).is_ok(), "{good}");
+    }
+}
+
+/// Issue 10: one size limit, on each op and on the file a change makes; a path is a file
+/// or a folder, never both.
+#[test]
+fn a_change_is_checked_against_the_view_it_is_recorded_on() {
+    let l = log(&[write("memories/x", "x"), write("memories/p/q.md", "q")]);
+    let view = l.view();
+    let nested = |c: Change| view.check(&c).unwrap_err().to_string();
+    let err = nested(write("memories/x/y.md", "y"));
+    assert!(err.contains("memories/x is a file"), "{err}");
+    let err = nested(write("memories/p", "p"));
+    assert!(
+        err.contains("memories/p is a file, so memories/p/q.md"),
+        "{err}"
+    );
+    let err = nested(Change::one(
+        Op::Rename {
+            from: "memories/x".into(),
+            to: "memories/p/q.md/x".into(),
+        },
+        "t",
+    ));
+    assert!(err.contains("memories/p/q.md is a file"), "{err}");
+    // A renamed folder's files keep the path rules.
+    let err = nested(Change::one(
+        Op::Rename {
+            from: "memories/p".into(),
+            to: format!("memories/{}/{}", "d".repeat(250), "e".repeat(250)),
+        },
+        "t",
+    ));
+    assert!(err.contains("/q.md") && err.contains("512 bytes"), "{err}");
+
+    let half = "h".repeat(MAX_FILE_BYTES / 2 + 1);
+    let grown = log(&[append("HISTORY.md", &half, None)]);
+    let err = grown
+        .view()
+        .check(&append("HISTORY.md", &half, None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&MAX_FILE_BYTES.to_string()), "{err}");
+    let err = write("MEMORY.md", &"m".repeat(MAX_FILE_BYTES + 1))
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("MEMORY.md") && err.contains("262144"), "{err}");
+
+    // A problem the view already has does not block other changes.
+    let mut old = MemoryView::default();
+    for p in ["memories/a", "memories/a/b.md"] {
+        let op = Op::Write {
+            path: p.into(),
+            content: "x".into(),
+        };
+        old.apply(1, EntryId(1), at(0), &op);
+    }
+    let after = old.check(&write("memories/c.md", "c")).unwrap();
+    assert_eq!(after.content("memories/c.md"), Some("c"));
+    assert!(old.check(&write("memories/a/d.md", "d")).is_ok());
+}

@@ -1,11 +1,13 @@
 //! The memory view: the files a fold of changes leaves, and diffs between two views.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::{Op, paths};
-use crate::EntryId;
+use super::change::too_large;
+use super::{Change, MAX_FILE_BYTES, Op, check_path, paths};
+use crate::{EntryId, Error, Result};
 
 /// One file of the memory view.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +58,58 @@ impl MemoryView {
     /// Whether the change `id` still contributes text to `path`.
     pub fn is_current(&self, path: &str, id: EntryId) -> bool {
         self.files.get(path).is_some_and(|f| f.parts.contains(&id))
+    }
+
+    /// Checks that `change` may be recorded on this view, and returns the files as they
+    /// would be after it (the versions, times and parts of the files it touches are
+    /// placeholders, not those the recorded change gives them). Beyond
+    /// [`Change::validate`]: every file it creates or changes is at most
+    /// [`MAX_FILE_BYTES`] and has a valid path (a renamed folder's files too), and no file
+    /// comes to be inside another file (a path is a file or a folder, never both, on disk
+    /// as in memory). Problems the view already had are left to the changes that fix them.
+    ///
+    /// A `forget` is not simulated here: it only brings back text that was accepted once.
+    pub fn check(&self, change: &Change) -> Result<MemoryView> {
+        change.validate()?;
+        let mut after = self.clone();
+        for op in &change.ops {
+            after.apply(self.version + 1, EntryId(0), DateTime::UNIX_EPOCH, op);
+        }
+        for (path, file) in &after.files {
+            let before = self.files.get(path);
+            if before.is_some_and(|b| b.content == file.content) {
+                continue;
+            }
+            if before.is_none() {
+                check_path(path)?;
+            }
+            if file.content.len() > MAX_FILE_BYTES {
+                return Err(too_large(path, file.content.len()));
+            }
+        }
+        let nested_before: BTreeSet<&str> = self.nested().map(|(outer, _)| outer).collect();
+        if let Some((outer, inner)) = after
+            .nested()
+            .find(|(outer, _)| !nested_before.contains(outer))
+        {
+            return Err(Error::InvalidMemory(format!(
+                "{outer} is a file, so {inner} cannot be inside it (a path is either a file \
+                 or a folder)"
+            )));
+        }
+        Ok(after)
+    }
+
+    /// The files that other files are inside of, each with the first such file.
+    fn nested(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.files.keys().filter_map(|outer| {
+            let prefix = format!("{outer}/");
+            self.files
+                .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+                .next()
+                .filter(|(inner, _)| inner.starts_with(&prefix))
+                .map(|(inner, _)| (outer.as_str(), inner.as_str()))
+        })
     }
 
     pub(super) fn apply(&mut self, version: u64, id: EntryId, at: DateTime<Utc>, op: &Op) {
