@@ -12,13 +12,28 @@
 //! - reports a file changed on both sides since the last sync as a conflict and touches
 //!   neither side, unless the caller says which side wins.
 //!
-//! Hidden entries (a leading dot), editor backups (`name~`, `#name#`) and symlinks are not
-//! part of the workspace. Memory flags (MateClaw's enabled and sort order) live on the tape
-//! only.
+//! Whatever sync writes, it reads back: memory refuses at creation the names a sync passes
+//! over (hidden names with a leading dot, editor backups `#name#` and `name~`; see
+//! [`memory::check_path`]), names longer than the file system allows, a file inside a file
+//! and files over [`MAX_FILE_BYTES`]. Memory flags (MateClaw's enabled and sort order) live
+//! on the tape only.
+//!
+//! # Symlinks and paths sync cannot use
+//!
+//! A workspace whose own folders are symlinks — the workspace folder, the folders above it
+//! inside the data directory when it is the default one, `memory/`, `memories/`,
+//! `.memtape/` — is refused with an error naming the path. Inside it no symlink is ever
+//! followed: every folder on the way to a file is looked at (`lstat`) before it is read or
+//! written, folders are created one at a time, and the temporary file of a write is created
+//! only where nothing is. A path sync cannot read or write — a symlink, a folder where a
+//! file should be, a file where a folder should be, a socket, an unreadable file, a name
+//! that is not UTF-8 or breaks the path rules, too large, a hand edit memory refuses — is
+//! skipped and reported in [`SyncReport::skipped`], left as it is on both sides, and the
+//! rest is synced. Only a path that is not on disk at all is read as a deletion.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -206,6 +221,16 @@ fn folders_of(root: &Path, rel: &str) -> std::result::Result<Option<PathBuf>, St
     Ok(Some(dir))
 }
 
+/// Reads a file, but never more than one byte past [`MAX_FILE_BYTES`]: enough to tell it
+/// is too large without loading a huge file.
+fn read_limited(file: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    fs::File::open(file)?
+        .take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads the workspace file `rel`, following no symlink on the way.
 fn on_disk(root: &Path, rel: &str) -> OnDisk {
     let dir = match folders_of(root, rel) {
@@ -220,7 +245,7 @@ fn on_disk(root: &Path, rel: &str) -> OnDisk {
         Ok(m) if !m.is_file() => {
             OnDisk::Other("not a regular file (a socket, a pipe or a device)".into())
         }
-        Ok(_) => match fs::read(&file) {
+        Ok(_) => match read_limited(&file) {
             Ok(bytes) => OnDisk::File(bytes),
             Err(e) => OnDisk::Other(format!("unreadable: {e}")),
         },
@@ -350,7 +375,7 @@ fn scan(root: &Path) -> Result<Scanned> {
             } else if let Err(e) = memory::check_path(&rel) {
                 skipped.insert(rel, e.to_string());
             } else {
-                match fs::read(entry.path()) {
+                match read_limited(&entry.path()) {
                     Err(e) => {
                         skipped.insert(rel, format!("unreadable: {e}"));
                     }

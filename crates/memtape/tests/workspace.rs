@@ -183,11 +183,17 @@ fn files_that_cannot_be_memory_are_skipped_and_never_delete_anything() {
     fs::write(ws.join("MEMORY.md~"), "backup").unwrap();
     fs::write(ws.join(".MEMORY.md.swp"), "swap").unwrap();
     fs::write(ws.join("bad%2e%2e.md"), "x").unwrap();
+    fs::write(
+        ws.join("huge.md"),
+        "h".repeat(memtape::memory::MAX_FILE_BYTES + 1),
+    )
+    .unwrap();
     // MEMORY.md turns into bytes that are not UTF-8: skipped, not read as a deletion.
     fs::write(ws.join("MEMORY.md"), [0xff, 0xfe, 0x00]).unwrap();
     let report = engine.sync_workspace(&agent(), &ws, None).unwrap();
     let skipped: Vec<&str> = report.skipped.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(skipped, ["MEMORY.md", "bad%2e%2e.md"]);
+    assert_eq!(skipped, ["MEMORY.md", "bad%2e%2e.md", "huge.md"]);
+    assert!(report.skipped[2].1.contains("larger than"));
     assert!(report.recorded.is_empty());
     assert_eq!(engine.memory_log(&agent()).unwrap().0.version(), 1);
     assert_eq!(
