@@ -575,8 +575,11 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             if let Err(e) = memory::check_path(path) {
-                skipped.insert(path.clone(), format!("cannot be written: {e}"));
-                keep(&mut files);
+                // Memory holds it from before the path rules: reported, never written. A
+                // name only the last sync knew is forgotten; its file stays as it is.
+                if view.files.contains_key(path) {
+                    skipped.insert(path.clone(), format!("cannot be written: {e}"));
+                }
                 continue;
             }
             let now_on_disk = match on_disk(dir, path) {
