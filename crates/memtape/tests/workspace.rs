@@ -383,7 +383,11 @@ fn every_name_sync_writes_it_reads_back() {
     let state = ws.join(".memtape/sync.json");
     let mut old: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&state).unwrap()).unwrap();
-    for name in ["memories/.notes.md", "memories/#draft.md", "memories/backup.md~"] {
+    for name in [
+        "memories/.notes.md",
+        "memories/#draft.md",
+        "memories/backup.md~",
+    ] {
         fs::write(ws.join(name), "old\n").unwrap();
         old["files"][name] = "0".repeat(64).into();
     }
@@ -391,7 +395,10 @@ fn every_name_sync_writes_it_reads_back() {
     let report = engine.sync_workspace(&agent(), &ws, None).unwrap();
     assert!(report.is_quiet(), "{report:?}");
     assert_eq!(engine.memory_log(&agent()).unwrap().0.version(), version);
-    assert_eq!(fs::read_to_string(ws.join("memories/.notes.md")).unwrap(), "old\n");
+    assert_eq!(
+        fs::read_to_string(ws.join("memories/.notes.md")).unwrap(),
+        "old\n"
+    );
 }
 
 /// Issue 10: sync followed a symlinked folder and wrote outside the workspace. A workspace

@@ -25,6 +25,18 @@ pub const MEMORIES_DIR: &str = "memories/";
 /// The heading SESSION-STATE.md starts with (Qanot).
 pub const SESSION_STATE_HEADING: &str = "# SESSION-STATE.md -- Active Working Memory\n\n";
 
+/// The logs that grow by appends for as long as an agent runs — the working state
+/// (Qanot's WAL lines) and the event history (nanobot) — with what separates their entries.
+/// When an append would take one past the size limit, the file keeps its newest entries
+/// ([`MemoryView::fit`](super::MemoryView::fit)); the older ones stay in earlier versions.
+pub fn rolling(path: &str) -> Option<&'static str> {
+    match path {
+        SESSION_STATE => Some("\n"),
+        HISTORY => Some("\n\n"),
+        _ => None,
+    }
+}
+
 /// The daily note of `date`: `memory/YYYY-MM-DD.md`.
 pub fn daily(date: NaiveDate) -> String {
     format!("{DAILY_DIR}{}.md", date.format("%Y-%m-%d"))

@@ -100,6 +100,45 @@ impl MemoryView {
         Ok(after)
     }
 
+    /// `change` with every append that would take a rolling log ([`paths::rolling`]: the
+    /// working state, the event history) past [`MAX_FILE_BYTES`] turned into a write of
+    /// the log's newest text: its heading, then whole entries from the newest back, as
+    /// many as fit. The older entries stay in earlier versions of the file. Other changes,
+    /// and an append whose own text is over the limit, come back as they are (and
+    /// [`check`](Self::check) refuses what is too large).
+    pub fn fit(&self, mut change: Change) -> Change {
+        let rolling_append =
+            |op: &Op| matches!(op, Op::Append { path, .. } if paths::rolling(path).is_some());
+        if !change.ops.iter().any(rolling_append) {
+            return change;
+        }
+        let mut view = self.clone();
+        for op in &mut change.ops {
+            if let Op::Append {
+                path,
+                text,
+                heading,
+            } = op
+                && let Some(separator) = paths::rolling(path)
+            {
+                let heading = heading.as_deref().unwrap_or("");
+                let whole = match view.content(path) {
+                    Some(c) => format!("{c}{text}"),
+                    None => format!("{heading}{text}"),
+                };
+                // An op too large by itself is left for `check` to refuse.
+                if whole.len() > MAX_FILE_BYTES && heading.len() + text.len() <= MAX_FILE_BYTES {
+                    *op = Op::Write {
+                        path: path.clone(),
+                        content: newest(&whole, heading, separator),
+                    };
+                }
+            }
+            view.apply(self.version + 1, EntryId(0), DateTime::UNIX_EPOCH, op);
+        }
+        change
+    }
+
     /// The files that other files are inside of, each with the first such file.
     fn nested(&self) -> impl Iterator<Item = (&str, &str)> {
         self.files.keys().filter_map(|outer| {
@@ -196,6 +235,32 @@ impl MemoryView {
             Op::Clear => self.files.clear(),
         }
     }
+}
+
+/// The newest part of a log's `content` that fits [`MAX_FILE_BYTES`]: its `heading`, if it
+/// starts with it, then the text from the first entry start (after a `separator`) that
+/// leaves it short enough.
+fn newest(content: &str, heading: &str, separator: &str) -> String {
+    let head = if content.starts_with(heading) {
+        heading
+    } else {
+        ""
+    };
+    let body = &content[head.len()..];
+    let budget = MAX_FILE_BYTES.saturating_sub(head.len());
+    if body.len() <= budget {
+        return content.to_owned();
+    }
+    let mut cut = body.len() - budget;
+    while !body.is_char_boundary(cut) {
+        cut += 1;
+    }
+    if !body[..cut].ends_with(separator)
+        && let Some(at) = body[cut..].find(separator)
+    {
+        cut += at + separator.len();
+    }
+    format!("{head}{}", &body[cut..])
 }
 
 /// A unified diff from view `a` to view `b`, file by file (`a/PATH` → `b/PATH`); empty when
