@@ -452,7 +452,10 @@ impl<S: Store> Engine<S> {
         // (a deletion, or not written yet) or of the wrong type (reported, never a deletion).
         let before = self.memory_log(scope)?.0.view();
         for path in before.files.keys().chain(state.files.keys()) {
-            if disk.contains_key(path) || skipped.contains_key(path) {
+            if disk.contains_key(path)
+                || skipped.contains_key(path)
+                || memory::check_path(path).is_err()
+            {
                 continue;
             }
             let why = match on_disk(dir, path) {
