@@ -221,18 +221,20 @@ fn folders_of(root: &Path, rel: &str) -> std::result::Result<Option<PathBuf>, St
     Ok(Some(dir))
 }
 
-/// Reads a file, but never more than one byte past [`MAX_FILE_BYTES`]: enough to tell it
-/// is too large without loading a huge file.
-fn read_limited(file: &Path) -> std::io::Result<Vec<u8>> {
+/// How much of a memory file sync reads: one byte past [`MAX_FILE_BYTES`], enough to tell
+/// it is too large without loading a huge file.
+const READ_LIMIT: u64 = MAX_FILE_BYTES as u64 + 1;
+
+/// Reads at most `limit` bytes of a file.
+fn read_limited(file: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    fs::File::open(file)?
-        .take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
+    fs::File::open(file)?.take(limit).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
-/// Reads the workspace file `rel`, following no symlink on the way.
-fn on_disk(root: &Path, rel: &str) -> OnDisk {
+/// Reads (at most `limit` bytes of) the workspace file `rel`, following no symlink on the
+/// way.
+fn on_disk(root: &Path, rel: &str, limit: u64) -> OnDisk {
     let dir = match folders_of(root, rel) {
         Ok(Some(dir)) => dir,
         Ok(None) => return OnDisk::Missing,
@@ -245,7 +247,7 @@ fn on_disk(root: &Path, rel: &str) -> OnDisk {
         Ok(m) if !m.is_file() => {
             OnDisk::Other("not a regular file (a socket, a pipe or a device)".into())
         }
-        Ok(_) => match read_limited(&file) {
+        Ok(_) => match read_limited(&file, limit) {
             Ok(bytes) => OnDisk::File(bytes),
             Err(e) => OnDisk::Other(format!("unreadable: {e}")),
         },
@@ -375,7 +377,7 @@ fn scan(root: &Path) -> Result<Scanned> {
             } else if let Err(e) = memory::check_path(&rel) {
                 skipped.insert(rel, e.to_string());
             } else {
-                match read_limited(&entry.path()) {
+                match read_limited(&entry.path(), READ_LIMIT) {
                     Err(e) => {
                         skipped.insert(rel, format!("unreadable: {e}"));
                     }
@@ -423,7 +425,8 @@ impl<S: Store> Engine<S> {
         check_memory_scope(scope)?;
         check_workspace(dir, scope)?;
         let state_path = dir.join(STATE);
-        let state: State = match on_disk(dir, STATE) {
+        // The state grows with the workspace: read whole.
+        let state: State = match on_disk(dir, STATE, u64::MAX) {
             OnDisk::File(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 Error::Config(format!(
                     "{}: the sync state is unreadable ({e}); move it away to sync from scratch",
@@ -458,7 +461,7 @@ impl<S: Store> Engine<S> {
             {
                 continue;
             }
-            let why = match on_disk(dir, path) {
+            let why = match on_disk(dir, path, READ_LIMIT) {
                 OnDisk::Other(why) => why,
                 _ => match inside_skipped(&skipped, path) {
                     Some(folder) => format!("inside {folder}, which was skipped"),
@@ -585,7 +588,7 @@ impl<S: Store> Engine<S> {
                 }
                 continue;
             }
-            let now_on_disk = match on_disk(dir, path) {
+            let now_on_disk = match on_disk(dir, path, READ_LIMIT) {
                 OnDisk::File(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
                 OnDisk::Missing => None,
                 OnDisk::Other(why) => {

@@ -478,3 +478,23 @@ fn sync_never_follows_a_symlink() {
     assert_eq!(view.content("MEMORY.md"), Some("long-term\n"));
     assert!(view.content("memories/sub/secret.md").is_none());
 }
+
+/// The sync state grows with the workspace and is read whole, past the size limit of one
+/// memory file.
+#[test]
+fn a_workspace_of_thousands_of_files_stays_in_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = Engine::init(&tmp.path().join("store")).unwrap();
+    let ws = tmp.path().join("ws");
+    fs::create_dir_all(ws.join("memories/notes")).unwrap();
+    for i in 0..2500 {
+        let name = format!("memories/notes/{i:05}-a-rather-long-name-for-a-note-file.md");
+        fs::write(ws.join(name), format!("note {i}\n")).unwrap();
+    }
+    let report = engine.sync_workspace(&agent(), &ws, None).unwrap();
+    assert_eq!(report.recorded.len(), 2500);
+    let state = fs::metadata(ws.join(".memtape/sync.json")).unwrap().len();
+    assert!(state > memtape::memory::MAX_FILE_BYTES as u64, "{state}");
+    let report = engine.sync_workspace(&agent(), &ws, None).unwrap();
+    assert!(report.is_quiet(), "{:?}", report.skipped);
+}
