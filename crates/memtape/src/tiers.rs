@@ -79,7 +79,13 @@ impl<S: Store> Engine<S> {
 
     /// Records a change of `scope`'s memory computed by `compute` from the current log and
     /// view. `compute` returns `None` when there is nothing to change; it is called again
-    /// if another writer changed the scope first. Returns the recorded version.
+    /// if another writer changed the scope first. Returns the recorded version. A change
+    /// the view refuses ([`MemoryView::check`]: a bad path, a file over
+    /// [`MAX_FILE_BYTES`](memtape_core::memory::MAX_FILE_BYTES), a file inside a file) is
+    /// an [`Error::Invalid`] naming the rule, and nothing is recorded. An append that would
+    /// take the working state or the event history past the limit is recorded as a write
+    /// of their newest entries ([`MemoryView::fit`]), so WAL captures and /new keep working
+    /// however long an agent runs.
     pub fn change_memory(
         &self,
         scope: &Scope,
@@ -91,7 +97,10 @@ impl<S: Store> Engine<S> {
             let Some(change) = compute(&log, &view)? else {
                 return Ok(None);
             };
-            change.validate()?;
+            // A rolling log keeps its newest entries; then the one check of every write:
+            // paths, the size limit, no file inside a file.
+            let change = view.fit(change);
+            view.check(&change)?;
             let entry = NewEntry::new(scope.clone(), change.to_payload(), self.now()).if_last(base);
             match self.store_entries(vec![entry]) {
                 Ok(stored) => {

@@ -3,7 +3,8 @@
 //! Every tool is a [`ToolSpec`] (name, description, JSON schema of its input) in
 //! [`registry`], and runs through [`Engine::call_tool`], whichever surface calls it: Rust,
 //! the CLI, or (later) the HTTP and MCP servers. A call the tool refuses — a missing file,
-//! an ambiguous edit, a bad argument, a path outside the workspace — comes back as a
+//! an ambiguous edit, a bad argument, a path outside the workspace or one the workspace
+//! cannot hold, a file inside a file, a file over [`MAX_FILE_BYTES`] — comes back as a
 //! [`ToolOutput`] flagged `is_error`, with the text the model is shown, and changes
 //! nothing. Only a failure of the engine itself (the store) is an `Err`.
 //!
@@ -37,9 +38,8 @@ use crate::{Engine, Error, Result, memory_scope};
 
 pub use search::SearchLine;
 
-/// The largest memory file a tool writes, in bytes (256 KiB). Bub recommends keeping
-/// long-term memory under 4 KB; this is the hard stop that keeps a runaway write out.
-pub const MAX_FILE_BYTES: usize = 256 * 1024;
+/// The largest memory file, in bytes (256 KiB): the one limit of every way into memory.
+pub use memtape_core::memory::MAX_FILE_BYTES;
 
 /// The most lines one `view` returns; longer files are read with `view_range`.
 pub const MAX_VIEW_LINES: usize = 2000;
@@ -166,9 +166,10 @@ impl<S: Store> Engine<S> {
         match result {
             Ok(out) => Ok(out),
             Err(Error::Tool(text)) => Ok(refused(text)),
-            Err(Error::Invalid(e @ memtape_core::Error::InvalidPath { .. })) => {
-                Ok(refused(format!("Error: {e}")))
-            }
+            Err(Error::Invalid(
+                e @ (memtape_core::Error::InvalidPath { .. }
+                | memtape_core::Error::InvalidMemory(_)),
+            )) => Ok(refused(format!("Error: {e}"))),
             Err(e) => Err(e),
         }
     }

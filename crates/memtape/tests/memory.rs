@@ -213,3 +213,104 @@ fn clear_removes_every_file_but_keeps_the_versions() {
     let (log, _) = e.memory_log(&a).unwrap();
     assert_eq!(log.view_at(1).content(paths::MEMORY), Some("x"));
 }
+
+/// Issue 10: `memory daily` from stdin took 26.9 MB while `files create` capped at
+/// 256 KiB. One limit for every way into memory, for each op and for the file it makes.
+#[test]
+fn one_size_limit_for_every_way_into_memory() {
+    use memtape::memory::MAX_FILE_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_at(dir.path(), 10);
+    let a = agent();
+    let big = "x".repeat(MAX_FILE_BYTES + 1);
+    let limit = MAX_FILE_BYTES.to_string();
+    let refused = |result: Result<memtape::memory::Recorded, memtape::Error>| match result {
+        Ok(r) => panic!("version {} was recorded over the limit", r.version),
+        Err(err) => {
+            let text = err.to_string();
+            assert!(text.contains(&limit), "{text}");
+        }
+    };
+    refused(e.append_daily(&a, &big, None));
+    refused(e.save_long_term(&a, &big));
+    refused(e.append_history(&a, &big));
+    // Each op is under the limit, the file it would make is not.
+    let half = "y".repeat(MAX_FILE_BYTES / 2 + 1);
+    e.append_daily(&a, &half, None).unwrap();
+    refused(e.append_daily(&a, &half, None));
+    // Checked on the change itself, so imports and every other way in refuse it too.
+    let change = Change::one(
+        Op::Append {
+            path: "memories/x.md".into(),
+            text: big.clone(),
+            heading: None,
+        },
+        "import",
+    );
+    let text = change.validate().unwrap_err().to_string();
+    assert!(text.contains(&limit), "{text}");
+    let out = e
+        .call_tool(&a, "memory.daily", &serde_json::json!({"content": big}))
+        .unwrap();
+    assert!(out.is_error && out.text.contains(&limit), "{}", out.text);
+    assert_eq!(e.memory_log(&a).unwrap().0.version(), 1);
+}
+
+/// The size limit never stops the logs that grow for as long as an agent runs: the working
+/// state (WAL captures) and the event history (/new) keep their newest entries, and the
+/// older ones stay in earlier versions.
+#[test]
+fn the_working_state_and_the_history_keep_their_newest_entries_under_the_limit() {
+    use memtape::memory::MAX_FILE_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_at(dir.path(), 10);
+    let a = agent();
+    let entry = |i: usize| format!("entry {i} {}", "h".repeat(MAX_FILE_BYTES / 5));
+    for i in 0..12 {
+        e.append_history(&a, &entry(i)).unwrap();
+    }
+    let history = e
+        .memory(&a)
+        .unwrap()
+        .content(paths::HISTORY)
+        .unwrap()
+        .to_owned();
+    assert!(history.len() <= MAX_FILE_BYTES, "{}", history.len());
+    assert!(
+        history.starts_with("[2026-02-10 12:00] entry "),
+        "whole entries only"
+    );
+    assert!(history.ends_with(&format!("{}\n\n", entry(11))));
+    assert_eq!(history.matches("[2026-02-10").count(), 4);
+    let (log, _) = e.memory_log(&a).unwrap();
+    assert!(
+        log.view_at(2)
+            .content(paths::HISTORY)
+            .unwrap()
+            .contains("entry 0 ")
+    );
+
+    let line = format!("- [2026-02-10 12:00] {}\n", "s".repeat(10_000));
+    for _ in 0..30 {
+        e.record_memory(
+            &a,
+            Change::one(
+                Op::Append {
+                    path: paths::SESSION_STATE.into(),
+                    text: line.clone(),
+                    heading: Some(paths::SESSION_STATE_HEADING.into()),
+                },
+                "wal",
+            ),
+        )
+        .unwrap();
+    }
+    let state = e.memory(&a).unwrap();
+    let state = state.content(paths::SESSION_STATE).unwrap();
+    assert!(state.len() <= MAX_FILE_BYTES);
+    assert!(state.starts_with(&format!("{}{line}", paths::SESSION_STATE_HEADING)));
+    // Daily notes are not logs of this kind: past the limit they are refused.
+    let big = "d".repeat(MAX_FILE_BYTES / 2 + 1);
+    e.append_daily(&a, &big, None).unwrap();
+    assert!(e.append_daily(&a, &big, None).is_err());
+}

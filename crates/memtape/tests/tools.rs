@@ -187,7 +187,6 @@ fn anthropic_memory_tool_lists_two_levels_and_deletes_and_renames_folders() {
         ("/memories/a.md", "a".repeat(100)),
         ("/memories/p/b.md", "b".repeat(2048)),
         ("/memories/p/q/deep.md", "d".repeat(10)),
-        ("/memories/.hidden.md", "h".into()),
         ("/memories/node_modules/x.md", "n".into()),
     ] {
         memory(
@@ -612,4 +611,74 @@ fn the_registry_has_one_schema_per_tool_and_unknown_tools_are_refused() {
         .call_tool(&agent(), "memory.delete_everything", &json!({}))
         .unwrap();
     assert!(out.is_error && out.text.contains("unknown tool"));
+}
+
+/// Issue 10: names a sync cannot write or read back (hidden, editor backups, over the file
+/// system's 255 bytes a name, a NUL) and a file that would be a folder of another file (or
+/// the other way round) are refused when the tool is called, naming the rule.
+#[test]
+fn names_sync_cannot_manage_are_refused_at_creation() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let long = format!("/memories/{}.md", "n".repeat(297));
+    for (path, rule) in [
+        ("/memories/.notes.md", "hidden"),
+        ("/memories/sub/.git/config", "hidden"),
+        ("/memories/#draft.md", "editor"),
+        ("/memories/backup.md~", "editor"),
+        (long.as_str(), "255 bytes"),
+        ("/memories/a\u{0}b.md", "control characters"),
+    ] {
+        let text = refused(
+            &e,
+            "memory",
+            json!({"command": "create", "path": path, "file_text": "x"}),
+        );
+        assert!(text.contains(rule), "{path}: {text}");
+    }
+    let text = refused(
+        &e,
+        "write_workspace_memory_file",
+        json!({"filename": ".notes.md", "content": "x"}),
+    );
+    assert!(
+        text.contains("hidden") && text.contains(".notes.md"),
+        "{text}"
+    );
+
+    // A file inside a file, and a file where a folder is.
+    memory(
+        &e,
+        json!({"command": "create", "path": "/memories/x", "file_text": "x"}),
+    );
+    let text = refused(
+        &e,
+        "memory",
+        json!({"command": "create", "path": "/memories/x/y.md", "file_text": "y"}),
+    );
+    assert_eq!(
+        text,
+        "Error: /memories/x is a file; /memories/x/y.md cannot be created inside it"
+    );
+    memory(
+        &e,
+        json!({"command": "create", "path": "/memories/p/q.md", "file_text": "q"}),
+    );
+    let text = refused(
+        &e,
+        "write_workspace_memory_file",
+        json!({"filename": "memories/x/z.md", "content": "z"}),
+    );
+    assert!(text.contains("is a file"), "{text}");
+    let text = refused(
+        &e,
+        "memory",
+        json!({"command": "rename", "old_path": "/memories/x", "new_path": "/memories/p/q.md/x"}),
+    );
+    assert!(text.contains("is a file"), "{text}");
+    refused(
+        &e,
+        "memory",
+        json!({"command": "create", "path": "/memories/p", "file_text": "p"}),
+    );
 }

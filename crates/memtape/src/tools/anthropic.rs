@@ -117,6 +117,15 @@ fn is_dir(view: &MemoryView, relative: &str) -> bool {
     view.files.keys().any(|p| p.starts_with(&prefix))
 }
 
+/// The file of `view` that `relative` would be inside, if any (a path is a file or a
+/// folder, never both).
+fn file_above<'v>(view: &'v MemoryView, relative: &str) -> Option<&'v str> {
+    relative
+        .match_indices('/')
+        .map(|(i, _)| &relative[..i])
+        .find_map(|folder| view.files.get_key_value(folder).map(|(p, _)| p.as_str()))
+}
+
 /// Whether `relative` names a file or a folder of `view`.
 fn exists(view: &MemoryView, relative: &str) -> bool {
     view.files.contains_key(relative) || is_dir(view, relative)
@@ -179,6 +188,12 @@ pub(super) fn call<S: Store>(
                 if is_dir(&view, &relative) {
                     return Err(Error::Tool(format!(
                         "Error: {path} is a directory; create a file inside it"
+                    )));
+                }
+                if let Some(file) = file_above(&view, &relative) {
+                    return Err(Error::Tool(format!(
+                        "Error: {} is a file; {path} cannot be created inside it",
+                        shown(file)
                     )));
                 }
                 Ok(Some(Change::one(
