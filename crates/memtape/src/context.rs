@@ -244,8 +244,12 @@ impl<S: Store> Engine<S> {
             }
         };
         let through = new.last().map_or(EntryId(0), |x| x.id);
-        let change = Change::one(op, "context.working_buffer");
+        // The same checks every memory change passes (a long buffer keeps its newest
+        // exchanges under the size limit).
+        let view = self.memory_log(memory_scope)?.0.view();
+        let change = view.fit(Change::one(op, "context.working_buffer"));
         change.validate()?;
+        view.check(&change)?;
         let mark = BuiltinEvent::working_buffer(through).to_payload();
         self.append_entries(vec![
             NewEntry::new(memory_scope.clone(), change.to_payload(), now),

@@ -26,13 +26,15 @@ pub const MEMORIES_DIR: &str = "memories/";
 pub const SESSION_STATE_HEADING: &str = "# SESSION-STATE.md -- Active Working Memory\n\n";
 
 /// The logs that grow by appends for as long as an agent runs — the working state
-/// (Qanot's WAL lines) and the event history (nanobot) — with what separates their entries.
+/// (Qanot's WAL lines), the event history (nanobot) and Qanot's working buffer (its
+/// exchanges) — with what separates their entries.
 /// When an append would take one past the size limit, the file keeps its newest entries
 /// ([`MemoryView::fit`](super::MemoryView::fit)); the older ones stay in earlier versions.
 pub fn rolling(path: &str) -> Option<&'static str> {
     match path {
         SESSION_STATE => Some("\n"),
         HISTORY => Some("\n\n"),
+        WORKING_BUFFER => Some("\n"),
         _ => None,
     }
 }
