@@ -414,7 +414,7 @@ pub fn build(
         .into_iter()
         .map(|(id, m)| part(Some(id), m))
         .collect();
-    let mut head: Vec<Part> = head.into_iter().map(|(id, m)| part(Some(id), m)).collect();
+    let head: Vec<Part> = head.into_iter().map(|(id, m)| part(Some(id), m)).collect();
 
     let mut system = Message::text(
         Role::System,
@@ -456,92 +456,41 @@ pub fn build(
         repair(conv, counter)
     };
 
-    let mut compaction = compaction;
-    let usage = tokens_of(&assemble(&compaction, &head, &history), &current) as f64 / max as f64;
-    let mut record = None;
-    let mut summary_cached = false;
-    let mut summary_error = None;
+    let mut fitted = Conversation {
+        head,
+        history,
+        compaction,
+        record: None,
+    };
+    let usage = tokens_of(
+        &assemble(&fitted.compaction, &fitted.head, &fitted.history),
+        &current,
+    ) as f64
+        / max as f64;
+    let mut summary = SummaryOutcome::default();
     let mut working_buffer = false;
     match &config.policy {
         Policy::MateClaw(p) if !request.emergency && usage > p.compact_trigger_ratio => {
-            let refs: Vec<&Message> = history.iter().map(|p| &p.message).collect();
-            let split = recent_pairs_start(&refs, p.preserve_recent_pairs);
-            if let Some(through) = history[..split].iter().rev().find_map(|p| p.id) {
-                let previous = match &compaction {
-                    Some(Compaction::MateClaw {
-                        summary, messages, ..
-                    }) => Some((summary.as_str(), *messages)),
-                    _ => None,
-                };
-                let ttl = chrono::Duration::minutes(p.summary_cache_minutes);
-                let cached = cache.iter().find_map(|(c, at)| match c {
-                    Compaction::MateClaw {
-                        from,
-                        through: t,
-                        summary,
-                        ..
-                    } if *from == after && *t == through && now - *at <= ttl => {
-                        Some(summary.clone())
-                    }
-                    _ => None,
-                });
-                summary_cached = cached.is_some();
-                let summary = match cached {
-                    Some(s) => Ok(s),
-                    None => {
-                        let old: Vec<Message> =
-                            history[..split].iter().map(|p| p.message.clone()).collect();
-                        summarizer.summarize(&old, previous.map(|(s, _)| s))
-                    }
-                };
-                match summary {
-                    Ok(summary) => {
-                        let made = Compaction::MateClaw {
-                            from: after,
-                            through,
-                            messages: previous.map_or(0, |(_, n)| n) + split,
-                            summary,
-                        };
-                        history.drain(..split);
-                        head.clear();
-                        record = Some(made.clone());
-                        compaction = Some(made);
-                    }
-                    Err(e) => summary_error = Some(e.to_string()),
-                }
-            }
+            summary = compact_mateclaw(&mut fitted, p, after, now, cache, summarizer);
         }
         Policy::Qanot(q) if !request.emergency => {
             working_buffer = usage >= q.buffer_ratio;
             if usage > q.compaction_ratio {
-                let (previous_removed, list): (usize, Vec<&Part>) = match &compaction {
-                    Some(Compaction::Qanot { removed, .. }) => {
-                        (*removed, head.iter().chain(history.iter()).collect())
-                    }
-                    _ => (0, history.iter().collect()),
-                };
-                if let Some((head_end, tail_start)) =
-                    qanot_split(list.len(), q.keep_first, q.keep_last)
-                    && let Some(through) = list[..tail_start].iter().rev().find_map(|p| p.id)
-                {
-                    let new_head: Vec<Part> =
-                        list[..head_end].iter().map(|p| (*p).clone()).collect();
-                    let new_history: Vec<Part> =
-                        list[tail_start..].iter().map(|p| (*p).clone()).collect();
-                    let made = Compaction::Qanot {
-                        head: new_head.iter().filter_map(|p| p.id).collect(),
-                        through,
-                        removed: previous_removed + (tail_start - head_end),
-                    };
-                    head = new_head;
-                    history = new_history;
-                    record = Some(made.clone());
-                    compaction = Some(made);
-                }
+                compact_qanot(&mut fitted, q);
             }
         }
         _ => {}
     }
+    let Conversation {
+        head,
+        history,
+        compaction,
+        record,
+    } = fitted;
+    let SummaryOutcome {
+        cached: summary_cached,
+        error: summary_error,
+    } = summary;
 
     let mut conv = assemble(&compaction, &head, &history);
     let assembled = conv.len();
@@ -635,6 +584,119 @@ pub fn build(
         over_budget: tokens > max,
     };
     Ok(Built { context, record })
+}
+
+/// The conversation a compaction policy works on: Qanot's kept first messages, the history
+/// after the compaction in effect, that compaction, and the one made now (to record).
+struct Conversation {
+    head: Vec<Part>,
+    history: Vec<Part>,
+    compaction: Option<Compaction>,
+    record: Option<Compaction>,
+}
+
+/// How MateClaw's summary went: taken from the cache, or failed (the messages are kept).
+#[derive(Default)]
+struct SummaryOutcome {
+    cached: bool,
+    error: Option<String>,
+}
+
+/// MateClaw's compaction: everything before the last `preserve_recent_pairs` turns is
+/// summarized (folding in the summary in effect), unless a summary of exactly that span made
+/// within `summary_cache_minutes` can be reused. A failed summary keeps the messages.
+fn compact_mateclaw(
+    conv: &mut Conversation,
+    p: &MateClaw,
+    after: EntryId,
+    now: DateTime<Utc>,
+    cache: &[(Compaction, DateTime<Utc>)],
+    summarizer: &dyn Summarizer,
+) -> SummaryOutcome {
+    let refs: Vec<&Message> = conv.history.iter().map(|p| &p.message).collect();
+    let split = recent_pairs_start(&refs, p.preserve_recent_pairs);
+    let Some(through) = conv.history[..split].iter().rev().find_map(|p| p.id) else {
+        return SummaryOutcome::default();
+    };
+    let previous = match &conv.compaction {
+        Some(Compaction::MateClaw {
+            summary, messages, ..
+        }) => Some((summary.as_str(), *messages)),
+        _ => None,
+    };
+    let ttl = chrono::Duration::minutes(p.summary_cache_minutes);
+    let cached = cache.iter().find_map(|(c, at)| match c {
+        Compaction::MateClaw {
+            from,
+            through: t,
+            summary,
+            ..
+        } if *from == after && *t == through && now - *at <= ttl => Some(summary.clone()),
+        _ => None,
+    });
+    let outcome = SummaryOutcome {
+        cached: cached.is_some(),
+        error: None,
+    };
+    let summary = match cached {
+        Some(s) => Ok(s),
+        None => {
+            let old: Vec<Message> = conv.history[..split]
+                .iter()
+                .map(|p| p.message.clone())
+                .collect();
+            summarizer.summarize(&old, previous.map(|(s, _)| s))
+        }
+    };
+    match summary {
+        Ok(summary) => {
+            let made = Compaction::MateClaw {
+                from: after,
+                through,
+                messages: previous.map_or(0, |(_, n)| n) + split,
+                summary,
+            };
+            conv.history.drain(..split);
+            conv.head.clear();
+            conv.record = Some(made.clone());
+            conv.compaction = Some(made);
+            outcome
+        }
+        Err(e) => SummaryOutcome {
+            error: Some(e.to_string()),
+            ..outcome
+        },
+    }
+}
+
+/// Qanot's compaction: keep the first `keep_first` and the last `keep_last` messages of
+/// the conversation (counting the head of a Qanot compaction in effect) and remove the
+/// middle, adding to the count of removed messages.
+fn compact_qanot(conv: &mut Conversation, q: &Qanot) {
+    let (previous_removed, list): (usize, Vec<&Part>) = match &conv.compaction {
+        Some(Compaction::Qanot { removed, .. }) => (
+            *removed,
+            conv.head.iter().chain(conv.history.iter()).collect(),
+        ),
+        _ => (0, conv.history.iter().collect()),
+    };
+    let Some((head_end, tail_start)) = qanot_split(list.len(), q.keep_first, q.keep_last) else {
+        return;
+    };
+    let Some(through) = list[..tail_start].iter().rev().find_map(|p| p.id) else {
+        return;
+    };
+    let head: Vec<Part> = list[..head_end].iter().map(|p| (*p).clone()).collect();
+    let history: Vec<Part> = list[tail_start..].iter().map(|p| (*p).clone()).collect();
+    let made = Compaction::Qanot {
+        head: head.iter().filter_map(|p| p.id).collect(),
+        through,
+        removed: previous_removed + (tail_start - head_end),
+    };
+    conv.head = head;
+    conv.history = history;
+    conv.record = Some(made.clone());
+    conv.compaction = Some(made);
 }
 
 /// Keeps the conversation valid for an LLM API (nanobot's history rules, without a

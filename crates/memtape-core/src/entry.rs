@@ -106,8 +106,15 @@ impl Kind {
     }
 
     /// Whether entries of this kind are part of the conversation (messages in a thread).
+    /// The one rule: every other use (history reads, thread walks, parent links, the
+    /// scope's message count) asks this.
     pub fn is_conversational(self) -> bool {
         !matches!(self, Kind::Anchor | Kind::Event)
+    }
+
+    /// The conversational kinds, in [`Kind::ALL`] order.
+    pub fn conversational() -> impl Iterator<Item = Kind> {
+        Kind::ALL.into_iter().filter(|k| k.is_conversational())
     }
 }
 

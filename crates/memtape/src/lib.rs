@@ -65,14 +65,6 @@ pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The conversational kinds: the entries that make up threads and history.
-const CONVERSATIONAL: [Kind; 4] = [
-    Kind::Message,
-    Kind::ToolCall,
-    Kind::ToolResult,
-    Kind::System,
-];
-
 /// How many entries history and thread walks read from the store at a time.
 const PAGE: usize = 256;
 
@@ -277,7 +269,7 @@ impl<S: Store> Engine<S> {
             let filter = Filter {
                 after: Some(stop_at),
                 before: Some(EntryId(id.0 + 1)),
-                kinds: CONVERSATIONAL.to_vec(),
+                kinds: Kind::conversational().collect(),
                 order: Order::Desc,
                 limit: Some(PAGE.min(max.saturating_add(1))),
                 ..Filter::default()
