@@ -67,15 +67,20 @@ fn readable(value: &Value) -> String {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         Value::Bool(_) | Value::Number(_) => value.to_string(),
-        Value::Array(items) => items.iter().map(readable).collect::<Vec<_>>().join(", "),
+        Value::Array(items) => items.iter().map(nested).collect::<Vec<_>>().join(", "),
         Value::Object(map) => map
             .iter()
-            .map(|(k, v)| match v {
-                Value::Object(_) => format!("{k}: ({})", readable(v)),
-                _ => format!("{k}: {}", readable(v)),
-            })
+            .map(|(k, v)| format!("{k}: {}", nested(v)))
             .collect::<Vec<_>>()
             .join("; "),
+    }
+}
+
+/// A value inside another: objects in parentheses, so their pairs stay apart.
+fn nested(value: &Value) -> String {
+    match value {
+        Value::Object(_) => format!("({})", readable(value)),
+        _ => readable(value),
     }
 }
 
@@ -178,7 +183,7 @@ impl<'a> ScopeOut<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum PayloadOut<'a> {
-    Message(&'a Message),
+    Message(MessageOut<'a>),
     Anchor {
         name: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -188,6 +193,44 @@ enum PayloadOut<'a> {
         name: &'a str,
         data: &'a Value,
     },
+}
+
+/// A message with every field (entries are lossless on the wire; history uses the
+/// narrower [`ChatMessage`]).
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    role: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a Content>,
+    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+    tool_calls: &'a [ToolCall],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    /// Dify's file references, in Dify's shape.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    files: Vec<Value>,
+}
+
+impl<'a> MessageOut<'a> {
+    fn of(m: &'a Message) -> Self {
+        MessageOut {
+            role: m.role.as_str(),
+            content: m.content.as_ref(),
+            tool_calls: &m.tool_calls,
+            tool_call_id: m.tool_call_id.as_deref(),
+            name: m.name.as_deref(),
+            reasoning_content: m.reasoning_content.as_deref(),
+            files: m
+                .files
+                .iter()
+                .filter_map(|f| serde_json::to_value(f).ok())
+                .collect(),
+        }
+    }
 }
 
 /// A tape entry on the wire.
@@ -213,7 +256,7 @@ impl<'a> EntryOut<'a> {
             parent: e.parent.map(|p| p.0),
             created_at: e.created_at,
             payload: match &e.payload {
-                Payload::Message(m) => PayloadOut::Message(m),
+                Payload::Message(m) => PayloadOut::Message(MessageOut::of(m)),
                 Payload::Anchor(a) => PayloadOut::Anchor {
                     name: &a.name,
                     state: a.state.as_ref(),
