@@ -346,8 +346,16 @@ struct SyncOut<'a> {
     version: Option<u64>,
     written: &'a [String],
     removed: &'a [String],
-    conflicts: Vec<&'a str>,
+    conflicts: Vec<ConflictOut<'a>>,
     skipped: Vec<SkippedOut<'a>>,
+}
+
+/// A file changed on both sides, with both versions (`None`: deleted on that side).
+#[derive(Serialize)]
+struct ConflictOut<'a> {
+    path: &'a str,
+    disk: Option<&'a str>,
+    tape: Option<&'a str>,
 }
 
 /// A file sync skipped, and why.
@@ -580,7 +588,15 @@ fn print_report(report: &SyncReport, json: bool, out: &mut impl Write) -> Result
             version: report.version,
             written: &report.written,
             removed: &report.removed,
-            conflicts: report.conflicts.iter().map(|c| c.path.as_str()).collect(),
+            conflicts: report
+                .conflicts
+                .iter()
+                .map(|c| ConflictOut {
+                    path: &c.path,
+                    disk: c.disk.as_deref(),
+                    tape: c.tape.as_deref(),
+                })
+                .collect(),
             skipped: report
                 .skipped
                 .iter()
