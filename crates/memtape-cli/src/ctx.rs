@@ -24,7 +24,7 @@ const MODELS_ENV: &str = "MEMTAPE_MODELS";
 #[derive(Args, Debug, Default)]
 pub struct Globals {
     /// Show no progress and no summaries on stderr (results and errors still print).
-    #[arg(long, short)]
+    #[arg(long, short, global = true)]
     pub quiet: bool,
     /// Let the tools memtape runs (pip, the model hub client) print their own output.
     #[arg(long, short)]

@@ -366,8 +366,13 @@ fn search_prints_scores_and_events_readably() {
 #[test]
 fn quiet_silences_progress_and_summaries() {
     let r = Run::new();
-    let out = r.cmd(&["--quiet", "bench", "context", "--turns", "3"]);
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
-    assert!(!out.stdout.is_empty());
+    for args in [
+        ["--quiet", "bench", "context", "--turns", "3"],
+        ["bench", "context", "--turns", "3", "--quiet"],
+    ] {
+        let out = r.cmd(&args);
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+        assert!(!out.stdout.is_empty());
+    }
 }
