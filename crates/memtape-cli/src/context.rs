@@ -5,13 +5,54 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use memtape::{
     Context, ContextConfig, ContextRequest, MateClaw, Message, Policy, Qanot, Role, TimePrecision,
 };
-use serde_json::Value;
+use serde::Serialize;
 
-use crate::{Cli, output, session_scope, write_report};
+use crate::ctx::{Ctx, ScopeArgs, existing_session, open};
+use crate::output::{self, ChatMessage, escape};
+use crate::progress::Progress;
+
+/// A compaction policy.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyArg {
+    /// MateClaw: summarize all but the most recent pairs.
+    Mateclaw,
+    /// Qanot: keep the first and last messages, summarize the middle.
+    Qanot,
+}
+
+impl PolicyArg {
+    fn policy(self) -> Policy {
+        match self {
+            PolicyArg::Mateclaw => Policy::MateClaw(MateClaw::default()),
+            PolicyArg::Qanot => Policy::Qanot(Qanot::default()),
+        }
+    }
+}
+
+/// How precisely the current time is written into the system message.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionArg {
+    /// The date only.
+    Day,
+    /// The date and hour.
+    Hour,
+    /// The date, hour and minute.
+    Minute,
+}
+
+impl From<PrecisionArg> for TimePrecision {
+    fn from(p: PrecisionArg) -> TimePrecision {
+        match p {
+            PrecisionArg::Day => TimePrecision::Day,
+            PrecisionArg::Hour => TimePrecision::Hour,
+            PrecisionArg::Minute => TimePrecision::Minute,
+        }
+    }
+}
 
 /// `memtape context SESSION …`
 #[derive(Args, Clone, Debug)]
@@ -19,16 +60,17 @@ pub struct ContextArgs {
     /// The session key.
     session: String,
     /// The token budget: the most tokens the prompt may have (MateClaw's max input tokens).
-    #[arg(long, default_value_t = memtape::context::DEFAULT_MAX_INPUT_TOKENS)]
+    #[arg(long, default_value_t = memtape::context::DEFAULT_MAX_INPUT_TOKENS,
+          value_parser = budget)]
     budget: usize,
     /// The compaction policy.
-    #[arg(long, default_value = "mateclaw", value_parser = ["mateclaw", "qanot"])]
-    policy: String,
+    #[arg(long, value_enum, default_value = "mateclaw")]
+    policy: PolicyArg,
     /// The agent's system prompt.
     #[arg(long, default_value = "", value_name = "TEXT")]
     system: String,
     /// The message being answered, when it is not on the tape (default: the user message
-    /// that ends the session).
+    /// that ends the session, which must then exist).
     #[arg(long, value_name = "TEXT")]
     message: Option<String>,
     /// Build for a retry after the model refused the prompt as too long
@@ -39,64 +81,109 @@ pub struct ContextArgs {
     #[arg(long)]
     dry_run: bool,
     /// How precisely the current time is written into the system message.
-    #[arg(long, default_value = "hour", value_parser = ["day", "hour", "minute"])]
-    time_precision: String,
+    #[arg(long, value_enum, default_value = "hour")]
+    time_precision: PrecisionArg,
     /// Print JSON: {"messages": [...], "tokens": N, ...}.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 }
 
-fn policy(name: &str) -> Policy {
-    match name {
-        "qanot" => Policy::Qanot(Qanot::default()),
-        _ => Policy::MateClaw(MateClaw::default()),
-    }
-}
-
-fn precision(name: &str) -> TimePrecision {
-    match name {
-        "day" => TimePrecision::Day,
-        "minute" => TimePrecision::Minute,
-        _ => TimePrecision::Hour,
+/// A token budget: a whole number of at least 1.
+fn budget(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "the token budget must be a whole number of at least 1, not {text}"
+        )),
     }
 }
 
 /// Builds the context of a session and prints it. Records a new compaction on the
 /// session's tape (so the next call reuses it) unless `--dry-run`.
-pub fn context(cli: &Cli, args: &ContextArgs, out: &mut impl Write) -> Result<()> {
-    let engine = crate::open(cli)?;
+pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
     let request = ContextRequest {
         system_prompt: args.system.clone(),
         message: args.message.clone().map(Message::user),
         config: ContextConfig {
-            time_precision: precision(&args.time_precision),
-            ..ContextConfig::new(args.budget, policy(&args.policy))
+            time_precision: args.time_precision.into(),
+            ..ContextConfig::new(args.budget, args.policy.policy())
         },
         emergency: args.emergency,
         record: !args.dry_run,
     };
-    let session = session_scope(cli, &args.session)?;
+    // With --message the prompt can open a session that has nothing on its tape yet;
+    // without, a session that does not exist is a typo, not an empty prompt.
+    let session = match &args.message {
+        Some(_) => ctx.session_scope(&args.session)?,
+        None => existing_session(&engine, ctx, &args.session)?,
+    };
     let built = engine
         .context(&session, &request)
         .with_context(|| format!("building the context of {session}"))?;
     if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&context_json(&built)?)?
-        )?;
+        output::json(out, &ContextOut::of(&built))?;
     } else {
         print_human(&built, out)?;
     }
     Ok(())
 }
 
-/// The context as JSON: every field of [`Context`], with the messages as OpenAI chat
+/// The compaction in effect, on the wire.
+#[derive(Serialize)]
+struct CompactionOut {
+    policy: &'static str,
+    through: u64,
+}
+
+/// The context on the wire: every field of [`Context`], with the messages as OpenAI chat
 /// messages (the same shape as `history --json`).
-fn context_json(context: &Context) -> Result<Value> {
-    let mut value = serde_json::to_value(context)?;
-    value["messages"] = Value::Array(context.messages.iter().map(output::chat_message).collect());
-    Ok(value)
+#[derive(Serialize)]
+struct ContextOut<'a> {
+    messages: Vec<ChatMessage<'a>>,
+    tokens: usize,
+    max_input_tokens: usize,
+    policy: &'static str,
+    history_messages: usize,
+    compaction: Option<CompactionOut>,
+    compacted: bool,
+    summary_cached: bool,
+    summary_error: Option<&'a str>,
+    emergency: bool,
+    trimmed: usize,
+    truncated_tool_results: usize,
+    working_buffer: bool,
+    recovery: bool,
+    stable_prefix_tokens: usize,
+    over_budget: bool,
+}
+
+impl<'a> ContextOut<'a> {
+    fn of(c: &'a Context) -> Self {
+        ContextOut {
+            messages: c.messages.iter().map(ChatMessage::of).collect(),
+            tokens: c.tokens,
+            max_input_tokens: c.max_input_tokens,
+            policy: c.policy,
+            history_messages: c.history_messages,
+            compaction: c.compaction.as_ref().map(|k| CompactionOut {
+                policy: k.policy(),
+                through: k.through().0,
+            }),
+            compacted: c.compacted,
+            summary_cached: c.summary_cached,
+            summary_error: c.summary_error.as_deref(),
+            emergency: c.emergency,
+            trimmed: c.trimmed,
+            truncated_tool_results: c.truncated_tool_results,
+            working_buffer: c.working_buffer,
+            recovery: c.recovery,
+            stable_prefix_tokens: c.stable_prefix_tokens,
+            over_budget: c.over_budget,
+        }
+    }
 }
 
 fn print_human(context: &Context, out: &mut impl Write) -> Result<()> {
@@ -132,10 +219,10 @@ fn print_human(context: &Context, out: &mut impl Write) -> Result<()> {
     for m in &context.messages {
         let mut head = format!("[{}", m.role.as_str());
         if let Some(name) = &m.name {
-            head.push_str(&format!(" {name}"));
+            head.push_str(&format!(" {}", escape(name, true)));
         }
         if let Some(id) = &m.tool_call_id {
-            head.push_str(&format!(" answers {id}"));
+            head.push_str(&format!(" answers {}", escape(id, true)));
         }
         head.push(']');
         writeln!(out, "\n{head}")?;
@@ -143,12 +230,14 @@ fn print_human(context: &Context, out: &mut impl Write) -> Result<()> {
             writeln!(
                 out,
                 "(calls {} {}({}))",
-                call.id, call.function.name, call.function.arguments
+                escape(&call.id, true),
+                escape(&call.function.name, true),
+                escape(&call.function.arguments, false)
             )?;
         }
         let text = m.content_text();
         if !text.is_empty() || m.role != Role::Assistant {
-            writeln!(out, "{text}")?;
+            writeln!(out, "{}", escape(&text, false))?;
         }
     }
     Ok(())
@@ -164,11 +253,11 @@ pub struct ContextBenchArgs {
     #[arg(long, default_value_t = 8_000)]
     budget: usize,
     /// The policies to run (each on its own scratch store).
-    #[arg(long, value_delimiter = ',', default_values = ["mateclaw", "qanot"], value_parser = ["mateclaw", "qanot"])]
-    policies: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["mateclaw", "qanot"])]
+    policies: Vec<PolicyArg>,
     /// How precisely the current time is written into the system message.
-    #[arg(long, default_value = "hour", value_parser = ["day", "hour", "minute"])]
-    time_precision: String,
+    #[arg(long, value_enum, default_value = "hour")]
+    time_precision: PrecisionArg,
     /// Minutes between turns.
     #[arg(long, default_value_t = 2)]
     minutes_per_turn: i64,
@@ -178,20 +267,20 @@ pub struct ContextBenchArgs {
 }
 
 /// Runs the stable-prefix benchmark and prints its report (and a summary on stderr).
-pub fn bench(args: &ContextBenchArgs, out: &mut impl Write) -> Result<()> {
+pub fn bench(ctx: &Ctx, args: &ContextBenchArgs, out: &mut impl Write) -> Result<()> {
     let config = memtape_bench::context::Config {
         turns: args.turns,
         budget: args.budget,
-        policies: args.policies.iter().map(|p| policy(p)).collect(),
-        time_precision: precision(&args.time_precision),
+        policies: args.policies.iter().map(|p| p.policy()).collect(),
+        time_precision: args.time_precision.into(),
         minutes_per_turn: args.minutes_per_turn,
     };
+    let progress = Progress::spinner(ctx, "running the stable-prefix benchmark");
     let report = memtape_bench::context::run(&config)?;
-    write_report(
-        &serde_json::to_string_pretty(&report)?,
-        args.out.as_deref(),
-        out,
-    )?;
-    eprintln!("{}", report.summary());
+    progress.finish();
+    crate::bench::write_report(&report, args.out.as_deref(), out)?;
+    if !ctx.quiet {
+        eprintln!("{}", report.summary());
+    }
     Ok(())
 }

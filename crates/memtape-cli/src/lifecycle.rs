@@ -4,25 +4,31 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+use clap::Args;
+use memtape::memory_scope;
 use memtape::summary::ExtractiveSummarizer;
-use memtape::{Store, memory_scope};
 
-use crate::{Cli, open, session_scope};
+use crate::ctx::{Ctx, ScopeArgs, existing_session, open};
+
+/// `memtape new`.
+#[derive(Args, Debug)]
+pub struct NewArgs {
+    /// The session key.
+    session: String,
+    /// Then remove the memory's daily notes older than this many days (Bub's retention;
+    /// 0 keeps them all).
+    #[arg(long, default_value_t = memtape::DEFAULT_RETENTION_DAYS)]
+    retention_days: u32,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
 
 /// `memtape new SESSION`: archives the session's unconsolidated messages and clears it.
 /// When archiving fails the session is left as it was and the command fails.
-pub fn new_session(
-    cli: &Cli,
-    session: &str,
-    retention_days: u32,
-    stdout: &mut impl Write,
-) -> Result<()> {
-    let engine = open(cli)?;
-    let scope = session_scope(cli, session)?;
-    if engine.store().scope_info(&scope)?.is_none() {
-        bail!("no session {scope}");
-    }
+pub fn new_session(ctx: &Ctx, a: &NewArgs, stdout: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let scope = existing_session(&engine, ctx, &a.session)?;
     let new = engine
         .new_session(&scope, &ExtractiveSummarizer::default())
         .with_context(|| format!("archiving {scope} (the session was not cleared)"))?;
@@ -39,12 +45,13 @@ pub fn new_session(
         )?,
     }
     // Prune on start (Bub's retention): the new session begins without stale notes.
-    if retention_days > 0 {
-        let pruned = engine.prune_daily(&memory_scope(&scope)?, retention_days)?;
+    let days = a.retention_days;
+    if days > 0 {
+        let pruned = engine.prune_daily(&memory_scope(&scope)?, days)?;
         if pruned > 0 {
             writeln!(
                 stdout,
-                "removed {pruned} daily note(s) older than {retention_days} days"
+                "removed {pruned} daily note(s) older than {days} days"
             )?;
         }
     }

@@ -7,12 +7,42 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::Subcommand;
+use clap::{Args, Subcommand, ValueEnum};
 use memtape::memory::diff;
 use memtape::{Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{Cli, base_scope, data_dir, retrieval};
+use crate::ctx::{Ctx, ModelArgs, ScopeArgs, open, open_read_only};
+use crate::output::{self, escape};
+use crate::retrieval;
+
+/// `memtape memory`: the scope options, then the subcommand.
+#[derive(Args, Debug)]
+pub struct MemoryArgs {
+    #[command(subcommand)]
+    pub command: MemoryCommand,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape files`: the scope options, then the subcommand.
+#[derive(Args, Debug)]
+pub struct FilesArgs {
+    #[command(subcommand)]
+    pub command: FilesCommand,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// Which side wins a sync conflict.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreferArg {
+    /// Record the file on disk.
+    Disk,
+    /// Write the tape's version over the file.
+    Tape,
+}
 
 /// `memtape memory …`: the scope's memory tiers.
 #[derive(Subcommand, Clone, Debug)]
@@ -46,6 +76,8 @@ pub enum MemoryCommand {
         /// How many days of daily notes.
         #[arg(long, default_value_t = 7)]
         days: u32,
+        #[command(flatten)]
+        models: ModelArgs,
     },
     /// Search long-term memory, the last 30 days of notes, the working state and /memories.
     Search {
@@ -55,6 +87,8 @@ pub enum MemoryCommand {
         /// At most this many lines.
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        #[command(flatten)]
+        models: ModelArgs,
     },
     /// Forget memory changes (the ids `memory versions` lists), as if never made.
     Forget {
@@ -195,11 +229,13 @@ pub struct SyncArgs {
     #[arg(long, default_value_t = 1.0)]
     interval: f64,
     /// Settle conflicts: `disk` records the file, `tape` overwrites it.
-    #[arg(long, value_parser = ["disk", "tape"])]
-    prefer: Option<String>,
+    #[arg(long, value_enum)]
+    prefer: Option<PreferArg>,
     /// Print each sync's report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 }
 
 /// `memtape wal …`.
@@ -247,31 +283,108 @@ fn tool(
 ) -> Result<()> {
     let result = engine.call_tool(scope, name, &input)?;
     if result.is_error {
-        bail!("{}", result.text);
+        // The text is written for a model ("Error: …"); main adds the one prefix.
+        let text = result.text.strip_prefix("Error: ").unwrap_or(&result.text);
+        bail!("{}", escape(text, false));
     }
-    writeln!(out, "{}", result.text)?;
+    writeln!(out, "{}", escape(&result.text, false))?;
     Ok(())
 }
 
 /// The engine, with the search index attached when one was built, so memory search runs
 /// through it; without one, memory search is a substring match.
-fn engine_for_search(cli: &Cli) -> Result<Engine<SqliteStore>> {
-    let dir = data_dir(cli)?;
+fn engine_for_search(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
+    let dir = ctx.data_dir()?;
     if dir.join("index.db").exists() {
-        retrieval::open_indexed(cli, &retrieval::Tuning::default())
+        retrieval::open_indexed(ctx, &retrieval::Tuning::default())
     } else {
-        Ok(Engine::open(&dir)?)
+        open(ctx)
     }
 }
 
+/// A memory file on the wire.
+#[derive(Serialize)]
+struct FileOut<'a> {
+    content: &'a str,
+    enabled: bool,
+    sort_order: i64,
+    version: u64,
+    updated_at: String,
+}
+
+/// The memory on the wire.
+#[derive(Serialize)]
+struct MemoryOut<'a> {
+    scope: String,
+    version: u64,
+    #[serde(serialize_with = "as_object")]
+    files: Vec<(&'a str, FileOut<'a>)>,
+}
+
+/// Serializes path-file pairs as one JSON object, in their order.
+fn as_object<S: serde::Serializer>(
+    files: &[(&str, FileOut<'_>)],
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_map(files.iter().map(|(k, v)| (k, v)))
+}
+
+/// A memory version on the wire.
+#[derive(Serialize)]
+struct VersionOut<'a, T: Serialize> {
+    version: u64,
+    id: u64,
+    at: String,
+    source: &'a str,
+    ops: &'a T,
+}
+
+/// A sync report on the wire.
+#[derive(Serialize)]
+struct SyncOut<'a> {
+    recorded: &'a [String],
+    version: Option<u64>,
+    written: &'a [String],
+    removed: &'a [String],
+    conflicts: Vec<ConflictOut<'a>>,
+    skipped: Vec<SkippedOut<'a>>,
+}
+
+/// A file changed on both sides, with both versions (`None`: deleted on that side).
+#[derive(Serialize)]
+struct ConflictOut<'a> {
+    path: &'a str,
+    disk: Option<&'a str>,
+    tape: Option<&'a str>,
+}
+
+/// A file sync skipped, and why.
+#[derive(Serialize)]
+struct SkippedOut<'a> {
+    path: &'a str,
+    why: &'a str,
+}
+
+/// A WAL capture on the wire.
+#[derive(Serialize)]
+struct CaptureOut<'a> {
+    category: &'a str,
+    text: &'a str,
+}
+
 /// `memtape memory …`.
-pub fn memory(cli: &Cli, command: &MemoryCommand, out: &mut impl Write) -> Result<()> {
-    let scope = base_scope(cli)?;
+pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Result<()> {
+    let scope = ctx.base_scope()?;
     match command {
-        MemoryCommand::Recall { query, days } => {
+        MemoryCommand::Recall {
+            query,
+            days,
+            models,
+        } => {
+            let ctx = ctx.clone().models(models);
             let engine = match query {
-                Some(_) => engine_for_search(cli)?,
-                None => crate::open(cli)?,
+                Some(_) => engine_for_search(&ctx)?,
+                None => open(&ctx)?,
             };
             return tool(
                 &engine,
@@ -281,8 +394,12 @@ pub fn memory(cli: &Cli, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 out,
             );
         }
-        MemoryCommand::Search { query, limit } => {
-            let engine = engine_for_search(cli)?;
+        MemoryCommand::Search {
+            query,
+            limit,
+            models,
+        } => {
+            let engine = engine_for_search(&ctx.clone().models(models))?;
             return tool(
                 &engine,
                 &scope,
@@ -293,32 +410,39 @@ pub fn memory(cli: &Cli, command: &MemoryCommand, out: &mut impl Write) -> Resul
         }
         _ => {}
     }
-    let engine = crate::open(cli)?;
+    // Reading memory writes nothing, so it works on a full or read-only disk.
+    let engine = match command {
+        MemoryCommand::Show { .. }
+        | MemoryCommand::Versions { .. }
+        | MemoryCommand::Diff { .. } => open_read_only(ctx)?,
+        _ => open(ctx)?,
+    };
     match command {
         MemoryCommand::Show { json } => {
             if *json {
                 let view = engine.memory(&scope)?;
-                let files: serde_json::Map<String, Value> = view
+                let files: Vec<(&str, FileOut<'_>)> = view
                     .files
                     .iter()
                     .map(|(path, f)| {
-                        (
-                            path.clone(),
-                            json!({
-                                "content": f.content,
-                                "enabled": f.enabled,
-                                "sort_order": f.sort_order,
-                                "version": f.updated,
-                                "updated_at": f.updated_at.to_rfc3339(),
-                            }),
-                        )
+                        let file = FileOut {
+                            content: &f.content,
+                            enabled: f.enabled,
+                            sort_order: f.sort_order,
+                            version: f.updated,
+                            updated_at: f.updated_at.to_rfc3339(),
+                        };
+                        (path.as_str(), file)
                     })
                     .collect();
                 let version = engine.memory_log(&scope)?.0.version();
-                writeln!(
+                output::json(
                     out,
-                    "{}",
-                    json!({"scope": scope.to_string(), "version": version, "files": files})
+                    &MemoryOut {
+                        scope: scope.to_string(),
+                        version,
+                        files,
+                    },
                 )?;
             } else {
                 tool(&engine, &scope, "memory.show", json!({}), out)?;
@@ -347,12 +471,16 @@ pub fn memory(cli: &Cli, command: &MemoryCommand, out: &mut impl Write) -> Resul
             for r in log.versions(path.as_deref()) {
                 let paths: Vec<&str> = r.change.ops.iter().flat_map(|op| op.paths()).collect();
                 if *json {
-                    writeln!(
-                        out,
-                        "{}",
-                        json!({"version": r.version, "id": r.id.0, "at": r.at.to_rfc3339(),
-                               "source": r.change.source, "ops": r.change.ops})
-                    )?;
+                    // One version a line (JSON lines), compact however it is printed.
+                    let at = r.at.to_rfc3339();
+                    let line = VersionOut {
+                        version: r.version,
+                        id: r.id.0,
+                        at,
+                        source: &r.change.source,
+                        ops: &r.change.ops,
+                    };
+                    writeln!(out, "{}", serde_json::to_string(&line)?)?;
                 } else {
                     writeln!(
                         out,
@@ -404,9 +532,14 @@ fn workspace_path(path: &str) -> String {
 }
 
 /// `memtape files …`.
-pub fn files(cli: &Cli, command: &FilesCommand, out: &mut impl Write) -> Result<()> {
-    let engine = crate::open(cli)?;
-    let scope = base_scope(cli)?;
+pub fn files(ctx: &Ctx, command: &FilesCommand, out: &mut impl Write) -> Result<()> {
+    let engine = match command {
+        FilesCommand::View { .. } | FilesCommand::List { .. } | FilesCommand::Read { .. } => {
+            open_read_only(ctx)?
+        }
+        _ => open(ctx)?,
+    };
+    let scope = ctx.base_scope()?;
     let (name, input) = match command {
         FilesCommand::View { path, range } => {
             let mut input = json!({"command": "view", "path": path});
@@ -460,7 +593,28 @@ pub fn files(cli: &Cli, command: &FilesCommand, out: &mut impl Write) -> Result<
 
 fn print_report(report: &SyncReport, json: bool, out: &mut impl Write) -> Result<()> {
     if json {
-        writeln!(out, "{}", serde_json::to_string(report)?)?;
+        // One report a line (JSON lines in watch mode), compact however it is printed.
+        let wire = SyncOut {
+            recorded: &report.recorded,
+            version: report.version,
+            written: &report.written,
+            removed: &report.removed,
+            conflicts: report
+                .conflicts
+                .iter()
+                .map(|c| ConflictOut {
+                    path: &c.path,
+                    disk: c.disk.as_deref(),
+                    tape: c.tape.as_deref(),
+                })
+                .collect(),
+            skipped: report
+                .skipped
+                .iter()
+                .map(|(path, why)| SkippedOut { path, why })
+                .collect(),
+        };
+        writeln!(out, "{}", serde_json::to_string(&wire)?)?;
         return Ok(());
     }
     if !report.recorded.is_empty() {
@@ -490,18 +644,17 @@ fn print_report(report: &SyncReport, json: bool, out: &mut impl Write) -> Result
 }
 
 /// `memtape sync`.
-pub fn sync(cli: &Cli, args: &SyncArgs, out: &mut impl Write) -> Result<()> {
-    let engine = crate::open(cli)?;
-    let scope = base_scope(cli)?;
+pub fn sync(ctx: &Ctx, args: &SyncArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let scope = ctx.base_scope()?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
-        None => workspace_dir(&data_dir(cli)?, &scope),
+        None => workspace_dir(&ctx.data_dir()?, &scope),
     };
-    let prefer = match args.prefer.as_deref() {
-        Some("disk") => Some(Prefer::Disk),
-        Some("tape") => Some(Prefer::Tape),
-        _ => None,
-    };
+    let prefer = args.prefer.map(|p| match p {
+        PreferArg::Disk => Prefer::Disk,
+        PreferArg::Tape => Prefer::Tape,
+    });
     if !args.watch {
         let report = engine.sync_workspace(&scope, &dir, prefer)?;
         print_report(&report, args.json, out)?;
@@ -538,12 +691,19 @@ pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
         WalCommand::Scan { text, json } => {
             let matches = memtape::wal::scan(text);
             if *json {
-                writeln!(out, "{}", serde_json::to_string(&matches)?)?;
+                let list: Vec<CaptureOut<'_>> = matches
+                    .iter()
+                    .map(|m| CaptureOut {
+                        category: m.category.as_str(),
+                        text: &m.text,
+                    })
+                    .collect();
+                output::json(out, &list)?;
             } else if matches.is_empty() {
                 writeln!(out, "nothing to capture")?;
             } else {
                 for m in matches {
-                    writeln!(out, "{}: {}", m.category.as_str(), m.text)?;
+                    writeln!(out, "{}: {}", m.category.as_str(), escape(&m.text, true))?;
                 }
             }
         }
@@ -578,11 +738,7 @@ pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
                     .iter()
                     .map(|(c, p, r, n)| json!({"category": c.as_str(), "precision": p, "recall": r, "labelled": n}))
                     .collect();
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"messages": set.len(), "categories": rows})
-                )?;
+                output::json(out, &json!({"messages": set.len(), "categories": rows}))?;
             } else {
                 writeln!(
                     out,

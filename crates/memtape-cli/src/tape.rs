@@ -1,0 +1,374 @@
+//! The tape and session commands: `init`, `append`, `history`, `sessions`, `thread`,
+//! `anchor`, `entries`, `consolidate`.
+
+use std::io::Write;
+
+use anyhow::{Context as _, Result, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Args, ValueEnum};
+use memtape::{
+    AnchorRange, AppendOptions, Engine, EntryId, HistoryLimits, Kind, Message, Role, TapeQuery,
+    ToolCall,
+};
+use serde_json::{Map, Value};
+
+use crate::ctx::{Ctx, ScopeArgs, StoreArgs, existing_session, open, open_read_only};
+use crate::output;
+
+/// A chat role.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleArg {
+    /// The person talking to the agent.
+    User,
+    /// The model.
+    Assistant,
+    /// Instructions to the model.
+    System,
+    /// A tool's answer to a call.
+    Tool,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::User => Role::User,
+            RoleArg::Assistant => Role::Assistant,
+            RoleArg::System => Role::System,
+            RoleArg::Tool => Role::Tool,
+        }
+    }
+}
+
+/// An entry kind.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindArg {
+    /// A user or assistant message without tool calls.
+    Message,
+    /// An assistant message that calls tools.
+    #[value(name = "tool_call")]
+    ToolCall,
+    /// A tool's answer.
+    #[value(name = "tool_result")]
+    ToolResult,
+    /// A named boundary.
+    Anchor,
+    /// A named event (memory changes, pointer moves, ...).
+    Event,
+    /// A system message.
+    System,
+}
+
+impl From<KindArg> for Kind {
+    fn from(k: KindArg) -> Kind {
+        match k {
+            KindArg::Message => Kind::Message,
+            KindArg::ToolCall => Kind::ToolCall,
+            KindArg::ToolResult => Kind::ToolResult,
+            KindArg::Anchor => Kind::Anchor,
+            KindArg::Event => Kind::Event,
+            KindArg::System => Kind::System,
+        }
+    }
+}
+
+/// `memtape init`.
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `memtape append`.
+#[derive(Args, Debug)]
+pub struct AppendArgs {
+    /// The session (conversation) key.
+    session: String,
+    /// Who wrote it.
+    #[arg(long, value_enum)]
+    role: RoleArg,
+    /// The text.
+    #[arg(long, default_value = "")]
+    content: String,
+    /// Tool calls, as a JSON list of OpenAI tool calls (assistant only).
+    #[arg(long, value_name = "JSON")]
+    tool_calls: Option<String>,
+    /// The call a tool message answers.
+    #[arg(long, value_name = "ID")]
+    tool_call_id: Option<String>,
+    /// A participant or tool name.
+    #[arg(long)]
+    name: Option<String>,
+    /// The message this one follows (to regenerate an answer); default: the latest.
+    #[arg(long, value_name = "ID")]
+    parent: Option<EntryId>,
+    /// Metadata to keep with the entry, as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    meta: Option<String>,
+    /// Do not scan a user message into the working state (the WAL).
+    #[arg(long)]
+    no_wal: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape history`.
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// The session key.
+    session: String,
+    /// At most this many messages.
+    #[arg(long, default_value_t = 500)]
+    max_messages: usize,
+    /// At most this many tokens (cl100k).
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Print a JSON array of OpenAI chat messages.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape sessions`.
+#[derive(Args, Debug)]
+pub struct SessionsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape thread`.
+#[derive(Args, Debug)]
+pub struct ThreadArgs {
+    /// The entry at the end of the thread (of this agent, or of --user).
+    entry_id: EntryId,
+    /// Print JSON entries.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape anchor`.
+#[derive(Args, Debug)]
+pub struct AnchorArgs {
+    /// The session key.
+    session: String,
+    /// The anchor's name.
+    name: String,
+    /// State to carry, as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    state: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape entries`.
+#[derive(Args, Debug)]
+pub struct EntriesArgs {
+    /// The session key.
+    session: String,
+    /// Only entries after the last anchor with this name.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["from_last_anchor", "between"])]
+    after_anchor: Option<String>,
+    /// Only entries after the last anchor.
+    #[arg(long, conflicts_with = "between")]
+    from_last_anchor: bool,
+    /// Only entries between two named anchors.
+    #[arg(long, num_args = 2, value_names = ["START", "END"])]
+    between: Option<Vec<String>>,
+    /// Only entries of these kinds (repeatable).
+    #[arg(long = "kind", value_name = "KIND", value_enum)]
+    kinds: Vec<KindArg>,
+    /// Only entries from this time on (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, value_name = "T")]
+    since: Option<String>,
+    /// Only entries before this time.
+    #[arg(long, value_name = "T")]
+    until: Option<String>,
+    /// At most this many entries.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print JSON entries.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape consolidate`.
+#[derive(Args, Debug)]
+pub struct ConsolidateArgs {
+    /// The session key.
+    session: String,
+    /// The last consolidated entry (0 to consolidate nothing).
+    through: EntryId,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// Parses a JSON object flag.
+pub fn json_object(what: &str, text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str(text).with_context(|| format!("{what} is not valid JSON"))? {
+        Value::Object(m) => Ok(m),
+        other => bail!("{what} must be a JSON object, not {other}"),
+    }
+}
+
+/// Parses a time flag: RFC 3339 or a day.
+pub fn parse_time(what: &str, text: &str) -> Result<DateTime<Utc>> {
+    if let Some(t) = memtape::parse_time(text) {
+        return Ok(t);
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).context("midnight")?.and_utc());
+    }
+    bail!("{what} {text:?} is not a time (use RFC 3339, e.g. 2026-03-10T14:30:00Z, or YYYY-MM-DD)")
+}
+
+/// `memtape init`.
+pub fn init(ctx: &Ctx, out: &mut impl Write) -> Result<()> {
+    let dir = ctx.data_dir()?;
+    Engine::init(&dir)?;
+    writeln!(out, "memtape store ready at {}", dir.display())?;
+    Ok(())
+}
+
+/// `memtape append`.
+pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let role = Role::from(a.role);
+    let mut message = Message::text(role, a.content.clone());
+    if let Some(calls) = &a.tool_calls {
+        let calls: Vec<ToolCall> = serde_json::from_str(calls).context(
+            "--tool-calls must be a JSON list of {id, type, function: {name, arguments}}",
+        )?;
+        if a.content.is_empty() {
+            message.content = None;
+        }
+        message.tool_calls = calls;
+    }
+    message.tool_call_id = a.tool_call_id.clone();
+    message.name = a.name.clone();
+    let options = AppendOptions {
+        parent: a.parent,
+        meta: a
+            .meta
+            .as_deref()
+            .map(|m| json_object("--meta", m))
+            .transpose()?
+            .unwrap_or_default(),
+    };
+    let session = ctx.session_scope(&a.session)?;
+    // Qanot's WAL: a user message is scanned before anyone answers it.
+    if role == Role::User && !a.no_wal {
+        engine.capture(&session, &a.content)?;
+    }
+    let entry = engine.append(&session, message, options)?;
+    writeln!(out, "{}", entry.id)?;
+    Ok(())
+}
+
+/// `memtape history`.
+pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open_read_only(ctx)?;
+    let scope = existing_session(&engine, ctx, &a.session)?;
+    let limits = HistoryLimits {
+        max_messages: a.max_messages,
+        max_tokens: a.max_tokens,
+    };
+    let history = engine.history(&scope, &limits)?;
+    if a.json {
+        let messages: Vec<output::ChatMessage<'_>> = history
+            .iter()
+            .filter_map(|e| e.message())
+            .map(output::ChatMessage::of)
+            .collect();
+        output::json(out, &messages)?;
+    } else {
+        for e in &history {
+            writeln!(out, "{}", output::entry_line(e))?;
+        }
+    }
+    Ok(())
+}
+
+/// `memtape sessions`.
+pub fn sessions(ctx: &Ctx, a: &SessionsArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open_read_only(ctx)?;
+    let sessions: Vec<_> = engine
+        .sessions(&ctx.tenant)?
+        .into_iter()
+        .filter(|s| s.scope.agent_name() == ctx.agent)
+        .filter(|s| ctx.user.is_none() || s.scope.user() == ctx.user.as_deref())
+        .collect();
+    if a.json {
+        let list: Vec<output::SessionOut<'_>> =
+            sessions.iter().map(output::SessionOut::of).collect();
+        output::json(out, &list)?;
+    } else {
+        for s in &sessions {
+            writeln!(out, "{}", output::session_line(s))?;
+        }
+    }
+    Ok(())
+}
+
+/// `memtape thread`.
+pub fn thread(ctx: &Ctx, a: &ThreadArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open_read_only(ctx)?;
+    let thread = engine.thread(&ctx.base_scope()?, a.entry_id)?;
+    output::entries(out, &thread, a.json)
+}
+
+/// `memtape anchor`.
+pub fn anchor(ctx: &Ctx, a: &AnchorArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let state = a
+        .state
+        .as_deref()
+        .map(|s| json_object("--state", s))
+        .transpose()?;
+    let entry = engine.anchor(&ctx.session_scope(&a.session)?, &a.name, state)?;
+    writeln!(out, "{}", entry.id)?;
+    Ok(())
+}
+
+/// `memtape entries`.
+pub fn entries(ctx: &Ctx, a: &EntriesArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open_read_only(ctx)?;
+    let range = match (&a.after_anchor, a.from_last_anchor, &a.between) {
+        (Some(name), _, _) => AnchorRange::After(name.clone()),
+        (_, true, _) => AnchorRange::FromLast,
+        (_, _, Some(pair)) => AnchorRange::Between(pair[0].clone(), pair[1].clone()),
+        _ => AnchorRange::All,
+    };
+    let query = TapeQuery {
+        range,
+        kinds: a.kinds.iter().map(|k| Kind::from(*k)).collect(),
+        since: a
+            .since
+            .as_deref()
+            .map(|t| parse_time("--since", t))
+            .transpose()?,
+        until: a
+            .until
+            .as_deref()
+            .map(|t| parse_time("--until", t))
+            .transpose()?,
+        limit: a.limit,
+    };
+    let scope = existing_session(&engine, ctx, &a.session)?;
+    let found = engine.query(&scope, &query)?;
+    output::entries(out, &found, a.json)
+}
+
+/// `memtape consolidate`.
+pub fn consolidate(ctx: &Ctx, a: &ConsolidateArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let entry = engine.mark_consolidated(&ctx.session_scope(&a.session)?, a.through)?;
+    writeln!(out, "{}", entry.id)?;
+    Ok(())
+}
