@@ -108,44 +108,33 @@ fn a_full_or_read_only_disk_blocks_reads() {
         );
     }
 
-    ok(&data, &["files", "create", "/memories/notes.md", "likes green tea"]);
+    ok(
+        &data,
+        &["files", "create", "/memories/notes.md", "likes green tea"],
+    );
 
     disk.fill();
     reads_work(&data);
-    let out = memtape(
-        &data,
-        &[
-            "append",
-            "s1",
-            "--role",
-            "user",
-            "--no-wal",
-            "--content",
-            "no room for me",
-        ],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("full"), "{err}");
+    append_fails_naming(&data, "the disk is full");
 
     disk.remount_read_only();
     reads_work(&data);
-    let out = memtape(
-        &data,
-        &[
-            "append",
-            "s1",
-            "--role",
-            "user",
-            "--no-wal",
-            "--content",
-            "read-only",
-        ],
-    );
+    append_fails_naming(&data, "read-only");
+}
+
+/// An append fails, and its error names `cause`.
+fn append_fails_naming(data: &Path, cause: &str) {
+    let args = [
+        "append",
+        "s1",
+        "--role",
+        "user",
+        "--no-wal",
+        "--content",
+        "no room",
+    ];
+    let out = memtape(data, &args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(
-        err.contains("read-only") || err.contains("readonly"),
-        "{err}"
-    );
+    assert!(err.contains(cause), "{err}");
 }
