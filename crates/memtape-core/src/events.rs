@@ -37,6 +37,11 @@ pub const CONTEXT_COMPACTION: &str = "context.compaction";
 /// `data = {"through": <entry id>}` (the last copied assistant reply).
 pub const CONTEXT_WORKING_BUFFER: &str = "context.working_buffer";
 
+/// One turn of Dify's node memory, written just before the turn's two messages (the user's
+/// input and the node's answer) in the same transaction: `data = {"message_id",
+/// "parent_message_id", "starts_thread"}` (see [`NodeTurnMark`]).
+pub const NODE_TURN: &str = "node.turn";
+
 /// A position on the tape: the data of a pointer event (`{"through": <entry id>}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +67,22 @@ pub struct SessionMetadata {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
+/// Who a node memory turn belongs to, in Dify's terms: the data of a `node.turn` event.
+/// The turn's messages are the two messages of the node's scope that follow the event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTurnMark {
+    /// The Dify message the turn belongs to.
+    pub message_id: String,
+    /// The Dify message it was added after (`None`: none).
+    #[serde(default)]
+    pub parent_message_id: Option<String>,
+    /// Whether the turn starts a thread in the node's memory (its parent is none, or a
+    /// message the node has no turn for): the thread walk ends at its user message.
+    #[serde(default)]
+    pub starts_thread: bool,
+}
+
 /// An event memtape writes and reads itself. Its data has one typed shape, checked on the
 /// way in and decoded by the same rule on the way out.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +97,8 @@ pub enum BuiltinEvent {
     Compaction(Compaction),
     /// `context.working_buffer`: how far Qanot's working buffer was copied.
     WorkingBuffer(Through),
+    /// `node.turn`: one turn of Dify's node memory.
+    NodeTurn(NodeTurnMark),
 }
 
 impl BuiltinEvent {
@@ -97,6 +120,7 @@ impl BuiltinEvent {
             BuiltinEvent::MemoryChange(_) => MEMORY_CHANGE,
             BuiltinEvent::Compaction(_) => CONTEXT_COMPACTION,
             BuiltinEvent::WorkingBuffer(_) => CONTEXT_WORKING_BUFFER,
+            BuiltinEvent::NodeTurn(_) => NODE_TURN,
         }
     }
 
@@ -108,6 +132,7 @@ impl BuiltinEvent {
             MEMORY_CHANGE,
             CONTEXT_COMPACTION,
             CONTEXT_WORKING_BUFFER,
+            NODE_TURN,
         ]
         .contains(&name)
     }
@@ -132,6 +157,15 @@ impl BuiltinEvent {
             }
             CONTEXT_COMPACTION => BuiltinEvent::Compaction(typed(&event.name, data)?),
             CONTEXT_WORKING_BUFFER => BuiltinEvent::WorkingBuffer(typed(&event.name, data)?),
+            NODE_TURN => {
+                let mark: NodeTurnMark = typed(&event.name, data)?;
+                if mark.message_id.is_empty() {
+                    return Err(Error::InvalidEntry(
+                        "event node.turn: the message_id is empty".into(),
+                    ));
+                }
+                BuiltinEvent::NodeTurn(mark)
+            }
             _ => return Ok(None),
         };
         Ok(Some(decoded))
@@ -154,6 +188,7 @@ impl BuiltinEvent {
             BuiltinEvent::Metadata(m) => serde_json::to_value(m),
             BuiltinEvent::MemoryChange(c) => serde_json::to_value(c),
             BuiltinEvent::Compaction(c) => serde_json::to_value(c),
+            BuiltinEvent::NodeTurn(m) => serde_json::to_value(m),
         };
         Event {
             name: self.name().to_owned(),
@@ -175,7 +210,7 @@ impl BuiltinEvent {
             BuiltinEvent::Consolidated(t) | BuiltinEvent::WorkingBuffer(t) => {
                 vec![&mut t.through]
             }
-            BuiltinEvent::Metadata(_) => Vec::new(),
+            BuiltinEvent::Metadata(_) | BuiltinEvent::NodeTurn(_) => Vec::new(),
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()
@@ -225,6 +260,8 @@ mod tests {
             (CONTEXT_WORKING_BUFFER, json!("7")),
             (CONTEXT_COMPACTION, json!({"policy": "mateclaw"})),
             (SESSION_METADATA, json!({"metadata": "not an object"})),
+            (NODE_TURN, json!({"message_id": ""})),
+            (NODE_TURN, json!({"message_id": 7})),
         ] {
             let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();
             let text = err.to_string();
@@ -263,6 +300,11 @@ mod tests {
                 head: vec![EntryId(1)],
                 through: EntryId(5),
                 removed: 3,
+            }),
+            BuiltinEvent::NodeTurn(NodeTurnMark {
+                message_id: "m1".into(),
+                parent_message_id: None,
+                starts_thread: true,
             }),
         ];
         for event in all {

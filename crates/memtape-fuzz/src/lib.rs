@@ -108,17 +108,18 @@ pub fn jsonl_bub(data: &[u8]) {
     });
 }
 
-/// Built-in event payloads: the first byte picks the event name (the five built-in ones or
+/// Built-in event payloads: the first byte picks the event name (the six built-in ones or
 /// a free one), the rest is its data as JSON. What decodes re-encodes to the same value,
 /// and the payload check agrees with the decoder.
 pub fn builtin_event(data: &[u8]) {
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 7] = [
         events::SESSION_CONSOLIDATED,
         events::SESSION_METADATA,
         events::MEMORY_CHANGE,
         events::CONTEXT_COMPACTION,
         events::CONTEXT_WORKING_BUFFER,
         "caller.free_form",
+        events::NODE_TURN,
     ];
     let Some((&pick, rest)) = data.split_first() else {
         return;

@@ -32,7 +32,7 @@ pub use lifecycle::{
 };
 pub use node::{
     DEFAULT_MAX_TOKEN_LIMIT, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID,
-    NODE_STARTS_THREAD, NodeMemory, NodeTurn, UUID_NIL,
+    NODE_STARTS_THREAD, NodeMemory, NodeMessage, NodeTurn, UUID_NIL,
 };
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};

@@ -8,21 +8,28 @@
 //! within a token limit, and `clear` empties the node's memory.
 //!
 //! In memtape the node is a scope (`tenant/app` → conversation session → node) and each turn
-//! is two entries on the tape: the user message and the assistant message after it. Dify's
-//! message ids are the caller's strings; they live in the entries' meta
-//! ([`NODE_MESSAGE_ID`], [`NODE_PARENT_MESSAGE_ID`]), and the parent link of a turn's user
-//! entry points at the turn it follows, so the thread is a walk back through parent links
-//! (Dify's `extract_thread_messages`). `clear` writes a [`NODE_CLEAR`] anchor; the turns
-//! before it stay on the tape but leave the node's memory.
+//! is three entries on the tape, written in one transaction: a `node.turn` event
+//! ([`NodeTurnMark`]: the Dify message id, its parent message id, whether it starts a
+//! thread), then the user message and the assistant message. Dify's ids are typed data of
+//! that built-in event, checked on the way in like every other; the caller's meta bag stays
+//! the caller's. The parent link of a turn's user entry points at the turn it follows, so
+//! the thread is a walk back through parent links (Dify's `extract_thread_messages`).
+//! `clear` writes a [`NODE_CLEAR`] anchor; the turns before it stay on the tape but leave
+//! the node's memory. Turns written before the event existed carried their ids in the
+//! entries' meta ([`NODE_MESSAGE_ID`], [`NODE_PARENT_MESSAGE_ID`], [`NODE_STARTS_THREAD`]);
+//! they are still read.
 
+use std::collections::HashMap;
+
+use memtape_core::events::{BuiltinEvent, NodeTurnMark};
 use memtape_core::{
     Entry, EntryId, FileRef, Filter, HistoryLimits, Kind, Message, NewEntry, Order, Payload, Scope,
     select_history,
 };
 use memtape_store::Store;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::{Engine, Error, PAGE, Result};
+use crate::{Engine, Error, Result};
 
 /// Dify's default `max_token_limit` for history.
 pub const DEFAULT_MAX_TOKEN_LIMIT: usize = 2000;
@@ -30,16 +37,16 @@ pub const DEFAULT_MAX_TOKEN_LIMIT: usize = 2000;
 /// The anchor `NodeMemory::clear` writes: node memory starts again after it.
 pub const NODE_CLEAR: &str = "node/clear";
 
-/// The meta key holding the Dify message id a turn belongs to (on both of its entries).
+/// Before typed turns: the meta key that held the Dify message id a turn belongs to (on
+/// both of its entries). Read from old stores only.
 pub const NODE_MESSAGE_ID: &str = "message_id";
 
-/// The meta key holding the Dify parent message id a turn was added with (on its user
-/// entry; `null` when it had none).
+/// Before typed turns: the meta key that held the Dify parent message id a turn was added
+/// with (on its user entry; `null` when it had none). Read from old stores only.
 pub const NODE_PARENT_MESSAGE_ID: &str = "parent_message_id";
 
-/// The meta key marking a turn's user entry that starts a thread in this node's memory: its
-/// Dify parent is `None`, or a message this node has no turn for. The store links every
-/// message to an earlier one, so the thread walk ends at this mark.
+/// Before typed turns: the meta key that marked a turn's user entry starting a thread.
+/// Read from old stores only.
 pub const NODE_STARTS_THREAD: &str = "starts_thread";
 
 /// Dify's `UUID_NIL` parent: a message from before threads, which follows whatever came
@@ -62,6 +69,25 @@ pub struct NodeTurn {
     pub assistant_content: String,
     /// Files the node produced (references only).
     pub assistant_files: Vec<FileRef>,
+}
+
+/// A message of a node's history, with the Dify message it belongs to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeMessage {
+    /// The entry on the tape.
+    pub entry: Entry,
+    /// The Dify message its turn belongs to.
+    pub message_id: String,
+    /// The Dify message that turn was added after.
+    pub parent_message_id: Option<String>,
+}
+
+/// One turn as read from the tape: its mark and its two messages' ids.
+#[derive(Clone, Debug)]
+struct Turn {
+    mark: NodeTurnMark,
+    user: EntryId,
+    assistant: Option<EntryId>,
 }
 
 /// The memory of one workflow node in one conversation (Dify's `NodeTokenBufferMemory`).
@@ -146,46 +172,38 @@ impl<S: Store> NodeMemory<'_, S> {
 
     fn write_turn(&self, turn: &NodeTurn) -> Result<Vec<Entry>> {
         let since = self.cleared_at()?;
-        let follows = match self.latest_turn(&turn.message_id, since)? {
+        let turns = self.turns(since)?;
+        let follows = match latest_turn(&turns, &turn.message_id) {
             Some(id) => Some(id),
             None => match turn.parent_message_id.as_deref() {
                 Some(UUID_NIL) => self.latest_any(since)?,
-                Some(parent) => self.latest_turn(parent, since)?,
+                Some(parent) => latest_turn(&turns, parent),
                 None => None,
             },
         };
-        let mut user_meta = Map::new();
-        user_meta.insert(NODE_MESSAGE_ID.into(), turn.message_id.clone().into());
-        user_meta.insert(
-            NODE_PARENT_MESSAGE_ID.into(),
-            turn.parent_message_id
-                .clone()
-                .map_or(Value::Null, Value::from),
-        );
-        if follows.is_none() {
-            user_meta.insert(NODE_STARTS_THREAD.into(), true.into());
-        }
-        let mut assistant_meta = Map::new();
-        assistant_meta.insert(NODE_MESSAGE_ID.into(), turn.message_id.clone().into());
+        let mark = BuiltinEvent::NodeTurn(NodeTurnMark {
+            message_id: turn.message_id.clone(),
+            parent_message_id: turn.parent_message_id.clone(),
+            starts_thread: follows.is_none(),
+        });
         let now = self.engine.now();
         let mut user = Message::user(turn.user_content.clone());
         user.files.clone_from(&turn.user_files);
         let mut assistant = Message::assistant(turn.assistant_content.clone());
         assistant.files.clone_from(&turn.assistant_files);
         let entries = vec![
+            NewEntry::new(self.scope.clone(), mark.to_payload(), now),
             NewEntry {
                 parent: follows,
-                meta: user_meta,
                 ..NewEntry::new(self.scope.clone(), Payload::Message(user), now)
             },
             // Without a parent the store links it to the scope's head: the user entry
             // just written in the same transaction.
-            NewEntry {
-                meta: assistant_meta,
-                ..NewEntry::new(self.scope.clone(), Payload::Message(assistant), now)
-            },
+            NewEntry::new(self.scope.clone(), Payload::Message(assistant), now),
         ];
-        self.engine.append_entries(entries)
+        let mut written = self.engine.append_entries(entries)?;
+        written.remove(0);
+        Ok(written)
     }
 
     /// The history for the node before it answers `current_message_id`, whose Dify parent
@@ -209,24 +227,31 @@ impl<S: Store> NodeMemory<'_, S> {
         current_message_id: &str,
         parent_message_id: Option<&str>,
         max_token_limit: usize,
-    ) -> Result<Vec<Entry>> {
+    ) -> Result<Vec<NodeMessage>> {
         let since = self.cleared_at()?;
-        let leaf = match self.latest_turn(current_message_id, since)? {
+        let turns = self.turns(since)?;
+        let leaf = match latest_turn(&turns, current_message_id) {
             Some(id) => Some(id),
             None => match parent_message_id {
                 Some(UUID_NIL) => self.latest_any(since)?,
-                Some(parent) => self.latest_turn(parent, since)?,
+                Some(parent) => latest_turn(&turns, parent),
                 None => None,
             },
         };
         let Some(leaf) = leaf else {
             return Ok(Vec::new());
         };
+        let mut owner: HashMap<EntryId, &Turn> = HashMap::new();
+        for t in &turns {
+            owner.insert(t.user, t);
+            owner.extend(t.assistant.map(|a| (a, t)));
+        }
         let mut thread = self.engine.walk(&self.scope, leaf, since, usize::MAX)?;
-        if let Some(start) = thread
-            .iter()
-            .rposition(|e| e.meta.get(NODE_STARTS_THREAD).and_then(Value::as_bool) == Some(true))
-        {
+        if let Some(start) = thread.iter().rposition(|e| {
+            owner
+                .get(&e.id)
+                .is_some_and(|t| t.mark.starts_thread && t.user == e.id)
+        }) {
             thread.drain(..start);
         }
         let messages: Vec<&Message> = thread.iter().filter_map(Entry::message).collect();
@@ -236,7 +261,18 @@ impl<S: Store> NodeMemory<'_, S> {
         };
         let keep = select_history(&messages, &limits, self.engine.tokens());
         let mut thread: Vec<Option<Entry>> = thread.into_iter().map(Some).collect();
-        Ok(keep.into_iter().filter_map(|i| thread[i].take()).collect())
+        Ok(keep
+            .into_iter()
+            .filter_map(|i| thread[i].take())
+            .map(|entry| {
+                let mark = owner.get(&entry.id).map(|t| &t.mark);
+                NodeMessage {
+                    message_id: mark.map(|m| m.message_id.clone()).unwrap_or_default(),
+                    parent_message_id: mark.and_then(|m| m.parent_message_id.clone()),
+                    entry,
+                }
+            })
+            .collect())
     }
 
     /// Empties the node's memory: drops the buffered turns and writes a [`NODE_CLEAR`]
@@ -259,31 +295,44 @@ impl<S: Store> NodeMemory<'_, S> {
         Ok(found.first().map_or(EntryId(0), |e| e.id))
     }
 
-    /// The last entry of the node's latest turn of `message_id` after `since`: its
-    /// assistant entry. Reads the node's messages newest first, a page at a time.
-    fn latest_turn(&self, message_id: &str, since: EntryId) -> Result<Option<EntryId>> {
-        let mut before: Option<EntryId> = None;
-        loop {
-            let filter = Filter {
-                after: Some(since),
-                before,
-                kinds: vec![Kind::Message],
-                order: Order::Desc,
-                limit: Some(PAGE),
-                ..Filter::default()
-            };
-            let page = self.engine.store.scan(&self.scope, &filter)?;
-            if let Some(found) = page
-                .iter()
-                .find(|e| e.meta.get(NODE_MESSAGE_ID).and_then(Value::as_str) == Some(message_id))
-            {
-                return Ok(Some(found.id));
+    /// The node's turns after `since`, oldest first: each `node.turn` event with the two
+    /// messages after it, and turns of old stores from their messages' meta.
+    fn turns(&self, since: EntryId) -> Result<Vec<Turn>> {
+        let filter = Filter {
+            after: Some(since),
+            ..Filter::default()
+        };
+        let mut turns: Vec<Turn> = Vec::new();
+        // A mark waiting for its messages: (mark, user once seen).
+        let mut open: Option<(NodeTurnMark, Option<EntryId>)> = None;
+        for e in self.engine.store.scan(&self.scope, &filter)? {
+            if let Ok(Some(BuiltinEvent::NodeTurn(mark))) = BuiltinEvent::from_payload(&e.payload) {
+                open = Some((mark, None));
+                continue;
             }
-            match page.last() {
-                Some(last) if page.len() == PAGE => before = Some(last.id),
-                _ => return Ok(None),
+            if e.kind() != Kind::Message {
+                continue;
+            }
+            match open.take() {
+                Some((mark, None)) => open = Some((mark, Some(e.id))),
+                Some((mark, Some(user))) => turns.push(Turn {
+                    mark,
+                    user,
+                    assistant: Some(e.id),
+                }),
+                None => {
+                    if let Some(turn) = legacy_turn(&e) {
+                        turns.push(turn);
+                    } else if let Some(last) = turns.last_mut().filter(|t| {
+                        t.assistant.is_none()
+                            && legacy_id(&e).is_some_and(|id| id == t.mark.message_id)
+                    }) {
+                        last.assistant = Some(e.id);
+                    }
+                }
             }
         }
+        Ok(turns)
     }
 
     /// The node's latest message after `since`.
@@ -295,4 +344,41 @@ impl<S: Store> NodeMemory<'_, S> {
             .and_then(|i| i.head);
         Ok(head.filter(|h| *h > since))
     }
+}
+
+/// The last entry of the latest turn of `message_id`: its assistant message.
+fn latest_turn(turns: &[Turn], message_id: &str) -> Option<EntryId> {
+    turns
+        .iter()
+        .rev()
+        .find(|t| t.mark.message_id == message_id)
+        .map(|t| t.assistant.unwrap_or(t.user))
+}
+
+/// The Dify message id an old store kept in an entry's meta.
+fn legacy_id(e: &Entry) -> Option<String> {
+    e.meta
+        .get(NODE_MESSAGE_ID)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// A turn of an old store, started by its user message, whose meta held the turn's ids.
+fn legacy_turn(e: &Entry) -> Option<Turn> {
+    if e.message()?.role != memtape_core::Role::User {
+        return None;
+    }
+    Some(Turn {
+        mark: NodeTurnMark {
+            message_id: legacy_id(e)?,
+            parent_message_id: e
+                .meta
+                .get(NODE_PARENT_MESSAGE_ID)
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            starts_thread: e.meta.get(NODE_STARTS_THREAD).and_then(Value::as_bool) == Some(true),
+        },
+        user: e.id,
+        assistant: None,
+    })
 }

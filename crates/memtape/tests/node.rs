@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use memtape::{
-    Engine, Entry, Error, Filter, HistoryLimits, Message, NodeMemory, NodeTurn, Scope, Store,
+    Engine, Error, Filter, HistoryLimits, Message, NodeMemory, NodeMessage, NodeTurn, Scope, Store,
     UUID_NIL,
 };
 
@@ -28,10 +28,10 @@ fn run(memory: &mut NodeMemory<'_, memtape::SqliteStore>, t: NodeTurn) {
     memory.flush().unwrap();
 }
 
-fn texts(entries: &[Entry]) -> Vec<String> {
-    entries
+fn texts(messages: &[NodeMessage]) -> Vec<String> {
+    messages
         .iter()
-        .map(|e| e.message().unwrap().content_text().into_owned())
+        .map(|m| m.entry.message().unwrap().content_text().into_owned())
         .collect()
 }
 
@@ -53,12 +53,10 @@ fn dify_node_memory_follows_the_regenerated_thread() {
     // Answering B again (a regeneration of m2's answer, parent m1) sees only A's turn.
     let history = memory.get_history("m2-regen", Some("m1"), 2000).unwrap();
     assert_eq!(texts(&history), ["A", "A'"]);
-    // The message ids are on the entries.
-    assert_eq!(history[0].meta["message_id"], "m1");
-    assert_eq!(
-        history[0].meta["parent_message_id"],
-        serde_json::Value::Null
-    );
+    // Each message comes with its Dify message ids, typed; the caller's meta stays empty.
+    assert_eq!(history[0].message_id, "m1");
+    assert_eq!(history[0].parent_message_id, None);
+    assert!(history[0].entry.meta.is_empty());
 }
 
 /// Seed 002: "When mode=node is used in a non-Chatflow context (no conversation_id), it
@@ -147,7 +145,7 @@ fn dify_node_history_fits_the_token_limit() {
 
     let all = memory.get_history("m4", Some("m3"), 2000).unwrap();
     assert_eq!(all.len(), 6);
-    let cost = |e: &Entry| engine.tokens().count_message(e.message().unwrap());
+    let cost = |m: &NodeMessage| engine.tokens().count_message(m.entry.message().unwrap());
     let last_two_turns: usize = all[2..].iter().map(cost).sum();
     let fits = memory
         .get_history("m4", Some("m3"), last_two_turns)
@@ -227,7 +225,7 @@ fn dify_node_turns_are_buffered_until_flush() {
         texts(&history),
         ["Analyze this image", "This is a landscape image..."]
     );
-    let user: &Message = history[0].message().unwrap();
+    let user: &Message = history[0].entry.message().unwrap();
     assert_eq!(
         serde_json::to_value(&user.files).unwrap(),
         serde_json::json!([{"type": "image", "transfer_method": "local_file", "upload_file_id": "file-uuid-123", "belongs_to": "user"}])
@@ -264,7 +262,48 @@ fn dify_clear_empties_the_node_memory_and_keeps_the_tape() {
         .store()
         .scan(memory.scope(), &Filter::default())
         .unwrap();
-    assert_eq!(on_tape.len(), 5, "A, A', the anchor, B, B'");
+    assert_eq!(
+        on_tape.len(),
+        7,
+        "A's turn mark, A, A', the anchor, B's turn mark, B, B'"
+    );
+}
+
+/// A store written before turns were typed events kept the turn's ids in the entries' meta:
+/// it still reads, and new turns continue its threads.
+#[test]
+fn dify_node_turns_in_meta_from_an_older_store_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let memory = engine.node_memory(&app(), Some("conv-1"), "llm-1").unwrap();
+    let meta = |pairs: serde_json::Value| pairs.as_object().unwrap().clone();
+    let at = chrono::DateTime::UNIX_EPOCH;
+    let user = memtape::NewEntry {
+        meta: meta(
+            serde_json::json!({"message_id": "m1", "parent_message_id": null, "starts_thread": true}),
+        ),
+        ..memtape::NewEntry::new(
+            memory.scope().clone(),
+            memtape::Payload::Message(Message::user("A")),
+            at,
+        )
+    };
+    let assistant = memtape::NewEntry {
+        meta: meta(serde_json::json!({"message_id": "m1"})),
+        ..memtape::NewEntry::new(
+            memory.scope().clone(),
+            memtape::Payload::Message(Message::assistant("A'")),
+            at,
+        )
+    };
+    engine.append_entries(vec![user, assistant]).unwrap();
+    let mut memory = engine.node_memory(&app(), Some("conv-1"), "llm-1").unwrap();
+    run(&mut memory, turn("m2", Some("m1"), "B", "B'"));
+    let history = memory.get_history("m3", Some("m2"), 2000).unwrap();
+    assert_eq!(texts(&history), ["A", "A'", "B", "B'"]);
+    assert_eq!(history[0].message_id, "m1");
+    assert_eq!(history[3].message_id, "m2");
+    assert_eq!(history[2].parent_message_id.as_deref(), Some("m1"));
 }
 
 /// Seed 002's use case "an LLM node in a loop accumulates context across iterations": turns
