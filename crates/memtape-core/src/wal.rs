@@ -395,13 +395,13 @@ pub fn long_term_line(m: &WalMatch) -> String {
 /// surrounding emphasis or quotes and without trailing punctuation.
 fn normalize_fact(s: &str) -> String {
     let s = one_line(&normalize_apostrophes(s)).to_lowercase();
-    s.trim_matches(|c: char| {
-        c.is_whitespace() || matches!(c, '*' | '_' | '"' | '\u{201C}' | '\u{201D}')
-    })
-    .trim_end_matches(|c: char| {
-        c.is_whitespace() || matches!(c, '.' | '!' | '?' | ',' | ';' | ':' | '…')
-    })
-    .to_owned()
+    // Emphasis, quotes and trailing punctuation in any order (`"x".` and `"x."` alike).
+    let wrapper =
+        |c: char| c.is_whitespace() || matches!(c, '*' | '_' | '"' | '\u{201C}' | '\u{201D}');
+    let trailing = |c: char| wrapper(c) || matches!(c, '.' | '!' | '?' | ',' | ';' | ':' | '…');
+    s.trim_start_matches(wrapper)
+        .trim_end_matches(trailing)
+        .to_owned()
 }
 
 /// Markdown around a fact on one line of a memory file: quote and list markers, a checkbox,
