@@ -35,13 +35,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// The write hook, run after every append and import. A failure here never fails the
-    /// append that is already durable: the index keeps its mark, and the catch-up at the
-    /// start of the next search retries and reports the error.
+    /// append that is already durable: the index keeps its mark, the failure is logged
+    /// (a `tracing` warning) and kept for [`Engine::index_failure`], and the catch-up at
+    /// the start of the next search retries and reports the error.
     pub(crate) fn after_write(&self) {
         if let Some(index) = &self.index {
-            // Deliberately not propagated; see above. The error resurfaces from `search`.
+            // Deliberately not propagated; see above. The index records and logs it.
             let _ = index.catch_up(&self.store);
         }
+    }
+
+    /// The last failed catch-up of the attached index (the write hook's included), for a
+    /// status report; `None` when there is no index or nothing has failed.
+    pub fn index_failure(&self) -> Option<String> {
+        self.index.as_ref().and_then(Index::last_failure)
     }
 
     /// Searches the tape: BM25, vectors or both, under the request's filters. The index

@@ -4,9 +4,12 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use memtape::{
-    Engine, EntryId, Format, Index, IndexConfig, Message, Mode, Scope, SearchFilter, SearchRequest,
-    SqliteStore, Store,
+    EmbedError, Embedder, Engine, EntryId, Format, Index, IndexConfig, Message, Mode, Scope,
+    SearchFilter, SearchRequest, SqliteStore, Store,
 };
 
 fn engine(dir: &Path) -> Engine {
@@ -124,4 +127,50 @@ fn searching_without_an_index_says_so() {
         .search(&SearchRequest::new("x", SearchFilter::tenant("t")))
         .unwrap_err();
     assert!(err.to_string().contains("no search index"), "{err}");
+}
+
+/// An embedder that fails while `broken` is set.
+struct Flaky {
+    broken: AtomicBool,
+}
+
+impl Embedder for Flaky {
+    fn id(&self) -> &str {
+        "test-flaky-2"
+    }
+    fn dim(&self) -> usize {
+        2
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err("the model crashed".into());
+        }
+        Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
+    }
+}
+
+#[test]
+fn a_failed_write_hook_is_recorded_where_an_operator_can_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let flaky = Arc::new(Flaky {
+        broken: AtomicBool::new(false),
+    });
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(flaky.clone()),
+        IndexConfig::plain(),
+    )
+    .unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_index(index).unwrap();
+    assert_eq!(engine.index_failure(), None);
+    flaky.broken.store(true, Ordering::SeqCst);
+    // The append itself succeeds: it is durable before the hook runs.
+    let id = engine
+        .append(&chat(), Message::user("a kayak"), Default::default())
+        .unwrap()
+        .id;
+    let failure = engine.index_failure().expect("the hook's failure is kept");
+    assert!(failure.contains("the model crashed"), "{failure}");
+    flaky.broken.store(false, Ordering::SeqCst);
+    assert_eq!(bm25(&engine, "kayak"), [id.0], "the next search catches up");
 }
