@@ -317,3 +317,47 @@ fn concurrent_processes_catching_up_and_reindexing_never_fail_a_search() {
     assert_eq!(index.len(), 60);
     assert_eq!(bm25(&index, "note", SearchFilter::tenant("acme")).len(), 50);
 }
+
+#[test]
+fn catch_up_and_rebuild_report_progress_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "long");
+    let batch: Vec<NewEntry> = (0..1000)
+        .map(|i| {
+            NewEntry::new(
+                s.clone(),
+                Payload::Message(Message::user(format!("note {i}"))),
+                t(0),
+            )
+        })
+        .collect();
+    store.append(batch).unwrap();
+    let path = dir.path().join("index.db");
+    let index = Index::open(&path, None, IndexConfig::plain()).unwrap();
+    let mut seen = Vec::new();
+    assert_eq!(
+        index
+            .catch_up_with(&store, &mut |done, total| seen.push((done, total)))
+            .unwrap(),
+        1000
+    );
+    assert!(seen.len() > 1, "one report per batch: {seen:?}");
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[1].0 <= w[1].1)
+    );
+    assert_eq!(seen.last(), Some(&(1000, 1000)));
+
+    let mut seen = Vec::new();
+    let (rebuilt, added) = Index::rebuild_from(
+        &path,
+        &store,
+        None,
+        IndexConfig::plain(),
+        &mut |done, total| seen.push((done, total)),
+    )
+    .unwrap();
+    assert_eq!((added, rebuilt.len()), (1000, 1000));
+    assert_eq!(seen.last(), Some(&(1000, 1000)));
+}

@@ -2,7 +2,7 @@
 //! write hook after every append and before every search.
 
 use memtape_core::Entry;
-use memtape_search::{Index, Ranked, SearchRequest};
+use memtape_search::{Index, Progress, Ranked, SearchRequest};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result};
@@ -76,11 +76,16 @@ impl<S: Store> Engine<S> {
     /// Throws the index away and builds it again from the whole tape, with the same model
     /// and settings. Returns how many documents it now holds.
     pub fn reindex(&mut self) -> Result<usize> {
-        let old = self.index.take().ok_or(Error::NoIndex)?;
+        self.reindex_with(&mut |_, _| {})
+    }
+
+    /// [`Engine::reindex`], calling `progress(done, total)` with the tape entries read so
+    /// far and in all, after each batch. Other processes keep searching the old index until
+    /// the new one is committed.
+    pub fn reindex_with(&mut self, progress: Progress<'_>) -> Result<usize> {
+        let old = self.index.as_ref().ok_or(Error::NoIndex)?;
         let (path, embedder, config) = (old.path().to_owned(), old.embedder(), old.config());
-        drop(old);
-        let index = Index::rebuild(&path, embedder, config)?;
-        let added = index.catch_up(&self.store)?;
+        let (index, added) = Index::rebuild_from(&path, &self.store, embedder, config, progress)?;
         self.index = Some(index);
         Ok(added)
     }

@@ -174,3 +174,71 @@ fn a_failed_write_hook_is_recorded_where_an_operator_can_read_it() {
     flaky.broken.store(false, Ordering::SeqCst);
     assert_eq!(bm25(&engine, "kayak"), [id.0], "the next search catches up");
 }
+
+/// Words hashed into 256 buckets: texts sharing no word are orthogonal.
+struct Buckets;
+
+impl Embedder for Buckets {
+    fn id(&self) -> &str {
+        "test-buckets-256"
+    }
+    fn dim(&self) -> usize {
+        256
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 256];
+                let words = t
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty());
+                for w in words.map(str::to_lowercase) {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 256) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn memory_search_returns_nothing_for_a_query_that_matches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(Arc::new(Buckets)),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_index(index).unwrap();
+    let agent = Scope::agent("t", "a").unwrap();
+    let content = "# Memory\nFavourite editor: Helix\nDeploy keys rotate every month\n";
+    let saved = engine
+        .call_tool(
+            &agent,
+            "memory.save",
+            &serde_json::json!({ "content": content }),
+        )
+        .unwrap();
+    assert!(!saved.is_error, "{}", saved.text);
+    let search = |query: &str| {
+        let out = engine
+            .call_tool(
+                &agent,
+                "memory_search",
+                &serde_json::json!({ "query": query }),
+            )
+            .unwrap();
+        assert!(!out.is_error, "{}", out.text);
+        serde_json::from_str::<serde_json::Value>(&out.text).unwrap()
+    };
+    assert_eq!(search("nothingmatches"), serde_json::json!([]));
+    assert_eq!(search("gluon physics"), serde_json::json!([]));
+    let found = search("which editor?");
+    assert_eq!(found[0]["content"], "Favourite editor: Helix", "{found}");
+}

@@ -54,6 +54,7 @@ impl Index {
             Mode::Hybrid => self.config.candidates.max(request.limit),
             _ => request.limit,
         };
+        let floor = self.min_similarity();
         let docs = self.read_docs();
         let scopes = docs.admitted_scopes(&request.filter);
         let allowed = |row: usize| {
@@ -77,7 +78,7 @@ impl Index {
                 bm25 = fusion::union(bm25, self.bm25(&docs, &request.text, depth, pass)?);
             }
             if let Some(q) = &query_vector {
-                let found = docs.vectors.search(
+                let mut found = docs.vectors.search(
                     q,
                     depth,
                     if request.exact {
@@ -88,13 +89,15 @@ impl Index {
                     self.config.oversample * request.limit.min(20),
                     pass,
                 );
+                // Below the model's floor a document is unrelated, however it ranks.
+                found.retain(|(_, score)| *score > floor);
                 vector = fusion::union(vector, found);
             }
         }
         let mut hits = match request.mode {
             Mode::Bm25 => fusion::only_bm25(&bm25),
             Mode::Vector => fusion::only_vector(&vector),
-            Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion),
+            Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion, floor),
         };
         if self.config.neighbour_weight > 0.0 {
             hits = spread(&docs, hits, self.config.neighbour_weight, &allowed);
@@ -120,6 +123,11 @@ impl Index {
                 ..hit
             })
             .collect())
+    }
+
+    /// The cosine a vector match must exceed: the embedder's floor.
+    pub fn min_similarity(&self) -> f32 {
+        self.embedder.as_ref().map_or(0.0, |e| e.min_similarity())
     }
 
     /// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher
