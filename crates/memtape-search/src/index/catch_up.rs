@@ -108,7 +108,8 @@ impl Index {
                 }
             }
             self.sync(&mut conn)?;
-            match self.follow(store, &mut conn, &tape, &mut *progress)? {
+            let bound = !meta.tape.is_empty();
+            match self.follow(store, &mut conn, &tape, bound, &mut *progress)? {
                 Outcome::Done(added) => return Ok(added),
                 Outcome::Restart => continue,
             }
@@ -155,17 +156,20 @@ impl Index {
         store: &dyn Store,
         conn: &mut Connection,
         tape: &str,
+        bound: bool,
         progress: Progress<'_>,
     ) -> Result<Outcome> {
         let start = self.covered();
         let last = store.last_id()?;
         if last <= start {
-            // Still bind an empty index to its tape, so a later replacement is noticed.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if file::meta(&tx)?.tape.is_empty() {
-                file::set_meta(&tx, "tape", tape)?;
+            if !bound {
+                // Still bind an empty index to its tape, so a later replacement is noticed.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if file::meta(&tx)?.tape.is_empty() {
+                    file::set_meta(&tx, "tape", tape)?;
+                }
+                tx.commit()?;
             }
-            tx.commit()?;
             return Ok(Outcome::Done(0));
         }
         let total = (last.0 - start.0) as usize;
