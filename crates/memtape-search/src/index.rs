@@ -63,8 +63,8 @@ pub struct IndexConfig {
     pub scope_weight: f32,
     /// When the query names a date ("on 7 July 2023", "in August 2023"; see
     /// [`crate::when::period`]): how much a hit inside that period gains (0 = dates in
-    /// queries are plain words). Documents from that period are also searched on their own, so they
-    /// become candidates even when other documents match the words better.
+    /// queries are plain words). Documents from that period are also searched on their
+    /// own, so they become candidates even when other documents match the words better.
     pub time_weight: f32,
 }
 
