@@ -361,3 +361,30 @@ fn catch_up_and_rebuild_report_progress_to_the_end() {
     assert_eq!((added, rebuilt.len()), (1000, 1000));
     assert_eq!(seen.last(), Some(&(1000, 1000)));
 }
+
+#[test]
+fn an_index_from_before_the_tape_binding_is_rebuilt_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let ann = session("ann", "s1");
+    say(&store, &ann, "a kayak on the lake");
+    let path = dir.path().join("index.db");
+    Index::open(&path, None, IndexConfig::plain())
+        .unwrap()
+        .catch_up(&store)
+        .unwrap();
+    // Mark the file as format 2, the format before the binding (and the CJK column).
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 2).unwrap();
+    drop(conn);
+    say(&store, &ann, "an otter swims by");
+    let index = Index::open(&path, None, IndexConfig::plain()).unwrap();
+    index.catch_up(&store).unwrap();
+    assert_eq!(bm25(&index, "kayak", SearchFilter::tenant("acme")), [1]);
+    assert_eq!(bm25(&index, "otter", SearchFilter::tenant("acme")), [2]);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+}
