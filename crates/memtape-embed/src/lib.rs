@@ -23,8 +23,8 @@ mod wordllama;
 pub use assets::{EmbedConfig, Model, ModelFiles, default_cache_dir, fetch, fetch_with, locate};
 pub use error::{Error, Result};
 pub use memtape_search::Embedder;
-pub use minilm::OrtMiniLm;
-pub use wordllama::WordLlama;
+pub use minilm::{MINILM_MIN_SIMILARITY, OrtMiniLm};
+pub use wordllama::{WORDLLAMA_MIN_SIMILARITY, WordLlama};
 
 /// Loads the embedder for `model` from files found by [`locate`] or [`fetch`].
 ///

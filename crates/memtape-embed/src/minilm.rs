@@ -257,7 +257,16 @@ impl OrtMiniLm {
     }
 }
 
+/// The cosine at or below which MiniLM's vectors count as unrelated. Unrelated texts score
+/// 0.04–0.13 against a short chat (docs/benchmarks.md), paraphrases 0.45 and more; LoCoMo's
+/// recall is flat for floors from 0 to 0.35.
+pub const MINILM_MIN_SIMILARITY: f32 = 0.3;
+
 impl Embedder for OrtMiniLm {
+    fn min_similarity(&self) -> f32 {
+        MINILM_MIN_SIMILARITY
+    }
+
     fn id(&self) -> &str {
         &self.id
     }
@@ -281,11 +290,30 @@ impl std::fmt::Debug for OrtMiniLm {
     }
 }
 
+/// ONNX Runtime (1.29 and later) starts its telemetry while the environment is created,
+/// before [`ort::environment::EnvironmentBuilder::with_telemetry`] can turn it off: it
+/// writes a device id and an event store under `~/.cache/Microsoft/DeveloperTools/
+/// .onnxruntime/` and may upload events. This variable, read at that moment, turns all of it
+/// off. memtape writes nowhere but its data and model directories and sends nothing.
+const TELEMETRY_OFF: &str = "ORT_DISABLE_TELEMETRY";
+
 /// The process's ONNX Runtime environment, loading the library from `library` the first time.
 fn environment(library: &Path) -> Result<Environment> {
     let mut slot = ENVIRONMENT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(environment) = slot.as_ref() {
         return Ok(environment.clone());
+    }
+    if std::env::var_os(TELEMETRY_OFF).is_none_or(|v| v != "1") {
+        // SAFETY: `set_var` is unsafe because C code in another thread could read the
+        // environment at the same moment (Rust's own reads take std's environment lock).
+        // This runs once per process, under ENVIRONMENT's lock, before ONNX Runtime is
+        // loaded. memtape's binaries load the model before they start any other thread; a
+        // library user who loads it while other threads run C code that reads the
+        // environment should set ORT_DISABLE_TELEMETRY=1 at startup, which skips this.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var(TELEMETRY_OFF, "1");
+        }
     }
     let environment = ort::init_from(library)
         .map_err(|e| Error::Runtime(format!("loading {}: {e}", library.display())))?

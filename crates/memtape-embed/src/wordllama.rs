@@ -129,7 +129,16 @@ impl WordLlama {
     }
 }
 
+/// The cosine at or below which WordLlama's vectors count as unrelated. Unrelated texts
+/// score up to 0.16 against a short chat (docs/benchmarks.md); LoCoMo's recall holds for
+/// floors up to 0.3.
+pub const WORDLLAMA_MIN_SIMILARITY: f32 = 0.25;
+
 impl Embedder for WordLlama {
+    fn min_similarity(&self) -> f32 {
+        WORDLLAMA_MIN_SIMILARITY
+    }
+
     fn id(&self) -> &str {
         &self.id
     }

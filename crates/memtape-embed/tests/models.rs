@@ -182,3 +182,40 @@ fn load_builds_both_models_and_checks_the_files() {
     let wrong = load(Model::MiniLmInt8, &files(Model::WordLlama), &config);
     assert!(matches!(wrong, Err(Error::WrongFiles { .. })));
 }
+
+/// Each model's floor separates unrelated queries from related ones on a short billing chat
+/// (the chat a query about physics used to match).
+#[test]
+fn each_models_floor_separates_unrelated_from_related_texts() {
+    let chat = [
+        "Why was I charged twice this month?",
+        "The second charge is a pending authorization; it will drop off in three days.",
+        "Can I get a refund for the annual plan instead?",
+        "Yes, I have issued a refund of 120 dollars to your card.",
+        "Thanks! Please also send the invoice for March.",
+    ];
+    let unrelated = [
+        "quantum chromodynamics",
+        "nothingmatches",
+        "recipe for banana bread",
+        "who won the football match",
+        "weather tomorrow in Paris",
+    ];
+    let models: [(&dyn Embedder, &str); 2] =
+        [(minilm(), "money back"), (wordllama(), "money back")];
+    for (model, related) in models {
+        let floor = model.min_similarity();
+        assert!(floor > 0.0, "{} has no floor", model.id());
+        for query in unrelated {
+            for text in chat {
+                let c = cosine(model, query, text);
+                assert!(c < floor, "{}: {query:?} vs {text:?} = {c}", model.id());
+            }
+        }
+        let best = chat
+            .iter()
+            .map(|text| cosine(model, related, text))
+            .fold(f32::MIN, f32::max);
+        assert!(best > floor, "{}: {related:?} best {best}", model.id());
+    }
+}

@@ -18,4 +18,12 @@ pub trait Embedder: Send + Sync {
     /// One unit-length vector per text, in order. Batching, padding and threading are the
     /// implementation's business; callers pass batches of a few hundred texts at most.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// The cosine at or below which a document counts as unrelated to a query: vector
+    /// search returns only documents above it, so a query about nothing in the index finds
+    /// nothing. Each model measures its own (unrelated texts are far from orthogonal in
+    /// most models); the default, 0, only drops documents pointing away from the query.
+    fn min_similarity(&self) -> f32 {
+        0.0
+    }
 }

@@ -68,4 +68,15 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The lock file that guards replacing a broken index could not be taken.
+    #[error("cannot lock {path} to replace a broken search index: {source}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The tape was replaced while a catch-up was running.
+    #[error("search index: the tape changed during a catch-up; run the search again")]
+    TapeChanged,
 }

@@ -20,9 +20,18 @@ pub fn union(a: List, b: List) -> List {
     out
 }
 
-/// Hits for `rows` found by BM25 only.
+/// Hits for `rows` found by BM25 only. A hit's score is its BM25 score relative to the
+/// best one (1 for the best): FTS5 scores terms found in most documents close to zero, so
+/// raw scores of a small index all look like 0; the rank keeps the raw score.
 pub fn only_bm25(list: &List) -> Vec<(usize, Hit)> {
-    single(list, |hit, ranked| hit.bm25 = Some(ranked))
+    let best = list.iter().map(|x| x.1).fold(0.0f32, f32::max);
+    let mut hits = single(list, |hit, ranked| hit.bm25 = Some(ranked));
+    if best > 0.0 {
+        for (_, hit) in &mut hits {
+            hit.score /= best;
+        }
+    }
+    hits
 }
 
 /// Hits for `rows` found by vector search only.
@@ -50,14 +59,14 @@ fn blank(score: f32) -> Hit {
     }
 }
 
-/// Min-max normalises `score` over `list` (1 for the best, 0 for the worst; 1 for all when
-/// they are equal).
-fn normalised(list: &List) -> impl Fn(f32) -> f32 {
+/// Normalises `score` over `list` between `zero` (a score that means no match) and the
+/// best score in the list (1), so every hit in the list keeps a share above 0; 1 for all
+/// when nothing in the list is above `zero`.
+fn normalised(list: &List, zero: f32) -> impl Fn(f32) -> f32 {
     let max = list.iter().map(|x| x.1).fold(f32::MIN, f32::max);
-    let min = list.iter().map(|x| x.1).fold(f32::MAX, f32::min);
     move |s| {
-        if max > min {
-            (s - min) / (max - min)
+        if max > zero {
+            ((s - zero) / (max - zero)).clamp(0.0, 1.0)
         } else {
             1.0
         }
@@ -65,7 +74,9 @@ fn normalised(list: &List) -> impl Fn(f32) -> f32 {
 }
 
 /// Fuses the two lists; the result is ordered best first (ties by row, i.e. older first).
-pub fn fuse(bm25: &List, vector: &List, fusion: Fusion) -> Vec<(usize, Hit)> {
+/// `floor` is the vector similarity that means no match (weighted fusion measures vector
+/// scores from it; BM25 scores from 0).
+pub fn fuse(bm25: &List, vector: &List, fusion: Fusion, floor: f32) -> Vec<(usize, Hit)> {
     let mut hits: HashMap<usize, Hit> = HashMap::new();
     for (i, &(row, score)) in bm25.iter().enumerate() {
         hits.entry(row).or_insert_with(|| blank(0.0)).bm25 = Some(Ranked { rank: i + 1, score });
@@ -73,7 +84,7 @@ pub fn fuse(bm25: &List, vector: &List, fusion: Fusion) -> Vec<(usize, Hit)> {
     for (i, &(row, score)) in vector.iter().enumerate() {
         hits.entry(row).or_insert_with(|| blank(0.0)).vector = Some(Ranked { rank: i + 1, score });
     }
-    let (nb, nv) = (normalised(bm25), normalised(vector));
+    let (nb, nv) = (normalised(bm25, 0.0), normalised(vector, floor));
     for hit in hits.values_mut() {
         hit.score = match fusion {
             Fusion::Rrf { k, bm25_weight } => {
@@ -104,7 +115,7 @@ mod tests {
     fn rrf_rewards_agreement_between_the_lists() {
         let bm25 = vec![(1, 9.0), (2, 5.0), (5, 4.0), (6, 3.0), (3, 1.0)];
         let vector = vec![(3, 0.9), (2, 0.8), (4, 0.7)];
-        let fused = fuse(&bm25, &vector, Fusion::default());
+        let fused = fuse(&bm25, &vector, Fusion::default(), 0.0);
         let rows: Vec<usize> = fused.iter().map(|x| x.0).collect();
         // 2 is second in both lists; 3 is first in one and last in the other; 1 is first
         // in one list only.
@@ -118,7 +129,7 @@ mod tests {
         let bm25 = vec![(1, 10.0), (2, 0.0)];
         let vector = vec![(2, 0.9), (1, 0.1)];
         let rows = |w| -> Vec<usize> {
-            fuse(&bm25, &vector, Fusion::Weighted { bm25_weight: w })
+            fuse(&bm25, &vector, Fusion::Weighted { bm25_weight: w }, 0.0)
                 .iter()
                 .map(|x| x.0)
                 .collect()

@@ -4,6 +4,11 @@
 //! Documents are analysed by FTS5 itself (`porter unicode61`): lowercasing, diacritics
 //! removed, split on anything that is not a letter or digit, Porter-stemmed. Query terms go
 //! through the same tokenizer, so only stop-word removal happens here.
+//!
+//! Chinese, Japanese and Korean runs have no spaces between words, so unicode61 would
+//! make a whole run one token and "我喜欢" would not find "我喜欢喝茶". Their overlapping
+//! character pairs ([`cjk_bigrams`]) go in a column of their own, and a query's runs are
+//! searched there as phrases of pairs ([`cjk_query`]): a substring match.
 
 /// English function words that carry no topic (NLTK's list, without the contractions).
 const STOP_WORDS: &[&str] = &[
@@ -195,6 +200,61 @@ pub fn fts_query(text: &str) -> Option<String> {
     Some(quoted.join(" OR "))
 }
 
+/// Whether `c` is written without spaces between words: Han, Hiragana, Katakana, Hangul.
+pub fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF // Hiragana, Katakana
+        | 0x31F0..=0x31FF // Katakana phonetic extensions
+        | 0x3400..=0x4DBF // Han extension A
+        | 0x4E00..=0x9FFF // Han
+        | 0xF900..=0xFAFF // Han compatibility
+        | 0x1100..=0x11FF // Hangul Jamo
+        | 0x3130..=0x318F // Hangul compatibility Jamo
+        | 0xAC00..=0xD7AF // Hangul syllables
+        | 0x20000..=0x2FA1F // Han extensions B–F, compatibility supplement
+    )
+}
+
+/// The maximal runs of CJK characters in `text`.
+fn cjk_runs(text: &str) -> impl Iterator<Item = Vec<char>> + '_ {
+    text.split(|c: char| !is_cjk(c))
+        .filter(|run| !run.is_empty())
+        .map(|run| run.chars().collect())
+}
+
+/// The pairs of a run: "我喜欢" → "我喜 喜欢"; a lone character stands for itself.
+fn pairs(run: &[char]) -> Vec<String> {
+    if run.len() == 1 {
+        return vec![run[0].to_string()];
+    }
+    run.windows(2).map(|w| w.iter().collect()).collect()
+}
+
+/// The text indexed in the CJK column: every run's overlapping character pairs,
+/// space-separated ("" for text without CJK).
+pub fn cjk_bigrams(text: &str) -> String {
+    cjk_runs(text)
+        .flat_map(|run| pairs(&run))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The FTS5 query for the CJK column: each CJK run of `text` as a phrase of its pairs
+/// (so it matches where the run occurs inside a longer one), OR-ed; a lone character
+/// matches the pairs it starts. `None` when the text has no CJK.
+pub fn cjk_query(text: &str) -> Option<String> {
+    let phrases: Vec<String> = cjk_runs(text)
+        .map(|run| {
+            if run.len() == 1 {
+                format!("\"{}\"*", run[0])
+            } else {
+                format!("\"{}\"", pairs(&run).join(" "))
+            }
+        })
+        .collect();
+    (!phrases.is_empty()).then(|| phrases.join(" OR "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +282,16 @@ mod tests {
             Some(r#""who" OR "was" OR "it""#)
         );
         assert_eq!(fts_query(" ?! "), None);
+    }
+
+    #[test]
+    fn cjk_runs_become_pairs_and_phrases() {
+        assert_eq!(cjk_bigrams("我喜欢喝茶 and tea"), "我喜 喜欢 欢喝 喝茶");
+        assert_eq!(cjk_bigrams("plain English"), "");
+        assert_eq!(
+            cjk_query("我喜欢? 茶").as_deref(),
+            Some(r#""我喜 喜欢" OR "茶"*"#)
+        );
+        assert_eq!(cjk_query("no cjk here"), None);
     }
 }

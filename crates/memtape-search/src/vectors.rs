@@ -175,6 +175,11 @@ impl Vectors {
         }
     }
 
+    /// The length of every vector held.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
     /// How many vectors are held.
     pub fn len(&self) -> usize {
         self.scales.len()

@@ -96,6 +96,11 @@ pub trait Store: Send + Sync {
     /// Every scope of `tenant` that has entries.
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>>;
 
+    /// A random id made when the store was created: projections kept beside the tape (the
+    /// search index) record it, so a replaced or reset tape is never mistaken for the one
+    /// they were built from.
+    fn tape_id(&self) -> Result<String>;
+
     /// The highest id in the store (0 when empty).
     fn last_id(&self) -> Result<EntryId>;
 

@@ -9,9 +9,35 @@ use crate::rules::{check_restored, plan_restore, prepare};
 use crate::{Placement, Result, ScopeInfo, Store};
 
 /// A store held in memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    tape: String,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            inner: Mutex::default(),
+            tape: random_tape_id(),
+        }
+    }
+}
+
+/// 32 hex digits from the standard library's per-instance random hash keys, so every
+/// in-memory store has its own tape id without a random number crate.
+fn random_tape_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let half = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(), half())
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +177,10 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let range = inner.entries.range(after.0.saturating_add(1)..);
         Ok(range.take(limit).map(|(_, e)| e.clone()).collect())
+    }
+
+    fn tape_id(&self) -> Result<String> {
+        Ok(self.tape.clone())
     }
 
     fn last_id(&self) -> Result<EntryId> {

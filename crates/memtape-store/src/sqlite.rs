@@ -17,13 +17,14 @@ use crate::rules::{check_restored, next_id, plan_restore, prepare};
 use crate::{Error, Placement, Result, ScopeInfo, Store};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
 
 /// Migrations: `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE scopes (
     scope_id          INTEGER PRIMARY KEY,
     tenant            TEXT NOT NULL,
@@ -58,7 +59,15 @@ CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
     BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
 CREATE TRIGGER entries_append_only_delete BEFORE DELETE ON entries
     BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
-"#];
+"#,
+    r#"
+CREATE TABLE tape (
+    only INTEGER PRIMARY KEY CHECK (only = 1),
+    id   TEXT NOT NULL
+);
+INSERT INTO tape VALUES (1, lower(hex(randomblob(16))));
+"#,
+];
 
 /// The embedded SQLite store.
 ///
@@ -725,6 +734,10 @@ impl Store for SqliteStore {
             let rows = stmt.query_map([tenant], info_from_row)?;
             rows.map(|r| Ok(r??.1)).collect()
         })
+    }
+
+    fn tape_id(&self) -> Result<String> {
+        self.read(|c| Ok(c.query_row("SELECT id FROM tape", [], |r| r.get(0))?))
     }
 
     fn last_id(&self) -> Result<EntryId> {

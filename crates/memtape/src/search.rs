@@ -2,7 +2,7 @@
 //! write hook after every append and before every search.
 
 use memtape_core::Entry;
-use memtape_search::{Index, Ranked, SearchRequest};
+use memtape_search::{Index, Progress, Ranked, SearchRequest};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result};
@@ -35,13 +35,20 @@ impl<S: Store> Engine<S> {
     }
 
     /// The write hook, run after every append and import. A failure here never fails the
-    /// append that is already durable: the index keeps its mark, and the catch-up at the
-    /// start of the next search retries and reports the error.
+    /// append that is already durable: the index keeps its mark, the failure is logged
+    /// (a `tracing` warning) and kept for [`Engine::index_failure`], and the catch-up at
+    /// the start of the next search retries and reports the error.
     pub(crate) fn after_write(&self) {
         if let Some(index) = &self.index {
-            // Deliberately not propagated; see above. The error resurfaces from `search`.
+            // Deliberately not propagated; see above. The index records and logs it.
             let _ = index.catch_up(&self.store);
         }
+    }
+
+    /// The last failed catch-up of the attached index (the write hook's included), for a
+    /// status report; `None` when there is no index or nothing has failed.
+    pub fn index_failure(&self) -> Option<String> {
+        self.index.as_ref().and_then(Index::last_failure)
     }
 
     /// Searches the tape: BM25, vectors or both, under the request's filters. The index
@@ -69,11 +76,16 @@ impl<S: Store> Engine<S> {
     /// Throws the index away and builds it again from the whole tape, with the same model
     /// and settings. Returns how many documents it now holds.
     pub fn reindex(&mut self) -> Result<usize> {
-        let old = self.index.take().ok_or(Error::NoIndex)?;
+        self.reindex_with(&mut |_, _| {})
+    }
+
+    /// [`Engine::reindex`], calling `progress(done, total)` with the tape entries read so
+    /// far and in all, after each batch. Other processes keep searching the old index until
+    /// the new one is committed.
+    pub fn reindex_with(&mut self, progress: Progress<'_>) -> Result<usize> {
+        let old = self.index.as_ref().ok_or(Error::NoIndex)?;
         let (path, embedder, config) = (old.path().to_owned(), old.embedder(), old.config());
-        drop(old);
-        let index = Index::rebuild(&path, embedder, config)?;
-        let added = index.catch_up(&self.store)?;
+        let (index, added) = Index::rebuild_from(&path, &self.store, embedder, config, progress)?;
         self.index = Some(index);
         Ok(added)
     }

@@ -4,9 +4,12 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use memtape::{
-    Engine, EntryId, Format, Index, IndexConfig, Message, Mode, Scope, SearchFilter, SearchRequest,
-    SqliteStore, Store,
+    EmbedError, Embedder, Engine, EntryId, Format, Index, IndexConfig, Message, Mode, Scope,
+    SearchFilter, SearchRequest, SqliteStore, Store,
 };
 
 fn engine(dir: &Path) -> Engine {
@@ -124,4 +127,118 @@ fn searching_without_an_index_says_so() {
         .search(&SearchRequest::new("x", SearchFilter::tenant("t")))
         .unwrap_err();
     assert!(err.to_string().contains("no search index"), "{err}");
+}
+
+/// An embedder that fails while `broken` is set.
+struct Flaky {
+    broken: AtomicBool,
+}
+
+impl Embedder for Flaky {
+    fn id(&self) -> &str {
+        "test-flaky-2"
+    }
+    fn dim(&self) -> usize {
+        2
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err("the model crashed".into());
+        }
+        Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
+    }
+}
+
+#[test]
+fn a_failed_write_hook_is_recorded_where_an_operator_can_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let flaky = Arc::new(Flaky {
+        broken: AtomicBool::new(false),
+    });
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(flaky.clone()),
+        IndexConfig::plain(),
+    )
+    .unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_index(index).unwrap();
+    assert_eq!(engine.index_failure(), None);
+    flaky.broken.store(true, Ordering::SeqCst);
+    // The append itself succeeds: it is durable before the hook runs.
+    let id = engine
+        .append(&chat(), Message::user("a kayak"), Default::default())
+        .unwrap()
+        .id;
+    let failure = engine.index_failure().expect("the hook's failure is kept");
+    assert!(failure.contains("the model crashed"), "{failure}");
+    flaky.broken.store(false, Ordering::SeqCst);
+    assert_eq!(bm25(&engine, "kayak"), [id.0], "the next search catches up");
+}
+
+/// Words hashed into 256 buckets: texts sharing no word are orthogonal.
+struct Buckets;
+
+impl Embedder for Buckets {
+    fn id(&self) -> &str {
+        "test-buckets-256"
+    }
+    fn dim(&self) -> usize {
+        256
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 256];
+                let words = t
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty());
+                for w in words.map(str::to_lowercase) {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 256) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn memory_search_returns_nothing_for_a_query_that_matches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(Arc::new(Buckets)),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_index(index).unwrap();
+    let agent = Scope::agent("t", "a").unwrap();
+    let content = "# Memory\nFavourite editor: Helix\nDeploy keys rotate every month\n";
+    let saved = engine
+        .call_tool(
+            &agent,
+            "memory.save",
+            &serde_json::json!({ "content": content }),
+        )
+        .unwrap();
+    assert!(!saved.is_error, "{}", saved.text);
+    let search = |query: &str| {
+        let out = engine
+            .call_tool(
+                &agent,
+                "memory_search",
+                &serde_json::json!({ "query": query }),
+            )
+            .unwrap();
+        assert!(!out.is_error, "{}", out.text);
+        serde_json::from_str::<serde_json::Value>(&out.text).unwrap()
+    };
+    assert_eq!(search("nothingmatches"), serde_json::json!([]));
+    assert_eq!(search("gluon physics"), serde_json::json!([]));
+    let found = search("which editor?");
+    assert_eq!(found[0]["content"], "Favourite editor: Helix", "{found}");
 }

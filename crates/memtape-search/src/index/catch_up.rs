@@ -1,0 +1,453 @@
+//! Following the tape: catch-up in batches, binding to the tape, rebuilding.
+//!
+//! Every batch is one `BEGIN IMMEDIATE` transaction on the index file, so one process
+//! writes at a time; inside it the covered mark is read again, and what another process
+//! committed meanwhile is mirrored instead of written twice. The in-memory mirror changes
+//! only after a commit. A rebuild (explicit, or because the index was built from another
+//! tape) runs in one transaction: other processes search the old contents until it commits
+//! and then reload, because the file's build id changed.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::mpsc::sync_channel;
+
+use chrono::{DateTime, Utc};
+use memtape_core::{Entry, EntryId, Kind, Role, Scope};
+use memtape_store::Store;
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+
+use super::{Added, DocMeta, Docs, Index, Progress, file, lock};
+use crate::text::cjk_bigrams;
+use crate::vectors::quantize;
+use crate::{Error, Result};
+
+/// How many tape entries one catch-up batch reads, embeds and commits.
+const BATCH: usize = 256;
+
+/// A document about to be written.
+struct NewDoc {
+    id: EntryId,
+    scope: Scope,
+    kind: Kind,
+    role: Option<Role>,
+    at: DateTime<Utc>,
+    text: String,
+    /// The text of the conversational entry before this one in its scope ("" if none or
+    /// if this is not a conversational entry).
+    context: String,
+}
+
+impl NewDoc {
+    fn from_entry(entry: &Entry) -> Option<NewDoc> {
+        Some(NewDoc {
+            id: entry.id,
+            scope: entry.scope.clone(),
+            kind: entry.kind(),
+            role: entry.message().map(|m| m.role),
+            at: entry.created_at,
+            text: entry.payload.search_text()?,
+            context: String::new(),
+        })
+    }
+}
+
+/// What a batch found when it took the write lock.
+enum Outcome {
+    /// Committed; this many documents were added by this process.
+    Done(usize),
+    /// The file was rebuilt or rebound by another process: start over.
+    Restart,
+}
+
+impl Index {
+    /// Indexes every tape entry after [`Index::covered`], in batches: a reader thread
+    /// pages through the tape into a bounded queue while this thread embeds and commits,
+    /// so memory stays bounded however far behind the index is. Returns how many
+    /// documents were added.
+    ///
+    /// An index built from another tape (the tape file was replaced or reset) is rebuilt
+    /// from this one, with a warning. Other processes may catch up on the same file at
+    /// the same time: one writes at a time, the others wait and mirror its work.
+    pub fn catch_up(&self, store: &dyn Store) -> Result<usize> {
+        self.catch_up_with(store, &mut |_, _| {})
+    }
+
+    /// [`Index::catch_up`], calling `progress(done, total)` after each batch with the
+    /// number of tape entries read so far and to read in all.
+    pub fn catch_up_with(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
+        let out = self.try_catch_up(store, progress);
+        if let Err(e) = &out {
+            tracing::warn!("search index {}: catch-up failed: {e}", self.path.display());
+            *lock(&self.failure) = Some(e.to_string());
+        }
+        out
+    }
+
+    fn try_catch_up(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
+        let mut conn = lock(&self.writer);
+        let tape = store.tape_id()?;
+        // Each round restarts after another process rebuilt or rebound the file.
+        for _ in 0..4 {
+            let meta = file::meta(&conn)?;
+            let explicit = *lock(&self.rebuild);
+            let foreign = meta.tape != tape && !(meta.tape.is_empty() && meta.covered.0 == 0);
+            if explicit || foreign {
+                if !explicit {
+                    tracing::warn!(
+                        "search index {}: built from another tape ({} covered); rebuilding it from this one",
+                        self.path.display(),
+                        meta.covered.0
+                    );
+                }
+                match self.rebuild_all(store, &mut conn, &tape, explicit, &mut *progress)? {
+                    Outcome::Done(added) => {
+                        *lock(&self.rebuild) = false;
+                        return Ok(added);
+                    }
+                    Outcome::Restart => continue,
+                }
+            }
+            self.sync(&mut conn)?;
+            let bound = !meta.tape.is_empty();
+            match self.follow(store, &mut conn, &tape, bound, &mut *progress)? {
+                Outcome::Done(added) => return Ok(added),
+                Outcome::Restart => continue,
+            }
+        }
+        Err(Error::TapeChanged)
+    }
+
+    /// Mirrors what other processes committed: everything after a rebuild, or the
+    /// documents after this mirror's mark.
+    fn sync(&self, conn: &mut Connection) -> Result<()> {
+        let tx = conn.transaction()?;
+        let meta = file::meta(&tx)?;
+        let docs = self.read_docs();
+        if meta.build != docs.build {
+            drop(docs);
+            let given = self.embedder_id().to_owned();
+            if meta.embedder != given {
+                return Err(Error::EmbedderChanged {
+                    path: self.path.clone(),
+                    built: meta.embedder,
+                    given,
+                });
+            }
+            let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
+            let fresh = file::load(&tx, dim, &self.path)?;
+            *self.write_docs() = fresh;
+        } else if meta.covered > docs.covered {
+            let added = file::load_after(&tx, &docs, meta.covered, &self.path)?;
+            drop(docs);
+            self.write_docs().extend(added);
+        }
+        Ok(())
+    }
+
+    fn write_docs(&self) -> std::sync::RwLockWriteGuard<'_, Docs> {
+        self.docs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Indexes the tape after the mirror's mark, batch by batch.
+    fn follow(
+        &self,
+        store: &dyn Store,
+        conn: &mut Connection,
+        tape: &str,
+        bound: bool,
+        progress: Progress<'_>,
+    ) -> Result<Outcome> {
+        let start = self.covered();
+        let last = store.last_id()?;
+        if last <= start {
+            if !bound {
+                // Still bind an empty index to its tape, so a later replacement is noticed.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if file::meta(&tx)?.tape.is_empty() {
+                    file::set_meta(&tx, "tape", tape)?;
+                }
+                tx.commit()?;
+            }
+            return Ok(Outcome::Done(0));
+        }
+        let total = (last.0 - start.0) as usize;
+        let mut added = 0;
+        let mut restart = false;
+        pages(store, start, |page| {
+            match self.commit_batch(store, conn, tape, &page)? {
+                Outcome::Done(n) => added += n,
+                Outcome::Restart => {
+                    restart = true;
+                    return Ok(false);
+                }
+            }
+            if let Some(end) = page.last() {
+                let done = (end.id.0 - start.0) as usize;
+                progress(done.min(total), total.max(done));
+            }
+            Ok(true)
+        })?;
+        Ok(if restart {
+            Outcome::Restart
+        } else {
+            Outcome::Done(added)
+        })
+    }
+
+    /// Writes one batch in its own IMMEDIATE transaction, skipping what another process
+    /// already covered, and mirrors the result after the commit.
+    fn commit_batch(
+        &self,
+        store: &dyn Store,
+        conn: &mut Connection,
+        tape: &str,
+        entries: &[Entry],
+    ) -> Result<Outcome> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let meta = file::meta(&tx)?;
+        let docs = self.read_docs();
+        if meta.build != docs.build {
+            return Ok(Outcome::Restart);
+        }
+        if meta.tape != tape {
+            if !meta.tape.is_empty() {
+                return Ok(Outcome::Restart);
+            }
+            file::set_meta(&tx, "tape", tape)?;
+        }
+        let mut pending = Added {
+            covered: docs.covered,
+            ..Added::default()
+        };
+        if meta.covered > docs.covered {
+            pending = file::load_after(&tx, &docs, meta.covered, &self.path)?;
+        }
+        let first = entries.partition_point(|e| e.id <= meta.covered);
+        let fresh = &entries[first..];
+        let mut count = 0;
+        if let Some(last) = fresh.last().map(|e| e.id) {
+            let batch = self.write_batch(store, &tx, &docs, &pending, fresh)?;
+            count = batch.docs.len();
+            pending.append(batch);
+            file::set_meta(&tx, "covered", &last.0.to_string())?;
+        }
+        drop(docs);
+        tx.commit()?;
+        self.write_docs().extend(pending);
+        Ok(Outcome::Done(count))
+    }
+
+    /// Reads the whole tape into the file in one transaction, replacing its contents, and
+    /// swaps the mirror after the commit.
+    fn rebuild_all(
+        &self,
+        store: &dyn Store,
+        conn: &mut Connection,
+        tape: &str,
+        explicit: bool,
+        progress: Progress<'_>,
+    ) -> Result<Outcome> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let meta = file::meta(&tx)?;
+        if !explicit && (meta.tape == tape || (meta.tape.is_empty() && meta.covered.0 == 0)) {
+            // Another process rebuilt it meanwhile.
+            return Ok(Outcome::Restart);
+        }
+        tx.execute_batch(
+            "DELETE FROM docs; DELETE FROM scopes; INSERT INTO fts (fts) VALUES ('delete-all');",
+        )?;
+        file::set_meta(&tx, "embedder", self.embedder_id())?;
+        file::set_meta(&tx, "tape", tape)?;
+        let build = file::new_build(&tx)?;
+        let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
+        let mut fresh = Docs::empty(dim, build);
+        let total = store.last_id()?.0 as usize;
+        pages(store, EntryId(0), |page| {
+            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page)?;
+            fresh.extend(batch);
+            if let Some(end) = page.last() {
+                let done = end.id.0 as usize;
+                progress(done.min(total), total.max(done));
+            }
+            Ok(true)
+        })?;
+        file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
+        tx.commit()?;
+        let added = fresh.ids.len();
+        *self.write_docs() = fresh;
+        Ok(Outcome::Done(added))
+    }
+
+    /// Embeds and inserts one batch of entries into `tx`: scopes not yet known to `base`
+    /// or `pending` get the next rows. Returns what was written, for the mirror.
+    fn write_batch(
+        &self,
+        store: &dyn Store,
+        tx: &Transaction<'_>,
+        base: &Docs,
+        pending: &Added,
+        entries: &[Entry],
+    ) -> Result<Added> {
+        let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
+        add_context(store, entries, &mut docs)?;
+        let inputs: Vec<Cow<'_, str>> = docs
+            .iter()
+            .map(
+                |d| match (self.config.embed_context, d.context.is_empty()) {
+                    (true, false) => Cow::Owned(format!("{}\n{}", d.context, d.text)),
+                    _ => Cow::Borrowed(d.text.as_str()),
+                },
+            )
+            .collect();
+        let vectors = self
+            .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
+            .map(|vs| vs.iter().map(|v| quantize(v)).collect::<Vec<_>>());
+        let mut out = Added {
+            covered: entries.last().map_or(base.covered, |e| e.id),
+            ..Added::default()
+        };
+        let mut rows: HashMap<&Scope, u32> = pending
+            .scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s, (base.scopes.len() + i) as u32))
+            .collect();
+        let mut scope_stmt =
+            tx.prepare_cached("INSERT INTO scopes VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+        let mut doc_stmt = tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+        let mut fts_stmt = tx.prepare_cached(
+            "INSERT INTO fts (rowid, text, context, cjk) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (i, doc) in docs.iter().enumerate() {
+            let known = base
+                .scope_rows
+                .get(&doc.scope)
+                .or_else(|| rows.get(&doc.scope));
+            let scope_row = match known {
+                Some(row) => *row,
+                None => {
+                    let row = (base.scopes.len() + pending.scopes.len() + out.scopes.len()) as u32;
+                    let s = &doc.scope;
+                    scope_stmt.execute(params![
+                        row,
+                        s.tenant(),
+                        s.agent_name(),
+                        s.user(),
+                        s.session(),
+                        s.node()
+                    ])?;
+                    rows.insert(s, row);
+                    out.scopes.push(s.clone());
+                    row
+                }
+            };
+            let vector = vectors.as_ref().map(|v| v[i].clone());
+            let id = doc.id.0 as i64;
+            doc_stmt.execute(params![
+                id,
+                scope_row,
+                doc.kind.as_str(),
+                doc.role.map(Role::as_str),
+                doc.at.timestamp_millis(),
+                vector.as_ref().map(|v| v.to_bytes())
+            ])?;
+            fts_stmt.execute(params![id, doc.text, doc.context, cjk_bigrams(&doc.text)])?;
+            let meta = DocMeta {
+                scope: scope_row,
+                kind: doc.kind,
+                role: doc.role,
+                at: doc.at,
+            };
+            out.docs.push((doc.id, meta, vector));
+        }
+        Ok(out)
+    }
+}
+
+/// Pages through the tape after `start` on a reader thread, feeding `f` one page at a time
+/// through a bounded queue (two pages), until the tape ends or `f` returns `false`.
+fn pages(
+    store: &dyn Store,
+    start: EntryId,
+    mut f: impl FnMut(Vec<Entry>) -> Result<bool>,
+) -> Result<()> {
+    let (tx, rx) = sync_channel::<Result<Vec<Entry>>>(2);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut after = start;
+            loop {
+                let page = store.entries_after(after, BATCH).map_err(Error::from);
+                let stop = match &page {
+                    Ok(p) => p.is_empty(),
+                    Err(_) => true,
+                };
+                if let Ok(p) = &page
+                    && let Some(last) = p.last()
+                {
+                    after = last.id;
+                }
+                if stop || tx.send(page).is_err() {
+                    break;
+                }
+            }
+        });
+        for page in rx {
+            if !f(page?)? {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Fills in each conversational document's context: the text of the conversational
+/// entry before it in its scope, from this batch or, for a batch's first message of a
+/// scope, from the tape. So an index rebuilt from scratch and one caught up in pieces
+/// hold the same documents.
+fn add_context(store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Result<()> {
+    let mut last: HashMap<Scope, String> = HashMap::new();
+    let mut doc_iter = docs.iter_mut().peekable();
+    for entry in entries.iter().filter(|e| e.kind().is_conversational()) {
+        // Documents come in entry order; an entry without text has none.
+        let mut own = None;
+        while let Some(doc) = doc_iter.next_if(|d| d.id <= entry.id) {
+            if doc.id == entry.id {
+                own = Some(doc);
+            }
+        }
+        let text = match own {
+            Some(doc) => {
+                doc.context = match last.get(&entry.scope) {
+                    Some(prev) => prev.clone(),
+                    None => previous_text(store, entry)?,
+                };
+                doc.text.clone()
+            }
+            None => String::new(),
+        };
+        last.insert(entry.scope.clone(), text);
+    }
+    Ok(())
+}
+
+/// The text of the conversational entry before `entry` in its scope, read from the tape
+/// ("" when there is none).
+fn previous_text(store: &dyn Store, entry: &Entry) -> Result<String> {
+    let filter = memtape_core::Filter {
+        before: Some(entry.id),
+        kinds: Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_conversational())
+            .collect(),
+        order: memtape_core::Order::Desc,
+        limit: Some(1),
+        ..Default::default()
+    };
+    let prev = store.scan(&entry.scope, &filter)?;
+    Ok(prev
+        .first()
+        .and_then(|p| p.payload.search_text())
+        .unwrap_or_default())
+}

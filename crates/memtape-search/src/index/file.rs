@@ -1,0 +1,325 @@
+//! The index file: its schema, identity and meta (the embedder, the tape it is bound to,
+//! its build id and the covered mark), and reading it into memory.
+//!
+//! A file that is not a SQLite database, or a memtape index of another format version, is
+//! recreated (with a warning), never used; a SQLite file of another application is refused
+//! untouched. Recreation happens under an exclusive lock on a sidecar `.lock` file, so two
+//! processes that find the same broken file do not delete each other's fresh one.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::DateTime;
+use memtape_core::{EntryId, Scope};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+
+use super::{DocMeta, Docs};
+use crate::vectors::Quantized;
+use crate::{Error, Result};
+
+/// "mtai": marks a SQLite file as a memtape search index.
+const APPLICATION_ID: i64 = 0x6d74_6169;
+/// The index file format; a file of another version is rebuilt, never guessed at.
+/// Version 3 added the tape binding, the build id and the CJK column.
+pub(crate) const FORMAT_VERSION: i64 = 3;
+/// How long a connection waits for another process's catch-up before giving up.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
+
+const SCHEMA: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE scopes (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL, agent TEXT NOT NULL, user TEXT, session TEXT, node TEXT
+);
+CREATE TABLE docs (
+    id INTEGER PRIMARY KEY,
+    scope INTEGER NOT NULL REFERENCES scopes (id),
+    kind TEXT NOT NULL,
+    role TEXT,
+    at INTEGER NOT NULL,
+    vec BLOB
+);
+CREATE VIRTUAL TABLE fts USING fts5 (
+    text, context, cjk, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+);
+";
+
+/// What the meta table says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    /// The embedder the vectors come from ("none" for BM25 only).
+    pub embedder: String,
+    /// The tape id the index is bound to ("" until its first catch-up).
+    pub tape: String,
+    /// A random id made each time the index is (re)built: another process holding this
+    /// file reloads its mirror when it changes.
+    pub build: String,
+    /// The last tape id covered.
+    pub covered: EntryId,
+}
+
+/// Reads the meta table.
+pub(crate) fn meta(conn: &Connection) -> Result<Meta> {
+    let mut stmt = conn.prepare_cached("SELECT key, value FROM meta")?;
+    let pairs: HashMap<String, String> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let get = |k: &str| pairs.get(k).cloned().unwrap_or_default();
+    Ok(Meta {
+        embedder: get("embedder"),
+        tape: get("tape"),
+        build: get("build"),
+        covered: EntryId(get("covered").parse().unwrap_or(0)),
+    })
+}
+
+/// Sets one meta value.
+pub(crate) fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )?;
+    Ok(())
+}
+
+/// Sets a fresh random build id and returns it.
+pub(crate) fn new_build(conn: &Connection) -> Result<String> {
+    let build: String = conn.query_row("SELECT lower(hex(randomblob(16)))", [], |r| r.get(0))?;
+    set_meta(conn, "build", &build)?;
+    Ok(build)
+}
+
+/// Why an existing file is not used as it is.
+enum Open {
+    Ready(Connection),
+    /// Recreate the file; the reason is logged.
+    Recreate(String),
+}
+
+/// Opens the index file at `path` (creating it with `embedder` recorded if it is new),
+/// recreating a broken or outdated one.
+pub(crate) fn open(path: &Path, embedder: &str) -> Result<Connection> {
+    if let Open::Ready(conn) = try_open(path, embedder)? {
+        return Ok(conn);
+    }
+    // Recreate under the lock, after checking again: another process may have done it.
+    let _lock = FileLock::take(path)?;
+    match try_open(path, embedder)? {
+        Open::Ready(conn) => Ok(conn),
+        Open::Recreate(why) => {
+            tracing::warn!(
+                "search index {}: {why}; rebuilding it from the tape",
+                path.display()
+            );
+            remove(path)?;
+            match try_open(path, embedder)? {
+                Open::Ready(conn) => Ok(conn),
+                Open::Recreate(why) => Err(Error::Unreadable {
+                    path: path.to_owned(),
+                    why,
+                }),
+            }
+        }
+    }
+}
+
+fn is_corrupt(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+    )
+}
+
+fn try_open(path: &Path, embedder: &str) -> Result<Open> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Identify the file before changing anything about it.
+    // One read transaction, so another process creating the file is seen whole or not at all.
+    let identity = (|| -> rusqlite::Result<(i64, i64, i64)> {
+        let tx = conn.transaction()?;
+        let tables = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        let app = tx.pragma_query_value(None, "application_id", |r| r.get(0))?;
+        let version = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        tx.commit()?;
+        Ok((app, version, tables))
+    })();
+    let (app, version, tables) = match identity {
+        Ok(found) => found,
+        Err(e) if is_corrupt(&e) => return Ok(Open::Recreate(format!("unreadable ({e})"))),
+        Err(e) => return Err(e.into()),
+    };
+    if tables > 0 && app != APPLICATION_ID {
+        return Err(Error::Unreadable {
+            path: path.to_owned(),
+            why: format!("application id {app:#x}"),
+        });
+    }
+    if tables > 0 && version != FORMAT_VERSION {
+        return Ok(Open::Recreate(format!(
+            "format version {version}, this build uses {FORMAT_VERSION}"
+        )));
+    }
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    if tables == 0 {
+        // Schema, identity and first marks in one transaction: a crash leaves either an
+        // empty file or a complete index. Another process may create it first.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tables: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if tables == 0 {
+            tx.execute_batch(&format!(
+                "{SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {FORMAT_VERSION};"
+            ))?;
+            tx.execute(
+                "INSERT INTO meta VALUES ('embedder', ?1), ('covered', '0'), ('tape', '')",
+                [embedder],
+            )?;
+            new_build(&tx)?;
+        }
+        tx.commit()?;
+    }
+    match conn.query_row("SELECT count(*) FROM meta", [], |r| r.get::<_, i64>(0)) {
+        Ok(_) => Ok(Open::Ready(conn)),
+        Err(e) if is_corrupt(&e) => Ok(Open::Recreate(format!("unreadable ({e})"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the index file and its WAL and shared-memory files.
+fn remove(path: &Path) -> Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let file = with_suffix(path, suffix);
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(Error::Remove { path: file, source }),
+        }
+    }
+    Ok(())
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut file = path.as_os_str().to_owned();
+    file.push(suffix);
+    PathBuf::from(file)
+}
+
+/// An exclusive lock on `<index>.lock`, held while a broken index file is replaced.
+struct FileLock(std::fs::File);
+
+impl FileLock {
+    fn take(path: &Path) -> Result<FileLock> {
+        let lock_path = with_suffix(path, ".lock");
+        let io = |source| Error::Lock {
+            path: lock_path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io)?;
+        file.lock().map_err(io)?;
+        Ok(FileLock(file))
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Closing the file releases the lock as well; unlocking first is only tidier.
+        let _ = self.0.unlock();
+    }
+}
+
+fn bad(path: &Path, why: String) -> Error {
+    Error::Unreadable {
+        path: path.to_owned(),
+        why,
+    }
+}
+
+/// Reads the whole index file into memory.
+pub(crate) fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
+    let meta = meta(conn)?;
+    let mut docs = Docs::empty(dim, meta.build);
+    let added = load_after(conn, &docs, meta.covered, path)?;
+    docs.extend(added);
+    Ok(docs)
+}
+
+/// Documents and scopes another process committed since `docs` was read: scopes after
+/// its last one, documents after its covered mark up to `covered`.
+pub(crate) fn load_after(
+    conn: &Connection,
+    docs: &Docs,
+    covered: EntryId,
+    path: &Path,
+) -> Result<super::Added> {
+    let mut added = super::Added {
+        covered,
+        ..Default::default()
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, tenant, agent, user, session, node FROM scopes WHERE id >= ?1 ORDER BY id",
+    )?;
+    let mut rows = stmt.query([docs.scopes.len() as i64])?;
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        if id as usize != docs.scopes.len() + added.scopes.len() {
+            return Err(bad(path, format!("scope rows are not dense at {id}")));
+        }
+        let scope = Scope::from_parts(r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?);
+        added
+            .scopes
+            .push(scope.map_err(|e| bad(path, e.to_string()))?);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, scope, kind, role, at, vec FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
+    )?;
+    let mut rows = stmt.query([docs.covered.0 as i64, covered.0 as i64])?;
+    let dim = docs.vectors.dim();
+    let scope_count = docs.scopes.len() + added.scopes.len();
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let kind: String = r.get(2)?;
+        let role: Option<String> = r.get(3)?;
+        let at: i64 = r.get(4)?;
+        let meta = DocMeta {
+            scope: r.get(1)?,
+            kind: kind
+                .parse()
+                .map_err(|e: memtape_core::Error| bad(path, e.to_string()))?,
+            role: role
+                .map(|r| r.parse())
+                .transpose()
+                .map_err(|e: memtape_core::Error| bad(path, e.to_string()))?,
+            at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
+        };
+        if meta.scope as usize >= scope_count {
+            return Err(bad(path, format!("document {id} names no known scope")));
+        }
+        let vector = match (dim, r.get::<_, Option<Vec<u8>>>(5)?) {
+            (0, _) => None,
+            (_, Some(b)) => match Quantized::from_bytes(&b, dim) {
+                Some(q) => Some(q),
+                None => {
+                    return Err(bad(
+                        path,
+                        format!("document {id} has no vector of length {dim}"),
+                    ));
+                }
+            },
+            _ => {
+                return Err(bad(
+                    path,
+                    format!("document {id} has no vector of length {dim}"),
+                ));
+            }
+        };
+        added.docs.push((EntryId(id as u64), meta, vector));
+    }
+    Ok(added)
+}

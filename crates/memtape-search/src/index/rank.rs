@@ -1,0 +1,233 @@
+//! Answering a query: BM25 through FTS5, vectors in memory, fusion, and the ranking
+//! boosts (neighbours, session strength, time).
+
+use std::collections::HashMap;
+
+use memtape_core::EntryId;
+
+use super::{Docs, Index, lock};
+use crate::fusion::{self, List};
+use crate::text::{cjk_query, fts_query};
+use crate::when::{self, Period};
+use crate::{Error, Hit, Mode, Result, SearchRequest};
+
+impl Index {
+    /// Embeds `texts` with the index's embedder, checking the shape of the answer.
+    pub(super) fn embed(&self, texts: &[&str]) -> Result<Option<Vec<Vec<f32>>>> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        if texts.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let out = embedder.embed(texts).map_err(Error::Embed)?;
+        let dim = embedder.dim();
+        if out.len() != texts.len() || out.iter().any(|v| v.len() != dim) {
+            return Err(Error::BadEmbedding {
+                embedder: embedder.id().to_owned(),
+                want: texts.len(),
+                got: out.len(),
+                len: out.iter().map(Vec::len).find(|l| *l != dim).unwrap_or(dim),
+                dim,
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// Runs a search. The index answers from what it covers; call [`Index::catch_up`]
+    /// first to include the latest appends.
+    pub fn search(&self, request: &SearchRequest) -> Result<Vec<Hit>> {
+        if request.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query_vector = match request.mode {
+            Mode::Bm25 => None,
+            Mode::Vector | Mode::Hybrid => {
+                if self.embedder.is_none() {
+                    return Err(Error::NoEmbedder(request.mode.as_str()));
+                }
+                self.embed(&[request.text.as_str()])?
+                    .and_then(|mut v| v.pop())
+            }
+        };
+        let depth = match request.mode {
+            Mode::Hybrid => self.config.candidates.max(request.limit),
+            _ => request.limit,
+        };
+        let floor = self.min_similarity();
+        let docs = self.read_docs();
+        let scopes = docs.admitted_scopes(&request.filter);
+        let allowed = |row: usize| {
+            let m = &docs.meta[row];
+            scopes[m.scope as usize] && request.filter.admits(m.kind, m.role, m.at)
+        };
+        let period = (self.config.time_weight > 0.0)
+            .then(|| when::period(&request.text))
+            .flatten();
+        let in_period = |row: usize| period.is_some_and(|p: Period| p.contains(docs.meta[row].at));
+        // With a named period, its documents are searched on their own as well.
+        let passes: &[&dyn Fn(usize) -> bool] = if period.is_some() {
+            &[&allowed, &|row| allowed(row) && in_period(row)]
+        } else {
+            &[&allowed]
+        };
+        let mut bm25 = List::new();
+        let mut vector = List::new();
+        for pass in passes {
+            if request.mode != Mode::Vector {
+                bm25 = fusion::union(bm25, self.bm25(&docs, &request.text, depth, pass)?);
+            }
+            if let Some(q) = &query_vector {
+                let mut found = docs.vectors.search(
+                    q,
+                    depth,
+                    if request.exact {
+                        usize::MAX
+                    } else {
+                        self.config.exact_limit
+                    },
+                    self.config.oversample * request.limit.min(20),
+                    pass,
+                );
+                // Below the model's floor a document is unrelated, however it ranks.
+                found.retain(|(_, score)| *score > floor);
+                vector = fusion::union(vector, found);
+            }
+        }
+        let mut hits = match request.mode {
+            Mode::Bm25 => fusion::only_bm25(&bm25),
+            Mode::Vector => fusion::only_vector(&vector),
+            Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion, floor),
+        };
+        if self.config.neighbour_weight > 0.0 {
+            hits = spread(&docs, hits, self.config.neighbour_weight, &allowed);
+        }
+        if self.config.scope_weight > 0.0 {
+            hits = by_scope(&docs, hits, self.config.scope_weight);
+        }
+        if period.is_some() {
+            for (row, hit) in hits.iter_mut() {
+                if in_period(*row) {
+                    hit.score += self.config.time_weight;
+                }
+            }
+        }
+        // The boosts above change scores only; the order is settled once, here.
+        fusion::rank(&mut hits);
+
+        hits.truncate(request.limit);
+        Ok(hits
+            .into_iter()
+            .map(|(row, hit)| Hit {
+                id: EntryId(docs.ids[row]),
+                ..hit
+            })
+            .collect())
+    }
+
+    /// The cosine a vector match must exceed: the embedder's floor.
+    pub fn min_similarity(&self) -> f32 {
+        self.embedder.as_ref().map_or(0.0, |e| e.min_similarity())
+    }
+
+    /// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher
+    /// scores better.
+    fn bm25(
+        &self,
+        docs: &Docs,
+        text: &str,
+        depth: usize,
+        allowed: &impl Fn(usize) -> bool,
+    ) -> Result<List> {
+        let words = fts_query(text);
+        let cjk = cjk_query(text).map(|q| format!("cjk : ({q})"));
+        let weight = self.config.context_weight;
+        // A message's own words, and with a context weight the words of the message before
+        // it; CJK runs in their own column.
+        let columns = if weight > 0.0 {
+            "{text context}"
+        } else {
+            "text"
+        };
+        let words = words.map(|q| format!("{columns} : ({q})"));
+        let query = match (words, cjk) {
+            (Some(w), Some(c)) => format!("{w} OR {c}"),
+            (Some(q), None) | (None, Some(q)) => q,
+            (None, None) => return Ok(List::new()),
+        };
+        let sql = format!(
+            "SELECT rowid, bm25(fts, 1.0, {weight}, 1.0) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s"
+        );
+        let conn = lock(&self.reader);
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query([query])?;
+        let mut out = List::new();
+        while out.len() < depth {
+            let Some(r) = rows.next()? else { break };
+            let id: i64 = r.get(0)?;
+            let score: f64 = r.get(1)?;
+            // A document committed after this reader's snapshot of memory is skipped.
+            if let Some(row) = docs.row_of(id as u64)
+                && allowed(row)
+            {
+                out.push((row, -score as f32));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Adds `weight` × the strength of each hit's scope (the sum of the scope's three best hit
+/// scores) to the hit's score.
+fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize, Hit)> {
+    let mut best: HashMap<u32, Vec<f32>> = HashMap::new();
+    for (row, hit) in &hits {
+        best.entry(docs.meta[*row].scope)
+            .or_default()
+            .push(hit.score);
+    }
+    let strength: HashMap<u32, f32> = best
+        .into_iter()
+        .map(|(scope, mut scores)| {
+            scores.sort_by(|a, b| b.total_cmp(a));
+            (scope, scores.iter().take(3).sum())
+        })
+        .collect();
+    for (row, hit) in hits.iter_mut() {
+        hit.score += weight * strength[&docs.meta[*row].scope];
+    }
+    hits
+}
+
+/// Lets each hit pass `weight` of its score to the conversational entries just before
+/// and after it (which become candidates if they pass the filter).
+fn spread(
+    docs: &Docs,
+    hits: Vec<(usize, Hit)>,
+    weight: f32,
+    allowed: &impl Fn(usize) -> bool,
+) -> Vec<(usize, Hit)> {
+    let base: HashMap<usize, f32> = hits.iter().map(|(r, h)| (*r, h.score)).collect();
+    let near = |row: usize| {
+        docs.neighbours[row]
+            .into_iter()
+            .flatten()
+            .map(|n| n as usize)
+    };
+    let mut all: HashMap<usize, Hit> = hits.into_iter().collect();
+    for &row in base.keys() {
+        for n in near(row).filter(|n| allowed(*n)) {
+            all.entry(n).or_insert(Hit {
+                id: EntryId(0),
+                score: 0.0,
+                bm25: None,
+                vector: None,
+            });
+        }
+    }
+    for (row, hit) in all.iter_mut() {
+        let from_neighbours: f32 = near(*row).filter_map(|n| base.get(&n)).sum();
+        hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
+    }
+    all.into_iter().collect()
+}
