@@ -177,10 +177,14 @@ impl SqliteStore {
             }
         };
         if identity.version < SCHEMA_VERSION {
-            drop(store);
-            // One write to bring an older store up to date, then read-only again.
-            drop(Self::open_at(dir.join(Self::FILE_NAME), false)?);
-            return Self::open_read_only(dir);
+            // One write brings an older store up to date, then it is opened read-only again.
+            // Where nothing can be written (a full or read-only disk), the older schema is
+            // read as it is: its entries read the same; only what later versions added
+            // (the tape id) is missing.
+            if Self::open_at(store.path.clone(), false).is_ok() {
+                drop(store);
+                return Self::open_read_only(dir);
+            }
         }
         Ok(store)
     }
