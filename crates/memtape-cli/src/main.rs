@@ -106,6 +106,19 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(&cli.globals)?;
+    // The library's warnings (an index rebuilt for another tape, a failed catch-up) go to
+    // stderr; --quiet keeps only errors.
+    let level = if cli.globals.quiet {
+        tracing::Level::ERROR
+    } else {
+        tracing::Level::WARN
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .without_time()
+        .with_target(false)
+        .init();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let out = &mut stdout;
     match &cli.command {

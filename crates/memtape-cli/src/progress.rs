@@ -33,6 +33,23 @@ impl Progress {
         Progress { bar }
     }
 
+    /// Shows how far a job of `total` steps is (`done` of them), as a bar once the job is
+    /// big enough to be worth one.
+    pub fn update(&self, done: usize, total: usize) {
+        if self.bar.is_hidden() || total < 1000 {
+            return;
+        }
+        if self.bar.length() != Some(total as u64) {
+            if let Ok(style) =
+                ProgressStyle::with_template("{wide_msg} {bar:30} {pos}/{len} {elapsed}")
+            {
+                self.bar.set_style(style);
+            }
+            self.bar.set_length(total as u64);
+        }
+        self.bar.set_position(done as u64);
+    }
+
     /// Whether anything is drawn.
     pub fn shown(&self) -> bool {
         !self.bar.is_hidden()

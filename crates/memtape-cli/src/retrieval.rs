@@ -272,6 +272,12 @@ pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
     let engine = crate::ctx::open(ctx)?;
     let embedder = embedder(ctx)?;
     let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
+    // The first search after a big import catches up with many entries: show how far.
+    let progress = Progress::spinner(ctx, "bringing the search index up to date");
+    index.catch_up_with(engine.store(), &mut |done, total| {
+        progress.update(done, total)
+    })?;
+    progress.finish();
     Ok(engine.with_index(index)?)
 }
 
@@ -376,9 +382,14 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
         .as_ref()
         .map_or("none".to_owned(), |e| e.id().to_owned());
     let progress = Progress::spinner(ctx, &format!("rebuilding the search index with {id}"));
-    let index = Index::rebuild(&dir.join("index.db"), embedder, args.tuning.index_config())?;
     let started = std::time::Instant::now();
-    let added = index.catch_up(&store)?;
+    let (index, added) = Index::rebuild_from(
+        &dir.join("index.db"),
+        &store,
+        embedder,
+        args.tuning.index_config(),
+        &mut |done, total| progress.update(done, total),
+    )?;
     progress.finish();
     writeln!(
         out,
