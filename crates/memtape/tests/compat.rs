@@ -28,7 +28,18 @@ fn copy_fixture(version: &str) -> tempfile::TempDir {
 /// memory daily; files create /memories/ada.md; --user u1 append s2; --model none search`.
 #[test]
 fn a_version_1_store_and_index_still_open_read_and_search() {
-    let dir = copy_fixture("v1");
+    opens_reads_and_searches("v1");
+}
+
+/// Version 2 (schema 2 with the tape id, index format 3 bound to it): made by `memtape` of
+/// issue 10 with the same commands as version 1.
+#[test]
+fn a_version_2_store_and_index_still_open_read_and_search() {
+    opens_reads_and_searches("v2");
+}
+
+fn opens_reads_and_searches(version: &str) {
+    let dir = copy_fixture(version);
     let engine = Engine::open(dir.path()).unwrap();
     let s1 = Scope::agent("default", "default")
         .unwrap()
