@@ -411,6 +411,12 @@ static LINE_MARKUP: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|e| panic!("invalid line markup pattern: {e}"))
 });
 
+/// A list marker at the start of a line: what [`long_term_line`] puts before a fact.
+static LIST_MARKER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?")
+        .unwrap_or_else(|e| panic!("invalid list marker pattern: {e}"))
+});
+
 /// Whether `existing` (the current `MEMORY.md`) already holds the fact `text`, so it must not
 /// be written again. A line holds the fact when, after its list marker, timestamp and
 /// category label are removed, the line or one of its sentences equals the fact, compared
@@ -423,11 +429,15 @@ pub fn is_duplicate(existing: &str, text: &str) -> bool {
         return true;
     }
     existing.lines().any(|line| {
-        let body = LINE_MARKUP.replace(line, "");
-        normalize_fact(&body) == needle
-            || sentences(&body)
-                .into_iter()
-                .any(|s| normalize_fact(s) == needle)
+        // The line with all its markup removed, and with only its list marker removed (a
+        // fact may itself start with something like a `[timestamp]`).
+        let bodies = [LINE_MARKUP.replace(line, ""), LIST_MARKER.replace(line, "")];
+        bodies.iter().any(|body| {
+            normalize_fact(body) == needle
+                || sentences(body)
+                    .into_iter()
+                    .any(|s| normalize_fact(s) == needle)
+        })
     })
 }
 

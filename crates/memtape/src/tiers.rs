@@ -232,7 +232,9 @@ impl<S: Store> Engine<S> {
     /// `prune`, retention 30 by default). Returns how many notes went.
     pub fn prune_daily(&self, scope: &Scope, retention_days: u32) -> Result<usize> {
         let today = self.now().date_naive();
-        let cutoff = today - chrono::Days::new(u64::from(retention_days));
+        let cutoff = today
+            .checked_sub_days(chrono::Days::new(u64::from(retention_days)))
+            .unwrap_or(chrono::NaiveDate::MIN);
         let recorded = self.change_memory(scope, |_, view| {
             let ops: Vec<Op> = view
                 .dailies()

@@ -117,7 +117,9 @@ pub fn memory_block(view: &MemoryView, today: NaiveDate, recent_days: u32) -> St
         "Today's Notes",
         view.content(&paths::daily(today)).unwrap_or(""),
     );
-    let oldest = today - chrono::Days::new(u64::from(recent_days));
+    let oldest = today
+        .checked_sub_days(chrono::Days::new(u64::from(recent_days)))
+        .unwrap_or(NaiveDate::MIN);
     let recent: Vec<String> = view
         .dailies()
         .into_iter()

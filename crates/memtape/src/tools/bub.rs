@@ -198,7 +198,10 @@ fn recall<S: Store>(
     days: u32,
 ) -> Result<ToolOutput> {
     let today = engine.now().date_naive();
-    let since = today - chrono::Days::new(u64::from(days.saturating_sub(1)));
+    // A window longer than the calendar reaches back to its start.
+    let since = today
+        .checked_sub_days(chrono::Days::new(u64::from(days.saturating_sub(1))))
+        .unwrap_or(chrono::NaiveDate::MIN);
     let in_window = |path: &str| {
         path == paths::MEMORY || paths::daily_date(path).is_some_and(|d| d >= since && d <= today)
     };
