@@ -2,7 +2,7 @@
 //! parent linking, the scope projection and the consolidation pointer. Stores supply
 //! lookups; the decisions are made here, once.
 
-use memtape_core::events::BuiltinEvent;
+use memtape_core::events::{self, BuiltinEvent};
 use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope};
 
 use crate::{Error, Placement, Result, ScopeInfo};
@@ -41,8 +41,14 @@ impl ScopeInfo {
 /// The target of a `session.consolidated` event, if `payload` is one (and well formed:
 /// every payload is validated before it is stored).
 fn consolidated_through(payload: &Payload) -> Option<EntryId> {
-    match BuiltinEvent::from_payload(payload) {
-        Ok(Some(BuiltinEvent::Consolidated(t))) => Some(t.through),
+    // Only a pointer event is decoded (this runs for every entry written).
+    match payload {
+        Payload::Event(e) if e.name == events::SESSION_CONSOLIDATED => {
+            match BuiltinEvent::decode(e) {
+                Ok(Some(BuiltinEvent::Consolidated(t))) => Some(t.through),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }

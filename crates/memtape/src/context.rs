@@ -247,9 +247,7 @@ impl<S: Store> Engine<S> {
         // The same checks every memory change passes (a long buffer keeps its newest
         // exchanges under the size limit).
         let view = self.memory_log(memory_scope)?.0.view();
-        let change = view.fit(Change::one(op, "context.working_buffer"));
-        change.validate()?;
-        view.check(&change)?;
+        let change = view.admit(Change::one(op, "context.working_buffer"))?;
         let mark = BuiltinEvent::working_buffer(through).to_payload();
         self.append_entries(vec![
             NewEntry::new(memory_scope.clone(), change.to_payload(), now),

@@ -97,10 +97,7 @@ impl<S: Store> Engine<S> {
             let Some(change) = compute(&log, &view)? else {
                 return Ok(None);
             };
-            // A rolling log keeps its newest entries; then the one check of every write:
-            // paths, the size limit, no file inside a file.
-            let change = view.fit(change);
-            view.check(&change)?;
+            let change = view.admit(change)?;
             let entry = NewEntry::new(scope.clone(), change.to_payload(), self.now()).if_last(base);
             match self.store_entries(vec![entry]) {
                 Ok(stored) => {

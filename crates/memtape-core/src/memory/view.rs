@@ -60,6 +60,15 @@ impl MemoryView {
         self.files.get(path).is_some_and(|f| f.parts.contains(&id))
     }
 
+    /// The one admission of every memory write: `change` [fitted](Self::fit) (a rolling
+    /// log keeps its newest entries), then [checked](Self::check) (paths, the size limit,
+    /// no file inside a file). Returns the change to record.
+    pub fn admit(&self, change: Change) -> Result<Change> {
+        let change = self.fit(change);
+        self.check(&change)?;
+        Ok(change)
+    }
+
     /// Checks that `change` may be recorded on this view, and returns the files as they
     /// would be after it (the versions, times and parts of the files it touches are
     /// placeholders, not those the recorded change gives them). Beyond
