@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::context::Compaction;
 use crate::memory::{Change, Op};
-use crate::{EntryId, Error, Event, Payload, Result};
+use crate::{EntryId, Error, Event, HistoryView, Payload, Result};
 
 /// Moves a session's consolidation pointer: `data = {"through": <entry id>}`; entries with
 /// ids up to and including `through` are consolidated and left out of history.
@@ -19,6 +19,10 @@ pub const SESSION_CONSOLIDATED: &str = "session.consolidated";
 /// Carries a session's free metadata (for example from a nanobot session file):
 /// `data = {"metadata": {...}}`. The latest one wins.
 pub const SESSION_METADATA: &str = "session.metadata";
+
+/// A session's settings: `data = {"history": "thread" | "bub"}` (see [`SessionSettings`]).
+/// The latest one wins.
+pub const SESSION_SETTINGS: &str = "session.settings";
 
 /// A Bub tape `error` entry, kept as an event so it round-trips: `data` is the error payload,
 /// free-form (whatever Bub wrote).
@@ -67,6 +71,14 @@ pub struct SessionMetadata {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
+/// A session's settings, the data of a `session.settings` event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSettings {
+    /// The history the session's model is given (a Bub tape's sessions take Bub's).
+    pub history: HistoryView,
+}
+
 /// Who a node memory turn belongs to, in Dify's terms: the data of a `node.turn` event.
 /// The turn's messages are the two messages of the node's scope that follow the event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +103,8 @@ pub enum BuiltinEvent {
     Consolidated(Through),
     /// `session.metadata`: a session's free metadata.
     Metadata(SessionMetadata),
+    /// `session.settings`: a session's settings.
+    Settings(SessionSettings),
     /// `memory.change`: one version of memory.
     MemoryChange(Change),
     /// `context.compaction`: a compaction of the conversation.
@@ -117,6 +131,7 @@ impl BuiltinEvent {
         match self {
             BuiltinEvent::Consolidated(_) => SESSION_CONSOLIDATED,
             BuiltinEvent::Metadata(_) => SESSION_METADATA,
+            BuiltinEvent::Settings(_) => SESSION_SETTINGS,
             BuiltinEvent::MemoryChange(_) => MEMORY_CHANGE,
             BuiltinEvent::Compaction(_) => CONTEXT_COMPACTION,
             BuiltinEvent::WorkingBuffer(_) => CONTEXT_WORKING_BUFFER,
@@ -129,6 +144,7 @@ impl BuiltinEvent {
         [
             SESSION_CONSOLIDATED,
             SESSION_METADATA,
+            SESSION_SETTINGS,
             MEMORY_CHANGE,
             CONTEXT_COMPACTION,
             CONTEXT_WORKING_BUFFER,
@@ -150,6 +166,7 @@ impl BuiltinEvent {
         let decoded = match event.name.as_str() {
             SESSION_CONSOLIDATED => BuiltinEvent::Consolidated(typed(&event.name, data)?),
             SESSION_METADATA => BuiltinEvent::Metadata(typed(&event.name, data)?),
+            SESSION_SETTINGS => BuiltinEvent::Settings(typed(&event.name, data)?),
             MEMORY_CHANGE => {
                 let change: Change = typed(&event.name, data)?;
                 change.validate()?;
@@ -186,6 +203,7 @@ impl BuiltinEvent {
                 serde_json::to_value(t)
             }
             BuiltinEvent::Metadata(m) => serde_json::to_value(m),
+            BuiltinEvent::Settings(s) => serde_json::to_value(s),
             BuiltinEvent::MemoryChange(c) => serde_json::to_value(c),
             BuiltinEvent::Compaction(c) => serde_json::to_value(c),
             BuiltinEvent::NodeTurn(m) => serde_json::to_value(m),
@@ -210,7 +228,9 @@ impl BuiltinEvent {
             BuiltinEvent::Consolidated(t) | BuiltinEvent::WorkingBuffer(t) => {
                 vec![&mut t.through]
             }
-            BuiltinEvent::Metadata(_) | BuiltinEvent::NodeTurn(_) => Vec::new(),
+            BuiltinEvent::Metadata(_) | BuiltinEvent::Settings(_) | BuiltinEvent::NodeTurn(_) => {
+                Vec::new()
+            }
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()
@@ -262,6 +282,8 @@ mod tests {
             (SESSION_METADATA, json!({"metadata": "not an object"})),
             (NODE_TURN, json!({"message_id": ""})),
             (NODE_TURN, json!({"message_id": 7})),
+            (SESSION_SETTINGS, json!({"history": "sideways"})),
+            (SESSION_SETTINGS, json!({})),
         ] {
             let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();
             let text = err.to_string();
@@ -300,6 +322,9 @@ mod tests {
                 head: vec![EntryId(1)],
                 through: EntryId(5),
                 removed: 3,
+            }),
+            BuiltinEvent::Settings(SessionSettings {
+                history: HistoryView::Bub,
             }),
             BuiltinEvent::NodeTurn(NodeTurnMark {
                 message_id: "m1".into(),

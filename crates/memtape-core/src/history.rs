@@ -3,7 +3,31 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::{Message, Role, TokenCounter};
+
+/// Which history a session's model is given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryView {
+    /// memtape's: the unconsolidated tail of the current thread, under nanobot's rules
+    /// (seed 000) and Dify's token limit ([`select_history`]).
+    #[default]
+    Thread,
+    /// Bub's (seed 001, 2.3): the `message`, `tool_call` and `tool_result` entries after the
+    /// session's last anchor, in tape order, as Bub's context selection takes them.
+    Bub,
+}
+
+impl std::fmt::Display for HistoryView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HistoryView::Thread => "thread",
+            HistoryView::Bub => "bub",
+        })
+    }
+}
 
 /// Limits on the history handed to a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,7 +31,7 @@ pub use entry::{
     FunctionCall, Kind, Message, Meta, NewEntry, Payload, Role, ToolCall,
 };
 pub use error::Error;
-pub use history::{HistoryLimits, select_history};
+pub use history::{HistoryLimits, HistoryView, select_history};
 pub use query::{AnchorRange, Filter, Order, TapeQuery};
 pub use scope::Scope;
 pub use thread::walk_thread;

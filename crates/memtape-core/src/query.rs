@@ -16,7 +16,8 @@ pub enum AnchorRange {
     /// Entries after the last anchor named so.
     After(String),
     /// Entries after the last anchor named by the first, up to (not including) the first
-    /// anchor named by the second that follows it; to the end if none follows.
+    /// anchor named by the second that follows it; an error if none follows (as Bub's
+    /// `between_anchors` raises not_found).
     Between(String, String),
 }
 

@@ -17,7 +17,9 @@ use chrono::{DateTime, Utc};
 use memtape_core::events::{self, BuiltinEvent};
 use memtape_core::memory::{Change, Op, paths};
 use memtape_core::summary::{DEFAULT_SUMMARY_MAX_TOKENS, ExtractiveSummarizer, Summarizer};
-use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
+use memtape_core::{
+    Entry, EntryId, Filter, HistoryLimits, HistoryView, Kind, NewEntry, Order, Scope,
+};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result, memory_scope};
@@ -162,6 +164,22 @@ impl<S: Store> Engine<S> {
         recorded: &[(Compaction, DateTime<Utc>)],
         max: usize,
     ) -> Result<(Option<Compaction>, Vec<Entry>)> {
+        if self.history_view(session)? == HistoryView::Bub {
+            // Bub's view is the tape after the last anchor, in order: a compaction is in
+            // effect while the entry it runs through is in that view.
+            let limits = HistoryLimits {
+                max_messages: max,
+                max_tokens: None,
+            };
+            let view = self.history_in(session, &limits, HistoryView::Bub)?;
+            for (compaction, _) in recorded {
+                let through = compaction.through();
+                if let Some(at) = view.iter().position(|e| e.id == through) {
+                    return Ok((Some(compaction.clone()), view[at + 1..].to_vec()));
+                }
+            }
+            return Ok((None, view));
+        }
         let Some(head) = head else {
             return Ok((None, Vec::new()));
         };

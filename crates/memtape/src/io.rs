@@ -1,18 +1,19 @@
 //! Import and export of the tape in JSONL formats. Every import is one store transaction:
 //! a file with a bad line, or one that would mix into an existing session, imports nothing.
 //!
-//! Bub tapes carry memory as versioned zones (seed 001). An import turns each sealed zone
-//! into one `memory.change` of the agent's (or agent and user's) memory, placed on the tape
-//! where the zone was sealed; an export writes every memory version of that scope back as a
-//! zone (`memory/open`, the files, `memory/seal`, version N for memtape's version N) where
-//! its change was made, so Bub reads memtape's current memory as its latest zone.
+//! Bub tapes carry memory as versioned zones (seed 001). An import keeps every line of the
+//! tape in the session, zones included, where they are; memory is their projection: each
+//! zone Bub's reader would take as current is recorded as one `memory.change` of the
+//! agent's (or agent and user's) memory right after its seal. A Bub export writes the
+//! session's entries as they are, with a zone added wherever memtape's memory had moved
+//! away from what Bub would read there ([`bub::render_with_zones`]).
 
 use std::io::Write;
 
-use memtape_core::events::{BuiltinEvent, SessionMetadata};
-use memtape_core::formats::bub::{self, Item, Zone};
+use memtape_core::events::{BuiltinEvent, SessionMetadata, SessionSettings};
+use memtape_core::formats::bub::{self, Zone};
 use memtape_core::formats::{self, Format, Imported};
-use memtape_core::{Entry, EntryId, Filter, Scope};
+use memtape_core::{Entry, EntryId, Filter, HistoryView, Scope};
 use serde_json::Map;
 
 use crate::{Engine, Error, Placement, Result, Store, check_memory_scope, memory_scope};
@@ -110,11 +111,8 @@ impl<S: Store> Engine<S> {
                     Error::NeedSession("a Bub tape names no session: pass --session".into())
                 })?;
                 check_memory_scope(base)?;
-                bub_entries(
-                    &base.clone().with_session(name)?,
-                    base,
-                    bub::read(text, now)?,
-                )
+                let tape = bub::read(text, now)?;
+                bub_entries(&base.clone().with_session(name)?, base, tape, now)
             }
         };
         self.restore_entries(entries)
@@ -255,31 +253,44 @@ fn event_item(event: BuiltinEvent, at: chrono::DateTime<chrono::Utc>) -> Importe
     }
 }
 
-/// The entries of a Bub tape read with its zones: the tape's entries in `session`, chained
-/// like [`Chain`], and for each zone that changes memory a `memory.change` in `memory` at
-/// the zone's place and time, computed from the zone before it.
-fn bub_entries(session: &Scope, memory: &Scope, items: Vec<Item>) -> Vec<Entry> {
+/// The entries of a Bub tape: a `session.settings` event giving the session Bub's history
+/// view, then every item in `session`, chained like [`Chain`], and after the seal of each
+/// zone Bub reads as current a `memory.change` in `memory`, computed from the zone before
+/// it and stamped with the seal's time.
+fn bub_entries(
+    session: &Scope,
+    memory: &Scope,
+    tape: bub::Tape,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Entry> {
+    let bub::Tape {
+        entries: items,
+        zones,
+    } = tape;
     let mut chain = Chain::default();
+    let first = items.first().map_or(now, |i| i.created_at);
+    let settings = BuiltinEvent::Settings(SessionSettings {
+        history: HistoryView::Bub,
+    });
+    chain.push(session, event_item(settings, first));
+    let mut zones = zones.into_iter().peekable();
     let mut previous: Option<Zone> = None;
-    for item in items {
-        match item {
-            Item::Entry(item) => {
-                chain.push(session, item);
-            }
-            Item::Zone(zone) => {
-                if let Some(change) = bub::zone_change(previous.as_ref(), &zone) {
-                    let mut meta = Map::new();
-                    meta.insert("bub_version".into(), zone.version.into());
-                    let item = Imported {
-                        payload: change.to_payload(),
-                        meta,
-                        created_at: zone.at,
-                    };
-                    chain.push(memory, item);
-                }
-                previous = Some(zone);
-            }
+    for (i, item) in items.into_iter().enumerate() {
+        chain.push(session, item);
+        let Some((_, zone)) = zones.next_if(|(seal, _)| *seal == i) else {
+            continue;
+        };
+        if let Some(change) = bub::zone_change(previous.as_ref(), &zone) {
+            let mut meta = Map::new();
+            meta.insert("bub_version".into(), zone.version.into());
+            let item = Imported {
+                payload: change.to_payload(),
+                meta,
+                created_at: zone.at,
+            };
+            chain.push(memory, item);
         }
+        previous = Some(zone);
     }
     chain.entries
 }

@@ -14,6 +14,7 @@
 //! # Ok::<(), memtape::Error>(())
 //! ```
 
+mod bub;
 mod capture;
 pub mod context;
 mod error;
@@ -25,6 +26,7 @@ mod tiers;
 pub mod tools;
 mod workspace;
 
+pub use bub::SessionStart;
 pub use capture::Captured;
 pub use io::ImportReport;
 pub use lifecycle::{
@@ -43,7 +45,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use memtape_core::events::BuiltinEvent;
-use memtape_core::{Order, select_history, walk_thread};
+use memtape_core::{Order, walk_thread};
 use serde_json::{Map, Value};
 
 pub use error::Error;
@@ -52,7 +54,8 @@ pub use memtape_core::context::{
 };
 pub use memtape_core::{
     Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
-    Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall, events,
+    HistoryView, Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter,
+    ToolCall, events,
     formats::{Format, parse_time},
     memory, summary, wal,
 };
@@ -234,22 +237,14 @@ impl<S: Store> Engine<S> {
         self.append_payload(session, BuiltinEvent::consolidated(through).to_payload())
     }
 
-    /// The history to send to a model: the unconsolidated messages of the session's
-    /// current thread, under `limits`, following the nanobot and Dify rules
-    /// ([`memtape_core::select_history`]). Reads only the tail it needs.
+    /// The history to send to a model, in the session's view ([`Engine::history_view`]):
+    /// by default the unconsolidated messages of the session's current thread, under
+    /// `limits`, following the nanobot and Dify rules ([`memtape_core::select_history`]),
+    /// reading only the tail it needs; for a session from a Bub tape, Bub's
+    /// ([`Engine::history_in`]).
     pub fn history(&self, session: &Scope, limits: &HistoryLimits) -> Result<Vec<Entry>> {
-        let Some(info) = self.store.scope_info(session)? else {
-            return Ok(Vec::new());
-        };
-        let Some(head) = info.head else {
-            return Ok(Vec::new());
-        };
-        let pointer = info.last_consolidated;
-        let thread = self.walk(session, head, pointer, limits.max_messages)?;
-        let messages: Vec<&Message> = thread.iter().filter_map(Entry::message).collect();
-        let keep = select_history(&messages, limits, self.tokens.as_ref());
-        let mut thread: Vec<Option<Entry>> = thread.into_iter().map(Some).collect();
-        Ok(keep.into_iter().filter_map(|i| thread[i].take()).collect())
+        let view = self.history_view(session)?;
+        self.history_in(session, limits, view)
     }
 
     /// Walks the thread ending at `leaf` in `scope` back to a root, to the first entry at or
@@ -325,17 +320,24 @@ impl<S: Store> Engine<S> {
             AnchorRange::All => (None, None),
             AnchorRange::FromLast => (Some(last_anchor(None)?), None),
             AnchorRange::After(name) => (Some(last_anchor(Some(name))?), None),
-            AnchorRange::Between(start, end) => {
-                let start = last_anchor(Some(start))?;
+            AnchorRange::Between(start_name, end_name) => {
+                let start = last_anchor(Some(start_name))?;
                 let filter = Filter {
                     after: Some(start),
                     kinds: vec![Kind::Anchor],
-                    name: Some(end.clone()),
+                    name: Some(end_name.clone()),
                     limit: Some(1),
                     ..Filter::default()
                 };
+                // Bub raises not_found when no end anchor follows the start.
                 let end = self.store.scan(scope, &filter)?.first().map(|e| e.id);
-                (Some(start), end)
+                let end = end.ok_or_else(|| {
+                    Error::NoAnchor(
+                        format!("{end_name} after {start_name} (entry {start})"),
+                        scope.to_string(),
+                    )
+                })?;
+                (Some(start), Some(end))
             }
         };
         let filter = Filter {

@@ -11,7 +11,7 @@ use memtape_store::Store;
 use crate::{Engine, Error, Result};
 
 /// How many times a change is recomputed when other writers keep winning.
-const ATTEMPTS: usize = 8;
+pub(crate) const ATTEMPTS: usize = 8;
 
 /// Checks that `scope` can hold memory: an agent, or an agent and a user (not a session).
 pub fn check_memory_scope(scope: &Scope) -> Result<()> {

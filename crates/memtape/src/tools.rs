@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use memtape_core::{Scope, memory};
+use memtape_core::{HistoryView, Scope, memory};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result, memory_scope};
@@ -156,6 +156,7 @@ impl<S: Store> Engine<S> {
                 names.join(", ")
             )));
         };
+        let session = scope;
         let scope = memory_scope(scope)?;
         let result = match spec.family {
             Family::Bub => bub::call(self, &scope, spec.name, input),
@@ -164,7 +165,17 @@ impl<S: Store> Engine<S> {
             Family::Qanot => search::call(self, &scope, input),
         };
         match result {
-            Ok(out) => Ok(out),
+            Ok(out) => {
+                // A Bub session keeps its memory zone on its tape (seed 001, 3.3: every
+                // save appends a new zone); nothing is written when memory did not change.
+                if !out.is_error
+                    && session.session().is_some()
+                    && self.history_view(session)? == HistoryView::Bub
+                {
+                    self.write_zone(session)?;
+                }
+                Ok(out)
+            }
             Err(Error::Tool(text)) => Ok(refused(text)),
             Err(Error::Invalid(
                 e @ (memtape_core::Error::InvalidPath { .. }

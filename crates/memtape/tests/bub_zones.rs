@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use memtape::memory::{Change, MemoryView, Op, paths};
-use memtape::{Engine, Format, HistoryLimits, Message, Scope};
+use memtape::{AnchorRange, Engine, Format, HistoryLimits, Message, Scope, TapeQuery};
 use serde_json::Value;
 
 fn noon(day: u32) -> DateTime<Utc> {
@@ -231,7 +231,7 @@ fn seed_bub_memory_zones_round_trip_through_export_and_import() {
 /// Seed 001's tape data flow (5.1 to 5.3), written by hand: `ensure()`'s empty version 1,
 /// a `memory.save` zone (version 2) and a zone with daily notes (version 3). The empty
 /// version 1 is memtape's version 0; the two saves are memtape versions 1 and 2, and the
-/// conversation keeps its entries without the zones' anchors.
+/// tape stays whole, zones included.
 #[test]
 fn seed_bub_hand_written_tape_with_two_saved_versions() {
     let tape = r##"{"id": 0, "kind": "anchor", "payload": {"name": "session/start", "state": {"owner": "human"}}, "meta": {}, "date": "2026-02-09T09:00:00+00:00"}
@@ -291,7 +291,9 @@ fn seed_bub_hand_written_tape_with_two_saved_versions() {
     );
     assert_eq!(view.files.len(), 3);
 
-    // The conversation: the zones' anchors and events are memory now, not session entries.
+    // The tape is kept whole: every line is an entry of the session, in place (after the
+    // session's settings, which give it Bub's history view), so Bub's anchor queries find
+    // the zones.
     let entries = engine.query(&s, &Default::default()).unwrap();
     let names: Vec<String> = entries
         .iter()
@@ -302,19 +304,55 @@ fn seed_bub_hand_written_tape_with_two_saved_versions() {
                 .unwrap_or_else(|| e.message().unwrap().content_text().into_owned())
         })
         .collect();
-    assert_eq!(names[0], "session/start");
-    assert_eq!(entries.len(), 7, "{names:?}");
-    assert!(!names.iter().any(|n| n.starts_with("memory")), "{names:?}");
+    assert_eq!(names[..2], ["session.settings", "session/start"]);
+    assert_eq!(entries.len(), 1 + 17, "{names:?}");
+    let after_seal = engine
+        .query(
+            &s,
+            &TapeQuery {
+                range: AnchorRange::After("memory/seal".into()),
+                ..TapeQuery::default()
+            },
+        )
+        .unwrap();
+    assert!(after_seal.is_empty(), "the last zone ends the tape");
+    let last_zone = engine
+        .query(
+            &s,
+            &TapeQuery {
+                range: AnchorRange::Between("memory/open".into(), "memory/seal".into()),
+                ..TapeQuery::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        last_zone.len(),
+        3,
+        "version 3's long-term memory and two notes"
+    );
+    // Bub's history: the conversation after the last anchor that is not a zone's.
+    let history: Vec<String> = engine
+        .history(&s, &HistoryLimits::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.message().unwrap().content_text().into_owned())
+        .collect();
+    assert_eq!(history.len(), 6, "{history:?}");
+    assert_eq!(history[0], "hello");
 
-    // Exported again, Bub reads the same memory from memtape's zones (versions 1 and 2).
+    // Exported again: the same tape, line for line (ids are renumbered from 1).
     let out = export(&engine, &s);
-    let snap = bub_read(&out).unwrap();
-    assert_eq!(snap.version, 2);
-    assert_eq!(snap, {
-        let mut want = bub_read(tape).unwrap();
-        want.version = 2;
-        want
-    });
+    let strip = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("id");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(strip(&out), strip(tape));
+    assert_eq!(bub_read(&out), bub_read(tape));
 }
 
 /// Importing into an agent-and-user scope puts the zones in that user's memory; the
@@ -330,7 +368,8 @@ fn seed_bub_zones_land_in_the_memory_scope_of_the_import() {
     let user = agent().with_user("ada").unwrap();
     engine.save_long_term(&agent(), "shared facts").unwrap();
     let report = engine.import(Format::Bub, tape, &user, Some("t1")).unwrap();
-    assert_eq!((report.entries, report.memory_versions), (1, 1));
+    // The settings, the zone's three lines, and the memory change they project to.
+    assert_eq!((report.entries, report.memory_versions), (5, 1));
     assert_eq!(
         engine
             .memory_log(&user)

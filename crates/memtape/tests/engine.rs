@@ -133,6 +133,17 @@ fn bub_anchor_queries() {
         },
     );
     assert!(err.unwrap_err().to_string().contains("no anchor nope"));
+    // Bub: between_anchors(A, B) with no B after A raises not_found, it does not read on
+    // to the end of the tape.
+    let err = e.query(
+        &s,
+        &TapeQuery {
+            range: AnchorRange::Between("phase/b".into(), "phase/a".into()),
+            ..Default::default()
+        },
+    );
+    let text = err.unwrap_err().to_string();
+    assert!(text.contains("no anchor phase/a after phase/b"), "{text}");
 }
 
 #[test]

@@ -47,21 +47,23 @@ pub struct Imported {
     pub created_at: DateTime<Utc>,
 }
 
-/// Yields `(line number, parsed JSON)` for each non-blank line, or the first bad line.
-/// A UTF-8 byte order mark at the start of the file is skipped (editors on Windows write one).
-pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value)>> + '_ {
+/// Yields `(line number, line)` for each non-blank line. A UTF-8 byte order mark at the
+/// start of the file is skipped (editors on Windows write one).
+pub(crate) fn raw_lines(text: &str) -> impl Iterator<Item = (usize, &str)> + '_ {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, line)| {
-            serde_json::from_str(line)
-                .map(|v| (i + 1, v))
-                .map_err(|e| Error::BadLine {
-                    line: i + 1,
-                    reason: format!("not valid JSON: {e}"),
-                })
-        })
+        .map(|(i, line)| (i + 1, line))
+}
+
+/// Yields `(line number, parsed JSON)` for each non-blank line, or the first bad line.
+pub(crate) fn json_lines(text: &str) -> impl Iterator<Item = Result<(usize, Value)>> + '_ {
+    raw_lines(text).map(|(line, raw)| {
+        serde_json::from_str(raw)
+            .map(|v| (line, v))
+            .map_err(|e| bad(line, format!("not valid JSON: {e}")))
+    })
 }
 
 /// The error for line `line`.
