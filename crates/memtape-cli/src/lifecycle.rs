@@ -1,6 +1,7 @@
 //! The session lifecycle commands: `new` (nanobot's /new: archive the unconsolidated
 //! messages to HISTORY.md with the extractive summarizer, then clear the session; then,
-//! as a new session starts, prune the memory's old daily notes).
+//! as a new session starts, prune the memory's old daily notes) and `start` (Bub's session
+//! start: the bootstrap anchor and the memory zone).
 
 use std::io::Write;
 
@@ -22,6 +23,32 @@ pub struct NewArgs {
     retention_days: u32,
     #[command(flatten)]
     pub scope: ScopeArgs,
+}
+
+/// `memtape start`.
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    /// The session key.
+    session: String,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape start SESSION`: starts (or resumes) a Bub-style session and prints what it
+/// wrote as JSON: `{"bootstrap": id or null, "zone": version or null}`.
+pub fn start_session(ctx: &Ctx, a: &StartArgs, stdout: &mut impl Write) -> Result<()> {
+    let engine = open(ctx)?;
+    let scope = ctx.session_scope(&a.session)?;
+    let started = engine
+        .start_session(&scope)
+        .with_context(|| format!("starting {scope}"))?;
+    let out = serde_json::json!({
+        "session": scope.to_string(),
+        "bootstrap": started.bootstrap.map(|id| id.0),
+        "zone": started.zone,
+    });
+    writeln!(stdout, "{out}")?;
+    Ok(())
 }
 
 /// `memtape new SESSION`: archives the session's unconsolidated messages and clears it.

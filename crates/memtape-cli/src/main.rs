@@ -63,6 +63,12 @@ enum Command {
     /// Archives the session's unconsolidated messages to HISTORY.md (an extractive
     /// summary), then clears it; nothing is cleared if archiving fails.
     New(lifecycle::NewArgs),
+    /// Start (or resume) a session the way Bub does.
+    ///
+    /// Writes the `session/start` anchor if the session has no anchor, and a memory zone
+    /// (memory/open, the memory, memory/seal) when the tape's latest zone is not the
+    /// current memory; the session takes Bub's history view.
+    Start(lifecycle::StartArgs),
     /// The prompt an agent would send its LLM for a session, within a token budget.
     ///
     /// System prompt, agent files, memory, the compaction in effect, history and the
@@ -133,6 +139,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Import(a) => transfer::import(&ctx.scope(&a.scope), a, out)?,
         Command::Export(a) => transfer::export(&ctx.scope(&a.scope), a, out)?,
         Command::New(a) => lifecycle::new_session(&ctx.scope(&a.scope), a, out)?,
+        Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,
         Command::Search(a) => retrieval::search(&ctx.scope(&a.scope).models(&a.models), a, out)?,
         Command::Reindex(a) => retrieval::reindex(&ctx.store(&a.store).models(&a.models), a, out)?,

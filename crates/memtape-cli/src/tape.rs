@@ -7,8 +7,8 @@ use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, ValueEnum};
 use memtape::{
-    AnchorRange, AppendOptions, Engine, EntryId, HistoryLimits, Kind, Message, Role, TapeQuery,
-    ToolCall,
+    AnchorRange, AppendOptions, Engine, EntryId, HistoryLimits, HistoryView, Kind, Message, Role,
+    TapeQuery, ToolCall,
 };
 use serde_json::{Map, Value};
 
@@ -122,11 +122,34 @@ pub struct HistoryArgs {
     /// At most this many tokens (cl100k).
     #[arg(long)]
     max_tokens: Option<usize>,
+    /// Which history: `thread` (memtape's: the current thread under nanobot's rules) or
+    /// `bub` (Bub's: the conversation after the last anchor). Default: the session's own
+    /// (`bub` for sessions imported from Bub tapes or started with `memtape start`).
+    #[arg(long, value_enum)]
+    view: Option<ViewArg>,
     /// Print a JSON array of OpenAI chat messages.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     pub scope: ScopeArgs,
+}
+
+/// A history view.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewArg {
+    /// memtape's: the unconsolidated tail of the current thread (nanobot's rules).
+    Thread,
+    /// Bub's: message, tool_call and tool_result entries after the last anchor.
+    Bub,
+}
+
+impl From<ViewArg> for HistoryView {
+    fn from(v: ViewArg) -> Self {
+        match v {
+            ViewArg::Thread => HistoryView::Thread,
+            ViewArg::Bub => HistoryView::Bub,
+        }
+    }
 }
 
 /// `memtape sessions`.
@@ -279,7 +302,11 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
         max_messages: a.max_messages,
         max_tokens: a.max_tokens,
     };
-    let history = engine.history(&scope, &limits)?;
+    let view = match a.view {
+        Some(v) => v.into(),
+        None => engine.history_view(&scope)?,
+    };
+    let history = engine.history_in(&scope, &limits, view)?;
     if a.json {
         let messages: Vec<output::ChatMessage<'_>> = history
             .iter()

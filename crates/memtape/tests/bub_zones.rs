@@ -384,3 +384,61 @@ fn seed_bub_zones_land_in_the_memory_scope_of_the_import() {
         Some("shared facts")
     );
 }
+
+/// Seed 001, 3.3: in a Bub session, every save appends a new zone to the tape; memtape's
+/// memory tools do the same for a session that takes Bub's view, and write nothing when
+/// the memory did not change. Other sessions' tapes are left alone.
+#[test]
+fn seed_bub_a_memory_tool_in_a_bub_session_appends_a_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap().with_clock(|| noon(10));
+    let bub = agent().with_session("bub").unwrap();
+    let plain = agent().with_session("plain").unwrap();
+    engine
+        .append(&plain, Message::user("hello"), Default::default())
+        .unwrap();
+    let started = engine.start_session(&bub).unwrap();
+    assert_eq!(started.zone, Some(1));
+    let save = serde_json::json!({"content": "User likes Rust"});
+    let out = engine.call_tool(&bub, "memory.save", &save).unwrap();
+    assert!(!out.is_error, "{}", out.text);
+    let zone = engine
+        .query(
+            &bub,
+            &TapeQuery {
+                range: AnchorRange::Between("memory/open".into(), "memory/seal".into()),
+                ..TapeQuery::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(zone.len(), 1);
+    assert_eq!(
+        zone[0].payload.to_json()["data"]["content"],
+        "User likes Rust"
+    );
+    let seals = |s: &Scope| {
+        engine
+            .query(
+                s,
+                &TapeQuery {
+                    kinds: vec![memtape::Kind::Anchor],
+                    ..TapeQuery::default()
+                },
+            )
+            .unwrap()
+            .len()
+    };
+    assert_eq!(seals(&bub), 1 + 2 * 2, "bootstrap and two zones");
+    // Reading memory changes nothing, so no zone.
+    let show = engine
+        .call_tool(&bub, "memory.show", &serde_json::json!({}))
+        .unwrap();
+    assert!(!show.is_error);
+    assert_eq!(seals(&bub), 5);
+    // The same tool from a session in memtape's own view writes no zone anywhere.
+    engine.call_tool(&plain, "memory.save", &save).unwrap();
+    assert_eq!(seals(&plain), 0);
+    // Bub's reader on the exported tape sees the current memory.
+    let snap = bub_read(&export(&engine, &bub)).unwrap();
+    assert_eq!(snap.long_term, "User likes Rust");
+}
