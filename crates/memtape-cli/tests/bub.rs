@@ -2,6 +2,8 @@
 //! by anchor after import (issue 15's data loss), `memtape start` writes Bub's bootstrap
 //! anchor and memory zone, and `history` gives Bub's view to such sessions.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::Run;
