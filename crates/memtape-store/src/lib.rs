@@ -63,6 +63,15 @@ pub enum Placement {
     Renumbered,
 }
 
+/// What a [`Store::restore`] wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restored {
+    /// How the entries were placed.
+    pub placement: Placement,
+    /// The entries as they are now on the tape, in order, with their final ids.
+    pub entries: Vec<Entry>,
+}
+
 /// A tape store. Appends are atomic and durable when they return; entries are never
 /// modified or deleted. Every read is confined to a scope or a tenant, so one tenant
 /// never sees another's entries.
@@ -73,7 +82,7 @@ pub trait Store: Send + Sync {
 
     /// Writes whole entries back (an import of memtape's own format) in one transaction:
     /// with their ids when they all come after the store's last id, else renumbered.
-    fn restore(&self, entries: Vec<Entry>) -> Result<Placement>;
+    fn restore(&self, entries: Vec<Entry>) -> Result<Restored>;
 
     /// The entry with `id`, if it exists and belongs to `tenant`.
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>>;

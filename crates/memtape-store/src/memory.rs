@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 
 use crate::rules::{check_restored, plan_restore, prepare};
-use crate::{Placement, Result, ScopeInfo, Store};
+use crate::{Restored, Result, ScopeInfo, Store};
 
 /// A store held in memory.
 #[derive(Debug)]
@@ -111,19 +111,19 @@ impl Store for MemoryStore {
         })
     }
 
-    fn restore(&self, entries: Vec<Entry>) -> Result<Placement> {
+    fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         self.lock().atomically(|inner| {
             let (entries, placement) = plan_restore(entries, inner.last_id())?;
-            for entry in entries {
+            for entry in &entries {
                 let info = inner
                     .scopes
                     .get(&entry.scope)
                     .cloned()
                     .unwrap_or_else(|| ScopeInfo::empty(entry.scope.clone()));
-                check_restored(&entry, &info, &mut |id| Ok(inner.lookup(id)))?;
-                inner.push(entry);
+                check_restored(entry, &info, &mut |id| Ok(inner.lookup(id)))?;
+                inner.push(entry.clone());
             }
-            Ok(placement)
+            Ok(Restored { placement, entries })
         })
     }
 

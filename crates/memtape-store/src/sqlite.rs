@@ -14,7 +14,7 @@ use rusqlite::{
 };
 
 use crate::rules::{check_restored, next_id, plan_restore, prepare};
-use crate::{Error, Placement, Result, ScopeInfo, Store};
+use crate::{Error, Restored, Result, ScopeInfo, Store};
 
 /// The schema version this build writes. Databases with a higher version are refused.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -597,7 +597,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn restore(&self, entries: Vec<Entry>) -> Result<Placement> {
+    fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         self.write(|w| {
             let (entries, placement) = plan_restore(entries, w.last_id()?)?;
             for entry in &entries {
@@ -605,7 +605,7 @@ impl Store for SqliteStore {
                 check_restored(entry, &info, &mut |id| w.lookup(id))?;
                 w.insert(scope_id, entry)?;
             }
-            Ok(placement)
+            Ok(Restored { placement, entries })
         })
     }
 

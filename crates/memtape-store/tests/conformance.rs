@@ -331,7 +331,7 @@ fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
 
         // Ids 1..3 collide with the store's entry 1: renumbered to 2..4, links followed.
         assert_eq!(
-            store.restore(exported.clone()).unwrap(),
+            store.restore(exported.clone()).unwrap().placement,
             Placement::Renumbered
         );
         let got = store
@@ -363,7 +363,7 @@ fn restore_keeps_ids_after_the_last_one_and_renumbers_otherwise() {
                 e
             })
             .collect();
-        assert_eq!(store.restore(later).unwrap(), Placement::KeptIds);
+        assert_eq!(store.restore(later).unwrap().placement, Placement::KeptIds);
         assert_eq!(store.last_id().unwrap(), EntryId(13));
         assert_eq!(
             store.get("acme", EntryId(12)).unwrap().unwrap().parent,

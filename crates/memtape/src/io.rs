@@ -143,14 +143,13 @@ impl<S: Store> Engine<S> {
                 return Err(Error::SessionNotEmpty(scope.to_string(), info.entries));
             }
         }
-        let count = entries.len();
-        let placement = self.store.restore(entries)?;
-        self.after_write();
+        let restored = self.store.restore(entries)?;
+        self.after_write(&restored.entries);
         Ok(ImportReport {
-            entries: count,
+            entries: restored.entries.len(),
             sessions,
             memory_versions,
-            placement,
+            placement: restored.placement,
         })
     }
 

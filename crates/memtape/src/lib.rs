@@ -18,6 +18,7 @@ mod bub;
 mod capture;
 pub mod context;
 mod error;
+mod hooks;
 mod io;
 mod lifecycle;
 mod node;
@@ -28,6 +29,7 @@ mod workspace;
 
 pub use bub::SessionStart;
 pub use capture::Captured;
+pub use hooks::{MemoryWrite, WriteHook};
 pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
@@ -86,6 +88,7 @@ pub struct Engine<S: Store = SqliteStore> {
     tokens: Box<dyn TokenCounter>,
     clock: Box<dyn Fn() -> DateTime<Utc> + Send + Sync>,
     index: Option<Index>,
+    hooks: Vec<Box<dyn WriteHook<S>>>,
     consolidation: lifecycle::ConsolidationLocks,
 }
 
@@ -122,6 +125,7 @@ impl<S: Store> Engine<S> {
             tokens: Box::new(Bpe::new(BpeEncoding::Cl100k)),
             clock: Box::new(Utc::now),
             index: None,
+            hooks: Vec::new(),
             consolidation: Default::default(),
         }
     }
@@ -196,11 +200,11 @@ impl<S: Store> Engine<S> {
         self.store_entries(entries)
     }
 
-    /// Every append goes through here: the tape first, then the write hook that brings
-    /// the projections (the search index) up to date.
+    /// Every append goes through here: the tape first, then the write hooks that bring
+    /// the projections (the search index) up to date ([`Engine::add_write_hook`]).
     fn store_entries(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         let stored = self.store.append(entries)?;
-        self.after_write();
+        self.after_write(&stored);
         Ok(stored)
     }
 

@@ -1,5 +1,8 @@
-//! Search on the engine: the index as a projection of the tape, brought up to date by the
-//! write hook after every append and before every search.
+//! Search on the engine: the index as a projection of the tape, brought up to date by its
+//! write hook (`hooks.rs`) after every append and before every search. A failed catch-up
+//! never fails an append that is already durable: the index keeps its mark, logs the
+//! failure (a `tracing` warning) and keeps it for [`Engine::index_failure`], and the
+//! catch-up at the start of the next search retries and reports the error.
 
 use memtape_core::Entry;
 use memtape_search::{Index, Progress, Ranked, SearchRequest};
@@ -32,17 +35,6 @@ impl<S: Store> Engine<S> {
     /// The search index, if one is attached.
     pub fn index(&self) -> Option<&Index> {
         self.index.as_ref()
-    }
-
-    /// The write hook, run after every append and import. A failure here never fails the
-    /// append that is already durable: the index keeps its mark, the failure is logged
-    /// (a `tracing` warning) and kept for [`Engine::index_failure`], and the catch-up at
-    /// the start of the next search retries and reports the error.
-    pub(crate) fn after_write(&self) {
-        if let Some(index) = &self.index {
-            // Deliberately not propagated; see above. The index records and logs it.
-            let _ = index.catch_up(&self.store);
-        }
     }
 
     /// The last failed catch-up of the attached index (the write hook's included), for a
