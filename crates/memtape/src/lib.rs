@@ -16,6 +16,7 @@
 
 mod capture;
 pub mod context;
+pub mod dify;
 mod error;
 mod io;
 mod lifecycle;
@@ -26,13 +27,15 @@ pub mod tools;
 mod workspace;
 
 pub use capture::Captured;
+pub use dify::{MemoryConfig, MemoryMode, RolePrefix, WindowConfig};
 pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
 };
 pub use node::{
-    DEFAULT_MAX_TOKEN_LIMIT, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID,
-    NODE_STARTS_THREAD, NodeMemory, NodeMessage, NodeTurn, UUID_NIL,
+    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
+    NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
+    UUID_NIL,
 };
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
