@@ -126,6 +126,8 @@ pub struct HistoryArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
+    dify: crate::dify::DifyArgs,
+    #[command(flatten)]
     pub scope: ScopeArgs,
 }
 
@@ -275,6 +277,10 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
 pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
     let engine = open_read_only(ctx)?;
     let scope = existing_session(&engine, ctx, &a.session)?;
+    if a.dify.is_set() {
+        let (max, tokens) = (a.max_messages, a.max_tokens);
+        return crate::dify::history(&engine, &scope, &a.dify, max, tokens, a.json, out);
+    }
     let limits = HistoryLimits {
         max_messages: a.max_messages,
         max_tokens: a.max_tokens,

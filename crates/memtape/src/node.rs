@@ -190,9 +190,9 @@ impl<S: Store> Engine<S> {
     ) -> Result<NodeCleanup> {
         if older_than_days == 0 {
             return Err(Error::Config(
-                "--older-than-days 0: node memory cleanup keeps at least 1 idle day (Dify's \
-                 retention settings are positive day counts); to empty one node's memory now, \
-                 clear it (`memtape node clear`)"
+                "node memory cleanup of memories idle for more than 0 days: the days must be \
+                 at least 1 (Dify's retention settings are positive day counts); to empty a \
+                 node's memory now, clear it (NodeMemory::clear, `memtape node clear`)"
                     .into(),
             ));
         }

@@ -545,7 +545,7 @@ fn dify_cleanup_days_are_positive_and_saturate() {
     let err = engine.cleanup_node_memory(&app(), 0, false).unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err:?}");
     assert!(
-        err.to_string().contains("--older-than-days 0") && err.to_string().contains("node clear"),
+        err.to_string().contains("more than 0 days") && err.to_string().contains("node clear"),
         "{err}"
     );
     let none = engine.cleanup_node_memory(&app(), u32::MAX, false).unwrap();
