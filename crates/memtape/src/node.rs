@@ -213,7 +213,7 @@ impl<S: Store> Engine<S> {
             .into_iter()
             .filter(|i| i.scope.node().is_some() && within.contains(&i.scope))
             .collect();
-        nodes.sort_by(|a, b| a.scope.to_string().cmp(&b.scope.to_string()));
+        nodes.sort_by_cached_key(|i| i.scope.to_string());
         for info in nodes {
             let memory = NodeMemory {
                 engine: self,
