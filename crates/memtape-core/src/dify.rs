@@ -35,7 +35,9 @@
 //! When `role_prefix` is unset the text uses Dify's defaults ("Human", "Assistant", the
 //! defaults of `get_history_prompt_text` and of the LLM node's completion-model
 //! `conversation_histories_role`); Dify's LLM node instead refuses a completion model
-//! without prefixes (`MemoryRolePrefixRequiredError`).
+//! without prefixes (`MemoryRolePrefixRequiredError`). Dify's conversation memory holds
+//! only queries and answers; memtape's may hold tool calls and results: as messages they
+//! stay (whole groups, as history always keeps them), in the text only their answers show.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -237,8 +239,8 @@ impl MemoryConfig {
     }
 
     /// Renders `messages` as Dify renders history for a completion model: one
-    /// `"PREFIX: content"` line per user or assistant message (other roles are skipped),
-    /// joined with `"\n"`. A message with parts or attached files is its text and an
+    /// `"PREFIX: content"` line per user or assistant message (other roles, and assistant
+    /// messages that only call tools, are skipped), joined with `"\n"`. A message with parts or attached files is its text and an
     /// `[image]` line per image, stripped of surrounding whitespace; other files are left
     /// out, as Dify leaves them.
     pub fn history_text(&self, messages: &[&Message]) -> String {
@@ -247,6 +249,11 @@ impl MemoryConfig {
         for m in messages {
             let prefix = match m.role {
                 Role::User => user,
+                // Dify's history holds each message's answer text, never tool calls: an
+                // assistant message that only calls tools has no line.
+                Role::Assistant if !m.tool_calls.is_empty() && m.content_text().is_empty() => {
+                    continue;
+                }
                 Role::Assistant => assistant,
                 Role::System | Role::Tool => continue,
             };
@@ -385,7 +392,9 @@ mod tests {
     }
 
     /// token_buffer_memory.py, get_history_prompt_text: `f"{role}: {m.content}"` per user
-    /// or assistant message, `"\n".join(string_messages)`; other roles `continue`.
+    /// or assistant message, `"\n".join(string_messages)`; other roles `continue`. Dify's
+    /// history is queries and answers (`Message.query`, `Message.answer`): a tool-calling
+    /// step with no text has no line.
     #[test]
     fn dify_history_text_joins_prefixed_lines() {
         let messages = vec![
@@ -399,7 +408,7 @@ mod tests {
         let c = config(serde_json::json!({"role_prefix": {"user": "User", "assistant": "AI"}}));
         assert_eq!(
             c.history_text(&refs(&messages)),
-            "User: Hi, I'm Ada.\nAI: Hello Ada!\nAI: \nUser:   spaced  "
+            "User: Hi, I'm Ada.\nAI: Hello Ada!\nUser:   spaced  "
         );
     }
 
