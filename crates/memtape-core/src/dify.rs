@@ -27,6 +27,11 @@
 //! - `web/app/components/workflow/nodes/llm/default.ts`, `checkValid`: a query prompt
 //!   template that does not include `{{#sys.query#}}` is refused (`sysQueryInUser`).
 //!
+//! Every field is optional, as the seed declares them (`role_prefix: RolePrefix | None =
+//! None`, `window: MemoryWindowConfig | None = None`, `query_prompt_template: str | None =
+//! None`, `mode: MemoryMode = MemoryMode.CONVERSATION`); Dify's current code requires
+//! `window`, and the seed wins. No window reads as a disabled one.
+//!
 //! Where memtape is stricter than Dify, on purpose: a window size of 0 (Dify reads it as no
 //! window) or over 500 (Dify silently caps it) and a prefix with a line break (it would
 //! break the one-line `PREFIX: text` format and a completion model's stop words) are
@@ -80,6 +85,9 @@ pub struct WindowConfig {
     #[serde(default)]
     pub size: Option<u64>,
 }
+
+/// The seed's name for [`WindowConfig`] (`window: MemoryWindowConfig | None`).
+pub type MemoryWindowConfig = WindowConfig;
 
 /// Which memory an LLM node reads (the seed's `MemoryMode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -27,7 +27,7 @@ pub mod tools;
 mod workspace;
 
 pub use capture::Captured;
-pub use dify::{MemoryConfig, MemoryMode, RolePrefix, WindowConfig};
+pub use dify::{MemoryConfig, MemoryMode, MemoryWindowConfig, RolePrefix, WindowConfig};
 pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
