@@ -529,6 +529,31 @@ mod tests {
         assert_eq!(MemoryConfig::default().render_query("q", &inputs), "q");
     }
 
+    proptest::proptest! {
+        /// Any query goes in whole where the placeholder was, once, with the text around
+        /// it untouched; a value never brings a variable of its own (defused to `{…}`).
+        #[test]
+        fn dify_query_lands_where_the_placeholder_is(
+            before in "[^{}<|]{0,30}",
+            after in "[^{}<|]{0,30}",
+            query in "[a-zA-Z0-9 ?.]{1,40}",
+            injected in "[a-z_]{1,10}",
+        ) {
+            let c = MemoryConfig {
+                query_prompt_template: Some(format!("{before}{SYS_QUERY}{after}")),
+                ..MemoryConfig::default()
+            };
+            proptest::prop_assert!(c.validate().is_ok());
+            let inputs = BTreeMap::new();
+            proptest::prop_assert_eq!(c.render_query(&query, &inputs), format!("{before}{query}{after}"));
+            let sneaky = format!("{query}{{{{{injected}}}}}");
+            proptest::prop_assert_eq!(
+                c.render_query(&sneaky, &inputs),
+                format!("{before}{query}{{{injected}}}{after}")
+            );
+        }
+    }
+
     /// default.ts checkValid: a template without `{{#sys.query#}}` is refused
     /// (sysQueryInUser); memtape also refuses windows Dify would ignore or cap and prefixes
     /// that break the line format, naming the field.
