@@ -24,7 +24,7 @@ use crate::output;
 pub struct DifyArgs {
     /// Read history as a Dify LLM node with this memory config does: the node's `memory`
     /// block as JSON (role_prefix, window, query_prompt_template, mode); the flags below
-    /// override its fields.
+    /// override its fields. With any Dify flag, --max-tokens is Dify's 2000 unless given.
     #[arg(long, value_name = "JSON")]
     memory_config: Option<String>,
     /// Render history as text for a completion model, one "USER: …" / "ASSISTANT: …" line
