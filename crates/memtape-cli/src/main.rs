@@ -6,8 +6,10 @@
 mod bench;
 mod context;
 mod ctx;
+mod dify;
 mod lifecycle;
 mod memory;
+mod node;
 mod output;
 mod progress;
 mod retrieval;
@@ -85,6 +87,9 @@ enum Command {
     Files(memory::FilesArgs),
     /// Sync the memory with its folder of markdown files (hand edits become versions).
     Sync(memory::SyncArgs),
+    /// Dify's node memory: a workflow node's own turns in a conversation, and the cleanup
+    /// of idle node memories.
+    Node(node::NodeArgs),
     /// The WAL scanner: what a user message would add to the working state.
     #[command(subcommand)]
     Wal(memory::WalCommand),
@@ -146,6 +151,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Memory(a) => memory::memory(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Files(a) => memory::files(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Sync(a) => memory::sync(&ctx.scope(&a.scope), a, out)?,
+        Command::Node(a) => node::node(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Wal(command) => memory::wal(command, out)?,
         Command::Models(command) => retrieval::models(&ctx, command, out)?,
         Command::Bench(command) => bench::bench(&ctx, command, out)?,

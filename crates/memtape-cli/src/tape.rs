@@ -131,6 +131,8 @@ pub struct HistoryArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
+    dify: crate::dify::DifyArgs,
+    #[command(flatten)]
     pub scope: ScopeArgs,
 }
 
@@ -298,6 +300,15 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
 pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
     let engine = open_read_only(ctx)?;
     let scope = existing_session(&engine, ctx, &a.session)?;
+    if a.dify.is_set() {
+        if a.view.is_some() {
+            bail!(
+                "--view chooses memtape's or Bub's history; Dify's memory flags read the thread: use one or the other"
+            );
+        }
+        let (max, tokens) = (a.max_messages, a.max_tokens);
+        return crate::dify::history(&engine, &scope, &a.dify, max, tokens, a.json, out);
+    }
     let limits = HistoryLimits {
         max_messages: a.max_messages,
         max_tokens: a.max_tokens,

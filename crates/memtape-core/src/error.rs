@@ -46,6 +46,9 @@ pub enum Error {
     /// An import file as a whole is inconsistent (for example a dangling parent reference).
     #[error("invalid import: {0}")]
     InvalidImport(String),
+    /// A Dify memory configuration (`MemoryConfig`) that cannot work.
+    #[error("invalid Dify memory config: {0}")]
+    MemoryConfig(String),
     /// A summarizer could not summarize; whatever it was to replace is kept.
     #[error("summarizer failed: {0}")]
     Summarize(String),

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod context;
+pub mod dify;
 mod entry;
 mod error;
 pub mod events;

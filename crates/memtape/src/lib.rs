@@ -17,6 +17,7 @@
 mod bub;
 mod capture;
 pub mod context;
+pub mod dify;
 mod error;
 mod hooks;
 mod io;
@@ -29,14 +30,16 @@ mod workspace;
 
 pub use bub::SessionStart;
 pub use capture::Captured;
+pub use dify::{MemoryConfig, MemoryMode, MemoryWindowConfig, RolePrefix, WindowConfig};
 pub use hooks::{MemoryWrite, WriteHook};
 pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
 };
 pub use node::{
-    DEFAULT_MAX_TOKEN_LIMIT, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID,
-    NODE_STARTS_THREAD, NodeMemory, NodeMessage, NodeTurn, UUID_NIL,
+    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
+    NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
+    UUID_NIL,
 };
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};

@@ -21,12 +21,14 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
+use memtape_core::dify::{MemoryConfig, MemoryMode};
 use memtape_core::events::{BuiltinEvent, NodeTurnMark};
 use memtape_core::{
     Entry, EntryId, FileRef, Filter, HistoryLimits, Kind, Message, NewEntry, Order, Payload, Scope,
     select_history,
 };
-use memtape_store::Store;
+use memtape_store::{ScopeInfo, Store};
 use serde_json::Value;
 
 use crate::{Engine, Error, Result};
@@ -52,6 +54,38 @@ pub const NODE_STARTS_THREAD: &str = "starts_thread";
 /// Dify's `UUID_NIL` parent: a message from before threads, which follows whatever came
 /// last (a linear conversation).
 pub const UUID_NIL: &str = "00000000-0000-0000-0000-000000000000";
+
+/// How many idle days [`Engine::cleanup_node_memory`] keeps by default: Dify's cleanup
+/// tasks take their retention in days, 30 by default (`PLAN_SANDBOX_CLEAN_DAY_SETTING`,
+/// `PLAN_SANDBOX_CLEAN_MESSAGE_DAY_SETTING`).
+pub const DEFAULT_NODE_IDLE_DAYS: u32 = 30;
+
+/// A node memory that [`Engine::cleanup_node_memory`] cleared (or, in a dry run, would
+/// clear).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IdleNode {
+    /// The node's scope (tenant, app, user, conversation, node).
+    pub scope: Scope,
+    /// When the node's memory was last written.
+    pub last_active: DateTime<Utc>,
+    /// The [`NODE_CLEAR`] anchor written; `None` in a dry run.
+    pub cleared_by: Option<EntryId>,
+}
+
+/// What [`Engine::cleanup_node_memory`] found and did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeCleanup {
+    /// Node memories last written before this time were idle.
+    pub cutoff: DateTime<Utc>,
+    /// Whether this was a dry run (nothing written).
+    pub dry_run: bool,
+    /// The idle node memories, cleared unless this was a dry run.
+    pub cleared: Vec<IdleNode>,
+    /// Node memories with turns written at or after the cutoff: kept.
+    pub active: usize,
+    /// Node memories already empty (cleared before, by hand or by an earlier cleanup).
+    pub empty: usize,
+}
 
 /// One dialogue turn of a node (the arguments of Dify's `add_messages`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -128,6 +162,103 @@ impl<S: Store> Engine<S> {
             scope,
             pending: Vec::new(),
         })
+    }
+
+    /// Dify's node-memory cleanup task (seed 002, Future Considerations: "a task to clean
+    /// up old node memory files"): clears every node memory within `within` that has not
+    /// been written for more than `older_than_days` days, and reports them.
+    ///
+    /// The rule, as Dify's own cleanup tasks apply theirs (`clean_unused_datasets_task`,
+    /// `clean_messages`: a retention in whole days, at least 1, counted back from now; what
+    /// is older than the cutoff goes): a node memory is idle when its latest entry was
+    /// written strictly before `now - older_than_days`. Writes are what count, as the last
+    /// flush dates Dify's `node_memory/{app}/{conversation}/{node}.json`. A node memory that
+    /// is already empty (its latest message comes before its latest [`NODE_CLEAR`]) is left
+    /// alone and counted as empty, so running the task again writes nothing.
+    ///
+    /// The tape is never rewritten: clearing is [`NodeMemory::clear`]'s [`NODE_CLEAR`]
+    /// anchor, with state `{"idle_days", "last_active"}`, written only if the node's latest
+    /// entry is still the one read (compare-and-append; a node written to meanwhile is
+    /// counted active). The turns stay on the tape, in search and in the conversation;
+    /// only the node's memory starts again. `within` is any scope: an app, a user, a
+    /// conversation or one node. With `dry_run` nothing is written.
+    pub fn cleanup_node_memory(
+        &self,
+        within: &Scope,
+        older_than_days: u32,
+        dry_run: bool,
+    ) -> Result<NodeCleanup> {
+        if older_than_days == 0 {
+            return Err(Error::Config(
+                "node memory cleanup of memories idle for more than 0 days: the days must be \
+                 at least 1 (Dify's retention settings are positive day counts); to empty a \
+                 node's memory now, clear it (NodeMemory::clear, `memtape node clear`)"
+                    .into(),
+            ));
+        }
+        let now = self.now();
+        let cutoff = chrono::Duration::try_days(i64::from(older_than_days))
+            .and_then(|d| now.checked_sub_signed(d))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let mut report = NodeCleanup {
+            cutoff,
+            dry_run,
+            cleared: Vec::new(),
+            active: 0,
+            empty: 0,
+        };
+        let mut nodes: Vec<ScopeInfo> = self
+            .store
+            .scopes(within.tenant())?
+            .into_iter()
+            .filter(|i| i.scope.node().is_some() && within.contains(&i.scope))
+            .collect();
+        nodes.sort_by_cached_key(|i| i.scope.to_string());
+        for info in nodes {
+            let memory = NodeMemory {
+                engine: self,
+                scope: info.scope.clone(),
+                pending: Vec::new(),
+            };
+            let cleared = memory.cleared_at()?;
+            let (Some(last_id), Some(last_active)) = (info.last_id, info.last_at) else {
+                continue;
+            };
+            if info.head.is_none_or(|head| head <= cleared) {
+                report.empty += 1;
+                continue;
+            }
+            if last_active >= cutoff {
+                report.active += 1;
+                continue;
+            }
+            let cleared_by = if dry_run {
+                None
+            } else {
+                let mut state = serde_json::Map::new();
+                state.insert("idle_days".into(), older_than_days.into());
+                state.insert("last_active".into(), last_active.to_rfc3339().into());
+                let anchor = Payload::Anchor(memtape_core::Anchor {
+                    name: NODE_CLEAR.into(),
+                    state: Some(state),
+                });
+                let entry = NewEntry::new(info.scope.clone(), anchor, now).if_last(last_id);
+                match self.append_entries(vec![entry]) {
+                    Ok(written) => written.first().map(|e| e.id),
+                    Err(Error::Store(memtape_store::Error::Conflict { .. })) => {
+                        report.active += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            report.cleared.push(IdleNode {
+                scope: info.scope,
+                last_active,
+                cleared_by,
+            });
+        }
+        Ok(report)
     }
 }
 
@@ -228,6 +359,53 @@ impl<S: Store> NodeMemory<'_, S> {
         parent_message_id: Option<&str>,
         max_token_limit: usize,
     ) -> Result<Vec<NodeMessage>> {
+        let limits = HistoryLimits {
+            max_messages: usize::MAX,
+            max_tokens: Some(max_token_limit),
+        };
+        let counter = self.engine.tokens();
+        self.history_with(current_message_id, parent_message_id, |messages| {
+            select_history(messages, &limits, counter)
+        })
+    }
+
+    /// The history for the node under Dify's `MemoryConfig` (mode `node`): the thread of
+    /// [`NodeMemory::get_history`], limited to the last `window.size` turns (at most 500,
+    /// Dify's cap) and to `max_token_limit` tokens ([`MemoryConfig::select`]). Render it for
+    /// a completion model with [`MemoryConfig::history_text`].
+    ///
+    /// The config is checked first ([`MemoryConfig::validate`]); a config of mode
+    /// `conversation` is a configuration error: it reads the conversation's memory
+    /// ([`Engine::dify_history`]), not the node's.
+    pub fn dify_history(
+        &self,
+        current_message_id: &str,
+        parent_message_id: Option<&str>,
+        config: &MemoryConfig,
+        max_token_limit: usize,
+    ) -> Result<Vec<NodeMessage>> {
+        config.validate()?;
+        if config.mode != MemoryMode::Node {
+            return Err(Error::Config(format!(
+                "this memory config has mode conversation: it reads the conversation's memory \
+                 (Engine::dify_history, `memtape history`), not node {}'s; set mode node",
+                self.scope.node().unwrap_or_default()
+            )));
+        }
+        let counter = self.engine.tokens();
+        self.history_with(current_message_id, parent_message_id, |messages| {
+            config.select(messages, max_token_limit, counter)
+        })
+    }
+
+    /// The thread [`NodeMemory::get_history`] describes, narrowed by `select` (which gets
+    /// its messages and returns the indices to keep, in order).
+    fn history_with(
+        &self,
+        current_message_id: &str,
+        parent_message_id: Option<&str>,
+        select: impl FnOnce(&[&Message]) -> Vec<usize>,
+    ) -> Result<Vec<NodeMessage>> {
         let since = self.cleared_at()?;
         let turns = self.turns(since)?;
         let leaf = match latest_turn(&turns, current_message_id) {
@@ -255,11 +433,7 @@ impl<S: Store> NodeMemory<'_, S> {
             thread.drain(..start);
         }
         let messages: Vec<&Message> = thread.iter().filter_map(Entry::message).collect();
-        let limits = HistoryLimits {
-            max_messages: usize::MAX,
-            max_tokens: Some(max_token_limit),
-        };
-        let keep = select_history(&messages, &limits, self.engine.tokens());
+        let keep = select(&messages);
         let mut thread: Vec<Option<Entry>> = thread.into_iter().map(Some).collect();
         Ok(keep
             .into_iter()

@@ -1,11 +1,16 @@
 //! Dify's node memory (seed 002, NodeTokenBufferMemory) on a real SQLite store: turns per
 //! node of a conversation, buffered until flushed, history along the current thread within
-//! a token limit, clear, and node mode without a conversation refused as configuration.
+//! a token limit, clear, and node mode without a conversation refused as configuration;
+//! reading under Dify's `MemoryConfig`, and the cleanup task for idle node memories.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use chrono::{DateTime, TimeZone, Utc};
 use memtape::{
-    Engine, Error, Filter, HistoryLimits, Message, NodeMemory, NodeMessage, NodeTurn, Scope, Store,
-    UUID_NIL,
+    Engine, Error, Filter, HistoryLimits, MemoryConfig, Message, NODE_CLEAR, NodeMemory,
+    NodeMessage, NodeTurn, Scope, Store, UUID_NIL,
 };
 
 fn app() -> Scope {
@@ -339,4 +344,220 @@ fn dify_uuid_nil_parent_follows_the_latest_turn() {
     );
     // A new thread without a parent has no history.
     assert!(memory.get_history("fresh", None, 2000).unwrap().is_empty());
+}
+
+/// Seed 002: `MemoryConfig.mode = node` reads NodeTokenBufferMemory, and the config's
+/// window and role prefixes apply to it as to conversation memory (token_buffer_memory.py:
+/// `min(message_limit, 500)` messages of a query and its answer; get_history_prompt_text:
+/// `f"{role}: {m.content}"` joined with `"\n"`).
+#[test]
+fn dify_node_memory_reads_under_a_memory_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let mut memory = engine.node_memory(&app(), Some("conv-1"), "llm-1").unwrap();
+    run(&mut memory, turn("m1", None, "A", "A'"));
+    run(&mut memory, turn("m2", Some("m1"), "B", "B'"));
+    run(&mut memory, turn("m3", Some("m2"), "C", "C'"));
+    let config: MemoryConfig = serde_json::from_value(serde_json::json!({
+        "mode": "node",
+        "role_prefix": {"user": "Customer", "assistant": ""},
+        "window": {"enabled": true, "size": 2}
+    }))
+    .unwrap();
+    let history = memory
+        .dify_history("m4", Some("m3"), &config, 2000)
+        .unwrap();
+    assert_eq!(texts(&history), ["B", "B'", "C", "C'"]);
+    assert_eq!(history[0].message_id, "m2");
+    let messages: Vec<&Message> = history.iter().map(|m| m.entry.message().unwrap()).collect();
+    // An empty prefix falls back to Dify's default (prompt_transform.py: `if ai_prefix:`).
+    assert_eq!(
+        config.history_text(&messages),
+        "Customer: B\nAssistant: B'\nCustomer: C\nAssistant: C'"
+    );
+
+    // A conversation-mode config reads the conversation, not the node: refused here.
+    let err = memory
+        .dify_history("m4", Some("m3"), &MemoryConfig::default(), 2000)
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("mode conversation"), "{err}");
+    // A bad window is named.
+    let bad: MemoryConfig = serde_json::from_value(
+        serde_json::json!({"mode": "node", "window": {"enabled": true, "size": 100000}}),
+    )
+    .unwrap();
+    let err = memory
+        .dify_history("m4", Some("m3"), &bad, 2000)
+        .unwrap_err();
+    assert!(err.to_string().contains("window.size 100000"), "{err}");
+}
+
+/// A clock the test moves: days after 2026-03-01 14:30 UTC.
+fn clock() -> (
+    Arc<AtomicI64>,
+    impl Fn() -> DateTime<Utc> + Send + Sync + 'static,
+) {
+    let day = Arc::new(AtomicI64::new(0));
+    let read = Arc::clone(&day);
+    let start = Utc.with_ymd_and_hms(2026, 3, 1, 14, 30, 0).unwrap();
+    (day, move || {
+        start + chrono::Duration::days(read.load(Ordering::SeqCst))
+    })
+}
+
+/// Seed 002, Future Considerations 1: "Add a Celery task to clean up old node memory
+/// files". Dify's cleanup tasks go by a retention in days (`PLAN_SANDBOX_CLEAN_DAY_SETTING`,
+/// default 30, a PositiveInt) counted back from now, and remove what is older than the
+/// cutoff (`clean_messages`: `Message.created_at < plan_sandbox_clean_message_day`). Here:
+/// a node memory last written before `now - days` is cleared with NODE_CLEAR and reported;
+/// the tape keeps every turn.
+#[test]
+fn dify_cleanup_clears_node_memories_idle_past_the_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let (day, now) = clock();
+    let engine = Engine::init(dir.path()).unwrap().with_clock(now);
+    let node = |conversation: &str, node: &str| {
+        engine
+            .node_memory(&app(), Some(conversation), node)
+            .unwrap()
+    };
+    // Day 0: four nodes run; one is cleared by hand; another app's node runs too.
+    let mut idle = node("conv-1", "idle");
+    run(&mut idle, turn("m1", None, "old question", "old answer"));
+    let mut busy = node("conv-1", "busy");
+    run(&mut busy, turn("m1", None, "q", "a"));
+    let mut emptied = node("conv-2", "emptied");
+    run(&mut emptied, turn("x1", None, "q", "a"));
+    emptied.clear().unwrap();
+    let other_app = Scope::agent("acme", "other-app").unwrap();
+    let mut outside = engine.node_memory(&other_app, Some("c"), "n").unwrap();
+    run(&mut outside, turn("o1", None, "q", "a"));
+    // Day 15: the boundary node runs; day 40: the busy node runs again.
+    day.store(15, Ordering::SeqCst);
+    let mut boundary = node("conv-3", "boundary");
+    run(&mut boundary, turn("b1", None, "q", "a"));
+    day.store(40, Ordering::SeqCst);
+    run(&mut busy, turn("m2", Some("m1"), "q2", "a2"));
+    let conversation = app().with_session("conv-1").unwrap();
+    engine
+        .append(
+            &conversation,
+            Message::user("the conversation itself"),
+            Default::default(),
+        )
+        .unwrap();
+
+    // Day 45, 30 days: the cutoff is day 15. Strictly older goes; day 15 itself stays.
+    day.store(45, Ordering::SeqCst);
+    let before = engine.store().last_id().unwrap();
+    let dry = engine.cleanup_node_memory(&app(), 30, true).unwrap();
+    assert_eq!(
+        engine.store().last_id().unwrap(),
+        before,
+        "a dry run writes nothing"
+    );
+    assert!(dry.dry_run);
+    assert_eq!(dry.cleared.len(), 1);
+    assert_eq!(dry.cleared[0].cleared_by, None);
+
+    let report = engine.cleanup_node_memory(&app(), 30, false).unwrap();
+    assert_eq!(
+        report.cutoff,
+        Utc.with_ymd_and_hms(2026, 3, 16, 14, 30, 0).unwrap()
+    );
+    assert_eq!(report.cleared.len(), 1, "{report:?}");
+    let cleared = &report.cleared[0];
+    assert_eq!(cleared.scope, idle.scope().clone());
+    assert_eq!(
+        cleared.last_active,
+        Utc.with_ymd_and_hms(2026, 3, 1, 14, 30, 0).unwrap()
+    );
+    assert_eq!(
+        (report.active, report.empty),
+        (2, 1),
+        "busy and boundary; emptied"
+    );
+
+    // The idle node's memory is empty; the others are untouched; the turns stay on the tape.
+    assert!(idle.get_history("m2", Some("m1"), 2000).unwrap().is_empty());
+    assert_eq!(
+        texts(&busy.get_history("m3", Some("m2"), 2000).unwrap()).len(),
+        4
+    );
+    assert_eq!(
+        texts(&outside.get_history("o2", Some("o1"), 2000).unwrap()).len(),
+        2
+    );
+    let on_tape = engine
+        .store()
+        .scan(idle.scope(), &Filter::default())
+        .unwrap();
+    assert_eq!(
+        on_tape.len(),
+        4,
+        "the turn mark, its two messages, the clear anchor"
+    );
+    let anchor = on_tape.last().unwrap();
+    assert_eq!(Some(anchor.id), cleared.cleared_by);
+    assert_eq!(anchor.payload.name(), Some(NODE_CLEAR));
+    assert_eq!(
+        engine
+            .history(&conversation, &HistoryLimits::default())
+            .unwrap()
+            .len(),
+        1,
+        "the conversation's own history is not node memory"
+    );
+
+    // Running it again finds nothing idle: cleared memories count as empty.
+    let last = engine.store().last_id().unwrap();
+    let again = engine.cleanup_node_memory(&app(), 30, false).unwrap();
+    assert!(again.cleared.is_empty());
+    assert_eq!((again.active, again.empty), (2, 2));
+    assert_eq!(engine.store().last_id().unwrap(), last);
+
+    // The node starts again when it runs next.
+    run(
+        &mut idle,
+        turn("m3", Some("m1"), "new question", "new answer"),
+    );
+    assert_eq!(
+        texts(&idle.get_history("m4", Some("m3"), 2000).unwrap()),
+        ["new question", "new answer"]
+    );
+}
+
+/// Dify's day settings are PositiveInt: 0 days is refused with the way to clear a node now;
+/// a retention of millions of days saturates (nothing is that old) instead of panicking;
+/// the cleanup can be narrowed to one conversation.
+#[test]
+fn dify_cleanup_days_are_positive_and_saturate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (day, now) = clock();
+    let engine = Engine::init(dir.path()).unwrap().with_clock(now);
+    let mut a = engine.node_memory(&app(), Some("conv-1"), "n").unwrap();
+    run(&mut a, turn("m1", None, "q", "a"));
+    let mut b = engine.node_memory(&app(), Some("conv-2"), "n").unwrap();
+    run(&mut b, turn("m1", None, "q", "a"));
+    day.store(100, Ordering::SeqCst);
+
+    let err = engine.cleanup_node_memory(&app(), 0, false).unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("more than 0 days") && err.to_string().contains("node clear"),
+        "{err}"
+    );
+    let none = engine.cleanup_node_memory(&app(), u32::MAX, false).unwrap();
+    assert!(none.cleared.is_empty());
+    assert_eq!(none.active, 2);
+
+    let conv2 = app().with_session("conv-2").unwrap();
+    let report = engine.cleanup_node_memory(&conv2, 30, false).unwrap();
+    assert_eq!(report.cleared.len(), 1);
+    assert_eq!(report.cleared[0].scope, b.scope().clone());
+    assert_eq!(
+        texts(&a.get_history("m2", Some("m1"), 2000).unwrap()).len(),
+        2
+    );
 }

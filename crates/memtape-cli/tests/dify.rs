@@ -1,0 +1,302 @@
+//! Dify's memory through the real binary: `memtape history` under a `MemoryConfig` (the
+//! window, the role prefixes of a completion model, the query template, bad configs named),
+//! and `memtape node add | history | clear | cleanup` (seed 002's node memory and its
+//! cleanup task for old node memories) on a real store.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
+
+use common::Run;
+use serde_json::json;
+
+/// A conversation of two answered turns and the query being answered.
+fn conversation(r: &Run) {
+    for (role, content) in [
+        ("user", "Hi, I'm Ada."),
+        ("assistant", "Hello Ada!"),
+        ("user", "What's 2+2?"),
+        ("assistant", "4."),
+        ("user", "And 3+3?"),
+    ] {
+        r.ok(&[
+            "append",
+            "chat",
+            "--role",
+            role,
+            "--content",
+            content,
+            "--no-wal",
+        ]);
+    }
+}
+
+/// token_buffer_memory.py get_history_prompt_text: `f"{role}: {m.content}"` lines joined
+/// by `"\n"`, the node's role_prefix as the roles; `message_limit` turns; the newly created
+/// message (the query being answered) is not history; advanced_prompt_transform.py renders
+/// the query into query_prompt_template at `#sys.query#`.
+#[test]
+fn dify_history_renders_completion_text_and_the_query() {
+    let r = Run::new();
+    conversation(&r);
+    let out = r.ok(&[
+        "history",
+        "chat",
+        "--role-prefix",
+        "User",
+        "Bot",
+        "--window",
+        "1",
+        "--query",
+        "And 3+3?",
+        "--query-template",
+        "{{#start.style#}} answer: {{#sys.query#}}",
+        "--var",
+        "#start.style#=Briefly",
+    ]);
+    assert_eq!(
+        out,
+        "User: What's 2+2?\nBot: 4.\n\nBriefly answer: And 3+3?\n"
+    );
+
+    // Dify's defaults when no prefix is set; the JSON carries messages, text and query.
+    let v = r.json(&[
+        "history",
+        "chat",
+        "--completion",
+        "--query",
+        "And 3+3?",
+        "--json",
+    ]);
+    assert_eq!(
+        v,
+        json!({
+            "messages": [
+                {"role": "user", "content": "Hi, I'm Ada."},
+                {"role": "assistant", "content": "Hello Ada!"},
+                {"role": "user", "content": "What's 2+2?"},
+                {"role": "assistant", "content": "4."}
+            ],
+            "text": "Human: Hi, I'm Ada.\nAssistant: Hello Ada!\nHuman: What's 2+2?\nAssistant: 4.",
+            "query": "And 3+3?"
+        })
+    );
+    // The same config as a Dify node's memory block.
+    let v = r.json(&[
+        "history",
+        "chat",
+        "--memory-config",
+        r#"{"window": {"enabled": true, "size": 1}, "query_prompt_template": "Q: {{#sys.query#}}"}"#,
+        "--query",
+        "And 3+3?",
+        "--json",
+    ]);
+    assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(v["query"], "Q: And 3+3?");
+    assert!(v.get("text").is_none(), "a chat model gets messages: {v}");
+    // Without Dify flags, history is memtape's, the current query included.
+    assert_eq!(
+        r.json(&["history", "chat", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+/// Each bad config is refused naming what is wrong, and nothing is printed: a template
+/// without `{{#sys.query#}}` (Dify's sysQueryInUser), a window of 0 or over Dify's 500, a
+/// prefix with a line break, a mode that reads other memory, --max-messages with Dify.
+#[test]
+fn dify_bad_memory_config_is_named() {
+    let r = Run::new();
+    conversation(&r);
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--query-template", "Q: {{query}}"],
+            "does not contain {{#sys.query#}}",
+        ),
+        (&["--window", "0"], "window.size 0"),
+        (&["--window", "501"], "window.size 501 is over 500"),
+        (&["--role-prefix", "Hu\nman", "AI"], "role_prefix.user"),
+        (&["--memory-config", r#"{"mode": "node"}"#], "mode node"),
+        (&["--memory-config", "{window"], "--memory-config"),
+        (
+            &["--window", "2", "--max-messages", "4"],
+            "--max-messages does not apply",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec!["history", "chat"];
+        args.extend_from_slice(flags);
+        let err = r.fails(&args);
+        assert!(err.contains(expected), "{flags:?}: {err}");
+    }
+    let err = r.fails(&["history", "chat", "--query", "q", "--var", "novalue"]);
+    assert!(err.contains("NAME=VALUE"), "{err}");
+}
+
+/// Seed 002: NodeTokenBufferMemory through the CLI — add_messages + flush per run, history
+/// along the thread under a memory config (mode node), clear.
+#[test]
+fn dify_node_memory_through_the_cli() {
+    let r = Run::new();
+    r.ok(&[
+        "node",
+        "add",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m1",
+        "--query",
+        "A",
+        "--answer",
+        "A'",
+    ]);
+    r.ok(&[
+        "node",
+        "add",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m2",
+        "--parent",
+        "m1",
+        "--query",
+        "B",
+        "--answer",
+        "B'",
+    ]);
+    let v = r.json(&[
+        "node",
+        "history",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m3",
+        "--parent",
+        "m2",
+        "--json",
+    ]);
+    assert_eq!(v.as_array().unwrap().len(), 4);
+    let out = r.ok(&[
+        "node",
+        "history",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m3",
+        "--parent",
+        "m2",
+        "--window",
+        "1",
+        "--role-prefix",
+        "",
+        "Node",
+    ]);
+    assert_eq!(out, "Human: B\nNode: B'\n");
+    let err = r.fails(&["node", "history", "conv-1", "other", "--message-id", "m3"]);
+    assert!(err.contains("no memory of node other"), "{err}");
+    let out = r.ok(&["node", "clear", "conv-1", "llm-1"]);
+    assert!(
+        out.starts_with("cleared default/default session=conv-1 node=llm-1"),
+        "{out}"
+    );
+    let v = r.json(&[
+        "node",
+        "history",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m3",
+        "--parent",
+        "m2",
+        "--json",
+    ]);
+    assert_eq!(v, json!([]));
+}
+
+/// Seed 002, Future Considerations 1: "a Celery task to clean up old node memory files",
+/// with Dify's day-based retention (PositiveInt days, older than the cutoff goes). A node
+/// memory last written in 2020 is cleared; one written now is kept; the tape keeps both.
+#[test]
+fn dify_node_cleanup_clears_old_node_memory() {
+    let r = Run::new();
+    let scope =
+        json!({"tenant": "default", "agent": "default", "session": "old-conv", "node": "llm-1"});
+    let at = "2020-01-01T00:00:00Z";
+    let lines = [
+        json!({"id": 1, "scope": scope, "kind": "event", "created_at": at,
+               "payload": {"name": "node.turn", "data": {"message_id": "m1", "parent_message_id": null, "starts_thread": true}}, "meta": {}}),
+        json!({"id": 2, "scope": scope, "kind": "message", "created_at": at,
+               "payload": {"role": "user", "content": "old question"}, "meta": {}}),
+        json!({"id": 3, "scope": scope, "kind": "message", "parent": 2, "created_at": at,
+               "payload": {"role": "assistant", "content": "old answer"}, "meta": {}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(r.dir.path().join("old.jsonl"), text).unwrap();
+    r.ok(&["import", "--format", "memtape", "old.jsonl"]);
+    r.ok(&[
+        "node",
+        "add",
+        "new-conv",
+        "llm-1",
+        "--message-id",
+        "n1",
+        "--query",
+        "q",
+        "--answer",
+        "a",
+    ]);
+
+    let dry = r.ok(&["node", "cleanup", "--dry-run"]);
+    assert!(
+        dry.starts_with("would clear default/default session=old-conv node=llm-1 (last written 2020-01-01T00:00:00+00:00)\n"),
+        "{dry}"
+    );
+    let v = r.json(&["node", "cleanup", "--older-than-days", "30", "--json"]);
+    assert_eq!(v["cleared"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["cleared"][0]["scope"]["session"], "old-conv");
+    assert_eq!(
+        (v["active"].as_u64(), v["empty"].as_u64()),
+        (Some(1), Some(0))
+    );
+    // Cleared: the node's memory is empty, the other node's is not; the turns stay on the tape.
+    let history = |conv: &str| {
+        r.json(&[
+            "node",
+            "history",
+            conv,
+            "llm-1",
+            "--message-id",
+            "x",
+            "--parent",
+            "m1",
+            "--json",
+        ])
+    };
+    assert_eq!(history("old-conv"), json!([]));
+    let fresh = r.json(&[
+        "node",
+        "history",
+        "new-conv",
+        "llm-1",
+        "--message-id",
+        "n2",
+        "--parent",
+        "n1",
+        "--json",
+    ]);
+    assert_eq!(fresh.as_array().unwrap().len(), 2);
+    let export = r.ok(&["export", "--format", "memtape"]);
+    assert!(
+        export.contains("old question") && export.contains("node/clear"),
+        "{export}"
+    );
+    // Again: nothing idle is left; 0 days is refused.
+    let again = r.ok(&["node", "cleanup"]);
+    assert!(again.starts_with("0 node memories cleared"), "{again}");
+    assert!(again.ends_with("1 active, 1 already empty\n"), "{again}");
+    let err = r.fails(&["node", "cleanup", "--older-than-days", "0"]);
+    assert!(err.contains("at least 1"), "{err}");
+}
