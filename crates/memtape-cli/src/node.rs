@@ -54,6 +54,10 @@ pub struct NodeRef {
 
 /// `memtape node add`.
 #[derive(Args, Debug)]
+#[command(
+    override_usage = "memtape node add [OPTIONS] --message-id <ID> --query <TEXT> \\\n           \
+                            --answer <TEXT> <CONVERSATION> <NODE>"
+)]
 pub struct AddArgs {
     #[command(flatten)]
     node: NodeRef,
