@@ -411,3 +411,124 @@ fn issue15_extra_cases_scan_exactly_as_labelled() {
     assert!(n >= 100, "{n} cases");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+#[test]
+fn issue15_actually_is_a_correction_anywhere() {
+    // The seed's trigger is "actually", not only as the first word.
+    for message in [
+        "The meeting is on Friday, actually.",
+        "it's actually spelled Karimova",
+        "The deadline is actually next Monday.",
+        "I live in Samarkand, actually.",
+        "Actually, could you make it formal instead?",
+    ] {
+        assert_eq!(categories(message), [Category::Correction], "{message}");
+    }
+    assert_eq!(
+        categories("My name is actually Sarvar."),
+        [Category::ProperNoun, Category::Correction]
+    );
+    // Not in a question, not the intensifier or praise, not "never mind".
+    for message in [
+        "Did it actually compile?",
+        "This actually works!",
+        "That's actually a great idea.",
+        "It's actually pretty good.",
+        "Actually, never mind.",
+    ] {
+        assert_eq!(categories(message), [], "{message}");
+    }
+    assert_eq!(
+        categories("I actually like this version."),
+        [Category::Preference]
+    );
+}
+
+#[test]
+fn issue15_qanot_false_positives_stay_out() {
+    // Qanot's scanner reports each of these (a name, a correction, a decision); none holds one.
+    for message in [
+        "I'm tired",
+        "It's raining again",
+        "How do I use async",
+        "Because it's faster.",
+        "This is great.",
+        "Call me maybe.",
+        "Men charchadim.",
+        "Menda vaqt yo'q.",
+        "Kitob qani?",
+        "Keling!",
+        "Sening isming nima?",
+        "Unutmadim, rahmat.",
+        "I don't forget birthdays.",
+        "Not bad, but it could be shorter.",
+    ] {
+        assert_eq!(wal::scan(message), [], "{message}");
+    }
+}
+
+#[test]
+fn issue15_uzbek_triggers_qanot_has() {
+    // A name after "Men …", and naming the assistant.
+    for message in [
+        "Men Sardor.",
+        "Salom, men Aziz.",
+        "Men Jasur bo'laman.",
+        "Sening isming Jarvis.",
+        "Seni Botir deb chaqiraman.",
+    ] {
+        assert_eq!(categories(message), [Category::ProperNoun], "{message}");
+    }
+    for message in ["Men Toshkentda yashayman.", "Men Python dasturchisiman."] {
+        assert_eq!(categories(message), [], "{message}");
+    }
+    // "… ishlataylik" and the other hortatives of choice are decisions.
+    for message in [
+        "Redisni ishlataylik.",
+        "Qani, FastAPI ni sinab ko'raylik.",
+        "Vue ni tanlaylik.",
+        "Keling, ertaga boshlaymiz.",
+    ] {
+        assert_eq!(categories(message), [Category::Decision], "{message}");
+    }
+    for message in [
+        "Keling, bir o'ylab ko'raylik.",
+        "Keyinroq gaplashaylik.",
+        "Qaysi kutubxonani ishlataylik?",
+    ] {
+        assert_eq!(categories(message), [], "{message}");
+    }
+    // "yo'q, …", "aslida" anywhere, "men aytmoqchi edim", "to'g'ri emas".
+    for message in [
+        "Yo'q, uchrashuv juma kuni.",
+        "Uchrashuv aslida juma kuni.",
+        "Men aytmoqchi edimki, server emas, klient.",
+        "Javobing to'g'ri emas.",
+    ] {
+        assert_eq!(categories(message), [Category::Correction], "{message}");
+    }
+    for message in [
+        "Yo'q, rahmat.",
+        "Bu aslida juda oddiy.",
+        "Bu to'g'ri emasmi?",
+    ] {
+        assert_eq!(categories(message), [], "{message}");
+    }
+}
+
+#[test]
+fn issue15_not_x_but_y_is_a_correction() {
+    for message in [
+        "The meeting is not Monday but Tuesday.",
+        "The bug is not here but in the parser.",
+        "No, the meeting is at 3, not 4.",
+    ] {
+        assert_eq!(categories(message), [Category::Correction], "{message}");
+    }
+    for message in [
+        "Not only fast but also safe.",
+        "I do not know, but I can check.",
+    ] {
+        assert_eq!(categories(message), [], "{message}");
+    }
+}
