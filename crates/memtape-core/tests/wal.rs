@@ -532,3 +532,37 @@ fn issue15_not_x_but_y_is_a_correction() {
         assert_eq!(categories(message), [], "{message}");
     }
 }
+
+#[test]
+fn blind_set_figures_do_not_fall() {
+    // tests/data/wal-blind.jsonl was labelled from the seed alone, by someone who had not seen
+    // the patterns, and measured once after they were frozen (README, "The WAL on a blind
+    // set"). These are those figures: a change to the patterns may raise them, not lower them.
+    // Lines 230-271 are Russian, which the patterns do not cover.
+    let set: Vec<(String, Vec<Category>)> = include_str!("data/wal-blind.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, line)| {
+            let row: Labelled = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("wal-blind.jsonl line {}: {e}", i + 1));
+            (row.text, row.labels)
+        })
+        .collect();
+    assert_eq!(set.len(), 271);
+    let recorded = [
+        (Category::Correction, 0.704, 0.704, 27),
+        (Category::ProperNoun, 1.000, 0.562, 32),
+        (Category::Preference, 0.900, 0.562, 32),
+        (Category::Decision, 0.909, 0.667, 30),
+        (Category::SpecificValue, 0.909, 0.952, 42),
+        (Category::Remember, 0.941, 0.571, 28),
+    ];
+    let rows = wal::metrics(&set);
+    for ((c, p, r, n), (rc, rp, rr, rn)) in rows.into_iter().zip(recorded) {
+        println!("{:<16} {p:>9.3} {r:>7.3} {n:>8}", c.as_str());
+        assert_eq!((c, n), (rc, rn));
+        assert!(p >= rp - 0.0005, "{c}: precision {p:.3} < {rp:.3}");
+        assert!(r >= rr - 0.0005, "{c}: recall {r:.3} < {rr:.3}");
+    }
+}
