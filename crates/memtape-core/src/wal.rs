@@ -51,41 +51,64 @@
 //! The seed gives trigger phrases; these are the judgements the patterns and the labelled set
 //! (`tests/data/wal-labelled.jsonl`) follow.
 //!
-//! - **correction**: the user corrects something said earlier: a clause-initial "actually"
-//!   (not "actually, never mind", not inside a question, not the intensifier "this actually
-//!   works"), "I meant" (not "I meant to ask"), "it's not X, it's Y", "I said X, not Y",
-//!   "that's wrong", "you misunderstood", "scratch that"; Uzbek "aslida", "yo'q, … demoqchi
-//!   edim", "X emas, Y", "to'g'rirog'i", "xato tushundingiz".
+//! - **correction**: the user corrects something said earlier: "actually" anywhere in a
+//!   sentence ("The meeting is on Friday, actually.", "it's actually spelled Karimova"), but
+//!   not "actually, never mind", not in a question unless it opens it ("Actually, could you
+//!   make it formal?"), not the intensifier or praise ("this actually works", "that's actually
+//!   a great idea"); "I meant" (not "I meant to ask"), "it's not X, it's Y", "not X but Y" (not
+//!   "not only … but", not "do not know, but"), "I said X, not Y", "X, not Y" after "no / sorry
+//!   / wait / my mistake", "that's wrong", "you misunderstood", "I was wrong", "scratch that".
+//!   Uzbek: "aslida" anywhere (not in a question, not "aslida juda oddiy"), "yo'q, …" opening a
+//!   sentence with the right version (not "yo'q, rahmat"; "Menda vaqt yo'q", "I have no time",
+//!   is no correction), "aytmoqchi edim / demoqchi edim" (I meant), "X emas, Y", "to'g'ri
+//!   emas", "to'g'rirog'i", "xato tushundingiz", "adashibman". "It's raining again" is not a
+//!   correction (Qanot's scanner takes every "it's").
 //! - **proper_noun**: the user tells a name: their own ("my name is", "I'm Sardor", "call me
-//!   Bek", "I go by"), or that of a person, pet or project of theirs ("my wife's name is",
-//!   "my dog is called", "my manager is Aziz"). "I'm" counts only before a capitalised word
-//!   that is not a common word, an -ing verb or a nationality ("I'm Not sure", "I'm English"
-//!   are not names). Uzbek: "mening ismim", "ismim", "meni X deb chaqiring", "Men Sardorman",
+//!   Bek", "everyone calls me Bek", "Name's Bekzod", "I go by"), or that of a person, pet or
+//!   project of theirs ("my wife's name is", "my dog is called", "my manager is Aziz", "my
+//!   brother Sherzod"). "I'm" counts only before a capitalised word that is not a common word,
+//!   an -ing verb or a nationality ("I'm Not sure", "I'm English" are not names; "I'm tired" is
+//!   not a name). A name given to the assistant counts ("your name is Jarvis", "I'll call you
+//!   Jarvis"), and a greeting's "Hi, this is Malika." ("This is great" does not). Uzbek:
+//!   "mening ismim", "ismim", "meni / seni X deb chaqiring", "Men Sardorman", a capitalised
+//!   word closing the clause after "men" ("Men Sardor.", "Salom, men Aziz", "Men Jasur
+//!   bo'laman"; not "Men Toshkentdanman", "Men Python dasturchisiman"), "sening isming Jarvis",
 //!   "o'g'limning ismi Timur".
 //! - **preference**: a first-person like or dislike: "I like / love / prefer / hate / don't
 //!   like", "I'd rather", "my favourite", and standing instructions ("always answer in
-//!   English", "never use bullet points", "from now on…", "I want you to always…"). "I want"
-//!   counts when a thing follows ("I want the output in JSON"); "I want to …" and "I want you
-//!   to …" are requests, not preferences. Questions ("what do you prefer?", "do I like it?")
-//!   and other people's tastes ("my boss likes…") do not count. Uzbek: "menga … yoqadi /
+//!   English", "never use bullet points", "from now on…", "I want you to always…", "keep it
+//!   short", "don't use jargon"), "I'd love it if…", "I find X easier", "X is better for me".
+//!   "I want" counts when a thing follows ("I want the output in JSON"); "I want to …" and "I
+//!   want you to …" are requests, not preferences. Questions ("what do you prefer?", "do I like
+//!   it?") and other people's tastes ("my boss likes…") do not count. Uzbek: "menga … yoqadi /
 //!   yoqmaydi", "yoqtiraman", "afzal ko'raman", "xohlayman" (not "bilishni xohlayman"), "har
-//!   doim …".
+//!   doim …", "… har doim … bo'lsin".
 //! - **decision**: a choice for the work at hand: "let's do / go with / use / stick with …",
-//!   "we'll use", "we're going with", "I've decided", "I'll go with", and a clause-initial
-//!   imperative "use / go with / pick X". Not "I use Vim" (a habit), not "how do I use",
-//!   not "use your judgement" or "use whatever you think" (the choice is delegated), not
-//!   questions ("should we go with…?"). Uzbek: "foydalanamiz", "ishlatamiz", "tanlaymiz",
-//!   "qaror qildik", "keling, … -aylik", "shunday qilamiz".
-//! - **specific_value**: a value worth keeping verbatim: calendar dates (ISO, numeric, day
-//!   and month name, Uzbek "15-iyun", "2025-yil"), times of day, URLs, domains, e-mail
-//!   addresses, phone numbers, IP addresses and versions, numbers of four or more digits or
-//!   with thousands separators, amounts with a magnitude word or a currency, and quantities
-//!   with a unit (%, GB, ms, km, …). Small counts ("2 options", "top 10", "step 4") are not.
+//!   "we'll use / host", "we're going with", "we're moving the standup to…", "I've decided",
+//!   "Final answer: …", "I'll go with", and a clause-initial imperative "use / go with / pick
+//!   X", "go ahead with". Not "I use Vim" (a habit), not "how do I use", not "use your
+//!   judgement" or "use whatever you think" (the choice is delegated), not questions ("should
+//!   we go with…?"); "I'd go with X" counts. Uzbek: "foydalanamiz", "ishlatamiz", "tanlaymiz",
+//!   "qaror qildik", "shunday qilamiz", the hortative "-aylik" ("Redisni ishlataylik", "sinab
+//!   ko'raylik", "tanlaylik"; not "gaplashaylik", "o'ylab ko'raylik", let's talk / think it
+//!   over), "keling / qani, … -amiz". "Keling!" (come in) and "qani?" (where is?) alone are not
+//!   decisions.
+//! - **specific_value**: a value worth keeping verbatim: calendar dates (ISO, yyyy/mm/dd,
+//!   numeric, day and month name, Uzbek "15-iyun", "2025-yil"), times of day, URLs, domains,
+//!   e-mail addresses, phone numbers, IP addresses and versions, numbers of four or more digits
+//!   or with thousands separators, amounts with a magnitude word or a currency, and quantities
+//!   with a unit (%, GB, ms, km, …), codes with four or more digits ("tezkor2024"), "Friday,
+//!   the 14th". Small counts ("2 options", "top 10", "step 4") are not.
 //! - **remember**: an explicit request to keep something: "remember this / that",
 //!   clause-initial "remember, …", "don't forget", "keep in mind", "note that", "for future
 //!   reference", "save this to memory"; Uzbek "eslab qol", "unutma", "yodda tut", "esda tut",
-//!   "yodingda bo'lsin". Not questions ("do you remember when…?", "can you remember…?"), not
-//!   "I don't remember", not reminiscing ("remember when we…").
+//!   "yodingda bo'lsin". A polite request counts ("Could you remember that I'm allergic to
+//!   nuts?"); other questions do not ("do you remember when…?", "can you remember…?"), not "I
+//!   don't remember", not reminiscing ("remember when we…"), not "I don't forget…", not
+//!   "unutmadim" (I haven't forgotten).
+//!
+//! `tests/wal_qanot.rs` compares the scan with Qanot's own scanner (qanot 2.0.4) on the
+//! messages of `tests/data/qanot-wal.jsonl` and lists every difference with its reason.
 
 use std::ops::Range;
 use std::sync::LazyLock;
