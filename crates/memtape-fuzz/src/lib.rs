@@ -21,7 +21,7 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 9] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
@@ -31,6 +31,7 @@ pub const TARGETS: [(&str, Target); 9] = [
     ("markdown_sync", markdown_sync),
     ("search_query", search_query),
     ("entry_id", entry_id),
+    ("dify_memory_config", dify_memory_config),
 ];
 
 fn now() -> DateTime<Utc> {
@@ -268,4 +269,39 @@ pub fn entry_id(data: &[u8]) {
             let _ = engine.thread(&base(), EntryId(n));
         }
     });
+}
+
+/// Dify's memory config and its templates: the bytes before the first NUL are a node's
+/// `memory` block (JSON), the rest the query. A config either is refused with a reason or
+/// validates to a window of 1 to 500 turns; rendering never panics, and the query's own
+/// text cannot add a template variable the template did not have.
+pub fn dify_memory_config(data: &[u8]) {
+    use memtape_core::dify::MemoryConfig;
+    let (config, query) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &b""[..]),
+    };
+    let (Ok(config), Some(query)) = (serde_json::from_slice::<MemoryConfig>(config), text(query))
+    else {
+        return;
+    };
+    if config.validate().is_err() {
+        return;
+    }
+    let limit = config.message_limit();
+    assert!((1..=500).contains(&limit), "window {limit}");
+    let rendered = config.render_query(query, &Default::default());
+    let marks = |t: &str| t.matches("{{").count();
+    if let Some(template) = &config.query_prompt_template {
+        assert!(
+            marks(&rendered) <= marks(template),
+            "the query added a variable: {rendered:?}"
+        );
+    }
+    let messages = [
+        memtape::Message::user(query),
+        memtape::Message::assistant(query),
+    ];
+    let refs: Vec<&memtape::Message> = messages.iter().collect();
+    let _ = config.history_text(&refs);
 }

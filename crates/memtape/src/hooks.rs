@@ -89,6 +89,19 @@ impl<S: Store> Engine<S> {
     /// captures, daily notes, saves, tool edits, sync, imports) once it is durable, with
     /// the text written and the file it went to. Deletes, renames, flags and forgets carry
     /// no text and are not reported.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use memtape::{Engine, Scope};
+    ///
+    /// let mut engine = Engine::in_memory();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = seen.clone();
+    /// engine.on_memory_write(move |w| sink.lock().unwrap().push(w.path.to_owned()));
+    /// engine.save_long_term(&Scope::agent("default", "default")?, "Ada likes tea")?;
+    /// assert_eq!(*seen.lock().unwrap(), ["MEMORY.md"]);
+    /// # Ok::<(), memtape::Error>(())
+    /// ```
     pub fn on_memory_write(&mut self, f: impl Fn(&MemoryWrite<'_>) + Send + Sync + 'static) {
         self.add_write_hook(MemoryHook(f));
     }
