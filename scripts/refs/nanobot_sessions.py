@@ -18,7 +18,8 @@ releases:
 
 With --memtape, each recorded session is also imported and exported again by that memtape
 binary, and nanobot's SessionManager must load memtape's export and give the same history as
-it gave for its own file (checked at recording time only; nothing of it is recorded).
+it gave for its own file, with the same messages, pointer and metadata (checked at recording
+time only; nothing of it is recorded).
 """
 
 from __future__ import annotations
@@ -485,16 +486,25 @@ def record(case: Case, workspace: Path, root: Path) -> dict[str, Any]:
     return {"name": case.name, "file": text, "histories": histories}
 
 
+def timed(message: dict[str, Any]) -> dict[str, Any]:
+    """A message with its timestamp parsed, so equal instants written differently compare
+    equal (memtape always writes microseconds)."""
+    return {**message, "timestamp": datetime.fromisoformat(message["timestamp"])}
+
+
 def check_memtape(memtape: str, cases: list[dict[str, Any]], workspace: Path) -> tuple[int, int]:
-    """Imports and exports each case with memtape; nanobot must load the export and give the
-    same history as from its own file. Returns (histories compared, equal)."""
+    """Imports and exports each case with memtape; nanobot must load the export as the same
+    session and give the same history as from its own file. Returns (histories compared,
+    equal); a session read differently counts none of its histories as equal."""
     compared = equal = 0
     for case in cases:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "data"
             src = Path(tmp) / "in.jsonl"
             src.write_text(case["file"], encoding="utf-8")
-            key = json.loads(case["file"].splitlines()[0])["key"]
+            # Lines end at "\n" only (str.splitlines would also split at U+2028 in a text).
+            lines = case["file"].removesuffix("\n").split("\n")
+            key = json.loads(lines[0])["key"]
             base = ["--data-dir", str(data), "-q"]
             subprocess.run([memtape, "init", *base], check=True, capture_output=True)
             subprocess.run(
@@ -517,10 +527,18 @@ def check_memtape(memtape: str, cases: list[dict[str, Any]], workspace: Path) ->
             if loaded is None:
                 print(f"nanobot could not load memtape's export of {case['name']}")
                 continue
+            head, *messages = [json.loads(line) for line in lines]
+            same = (
+                loaded.metadata == head["metadata"]
+                and loaded.last_consolidated == head["last_consolidated"]
+                and [timed(m) for m in loaded.messages] == [timed(m) for m in messages]
+            )
+            if not same:
+                print(f"{case['name']}: nanobot reads memtape's export as another session")
             for h in case["histories"]:
                 compared += 1
                 got = loaded.get_history(max_messages=h["max_messages"])
-                if got == h["history"]:
+                if same and got == h["history"]:
                     equal += 1
                 else:
                     print(f"{case['name']} (max {h['max_messages']}): nanobot reads memtape's "
@@ -539,14 +557,15 @@ def main() -> int:
         root = Path(tmp) / "sessions"
         for family, build in FAMILIES.items():
             cases = [record(c, workspace, root) for c in build()]
-            names = [c["name"] for c in cases]
-            assert len(set(names)) == len(names), f"duplicate case names in {family}"
             lines = [
                 json.dumps(c, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
                 for c in cases
             ]
             (OUT / f"{family}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
             all_cases.extend(cases)
+        # One store holds every case in the test: names (and so session keys) are unique.
+        names = [c["name"] for c in all_cases]
+        assert len(set(names)) == len(names), "duplicate case names"
         histories = sum(len(c["histories"]) for c in all_cases)
         print(
             f"nanobot-ai {version('nanobot-ai')}: {len(all_cases)} sessions, {histories} "
