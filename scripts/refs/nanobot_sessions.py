@@ -7,7 +7,10 @@ saves it with nanobot's own JSONL store, loads it back with a fresh `SessionMana
 asks nanobot's `Session.get_history(max_messages=N)` for one or more limits. The session file
 exactly as nanobot wrote it and nanobot's histories are written as fixtures under
 crates/memtape/tests/fixtures/refs/nanobot/ (JSON Lines, one case a line, keys sorted), which
-crates/memtape/tests/refs_nanobot.rs reads; the test needs no Python.
+crates/memtape/tests/refs_nanobot.rs reads; the test needs no Python. One file per family:
+plain chats (metadata, unicode), complete tool-call groups, incomplete ones, orphan results
+(at the start, mid-window), the consolidation pointer at every place of one session,
+assistant text nanobot rewrites, nanobot's own message flags, and random mixes.
 
 Everything is deterministic (fixed times, fixed ids, a fixed pseudo-random sequence), so
 re-running the generator reproduces the fixtures byte for byte; re-run it when nanobot
@@ -67,8 +70,8 @@ class Case:
         self.messages.append(msg)
         return msg
 
-    def user(self, text: Any) -> Case:
-        self._add("user", text)
+    def user(self, text: Any, **extra: Any) -> Case:
+        self._add("user", text, **extra)
         return self
 
     def assistant(self, text: str, **extra: Any) -> Case:
@@ -408,6 +411,36 @@ def rewrite() -> list[Case]:
     return out
 
 
+def beyond() -> list[Case]:
+    """Flags nanobot 0.3.5 puts on messages that its get_history reads and the seed does not
+    know: `_command` (a slash command and its reply, stored but never replayed) and
+    `_channel_delivery` (an assistant message delivered on its own, kept before the user
+    turn that answers it)."""
+    out = []
+    c = Case("beyond", "command_mid").user("hi").assistant("hello")
+    c.user("/status", _command=True).assistant("model: x, 42 tokens", _command=True)
+    out.append(c.user("thanks").assistant("any time"))
+    c = Case("beyond", "command_first").user("/help", _command=True)
+    out.append(c.assistant("/new, /status, /help", _command=True).user("q").assistant("a"))
+    c = Case("beyond", "command_last").user("q").assistant("a").user("/status", _command=True)
+    out.append(c.assistant("all fine", _command=True))
+    c = Case("beyond", "command_only").user("/status", _command=True)
+    out.append(c.assistant("all fine", _command=True))
+    c = Case("beyond", "delivery_first").assistant("Reminder: standup in 5", _channel_delivery=True)
+    out.append(c.user("thanks, joining").assistant("have fun"))
+    c = Case("beyond", "delivery_mid").user("q").assistant("a")
+    c.assistant("Reminder: standup in 5", _channel_delivery=True)
+    out.append(c.user("joining").assistant("ok"))
+    c = Case("beyond", "delivery_then_assistant").user("q").assistant("a")
+    c.assistant("Reminder", _channel_delivery=True).assistant("another note")
+    out.append(c.user("seen").assistant("ok"))
+    c = Case("beyond", "delivery_and_command").user("q").assistant("a")
+    c.assistant("Reminder", _channel_delivery=True)
+    c.user("/status", _command=True).assistant("fine", _command=True)
+    out.append(c.user("thanks").assistant("ok"))
+    return out
+
+
 class Lcg:
     """A fixed pseudo-random sequence (Python's `random` may change between versions)."""
 
@@ -455,6 +488,7 @@ FAMILIES = {
     "orphans": orphans,
     "consolidation": consolidation,
     "rewrite": rewrite,
+    "beyond": beyond,
     "mixed": mixed,
 }
 
