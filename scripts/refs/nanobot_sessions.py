@@ -9,7 +9,8 @@ exactly as nanobot wrote it and nanobot's histories are written as fixtures unde
 crates/memtape/tests/fixtures/refs/nanobot/ (JSON Lines, one case a line, keys sorted), which
 crates/memtape/tests/refs_nanobot.rs reads; the test needs no Python. One file per family:
 plain chats (metadata, unicode), complete tool-call groups, incomplete ones, orphan results
-(at the start, mid-window), the consolidation pointer at every place of one session,
+(at the start, mid-window), the consolidation pointer at every place of one session (set,
+and moved by nanobot's own summary checkpoint),
 assistant text nanobot rewrites, nanobot's own message flags, and random mixes.
 
 Everything is deterministic (fixed times, fixed ids, a fixed pseudo-random sequence), so
@@ -56,6 +57,9 @@ class Case:
         self.pointer = 0
         self.metadata: dict[str, Any] = {}
         self.limits: list[int] | None = None
+        # Where nanobot's own summary checkpoint moves the pointer (0.3.5's consolidation),
+        # instead of setting `pointer`.
+        self.checkpoint: int | None = None
         self._calls = 0
 
     # Messages, as nanobot's agent loop stores them (`build_assistant_message`: content "" with
@@ -382,6 +386,14 @@ def consolidation() -> list[Case]:
     c = chat(Case("consolidation", "all_consolidated"), 6)
     c.pointer = 6
     out.append(c)
+    # nanobot 0.3.5 moves the pointer with a summary checkpoint: a hidden continuation user
+    # message inserted at the boundary, which history then starts with.
+    for at in (0, 3, 5, 8, n):
+        c = Case("consolidation", f"checkpoint{at:02}")
+        c.messages = json.loads(json.dumps(template.messages))
+        c.checkpoint = at
+        c.limits = [2, 5, BIG]
+        out.append(c)
     return out
 
 
@@ -502,6 +514,18 @@ def record(case: Case, workspace: Path, root: Path) -> dict[str, Any]:
         session.add_message(msg["role"], msg["content"], **fields)
     session.metadata = case.metadata
     session.last_consolidated = case.pointer
+    if case.checkpoint is not None:
+        session.commit_summary_checkpoint(
+            "Ada asked for a search and two files; the exec call never came back.",
+            insert_at=case.checkpoint,
+            last_active=BASE_TIME,
+        )
+        # The marker's time is the clock's: fix it (between its neighbours), like every other
+        # time here.
+        at = BASE_TIME + timedelta(seconds=max(7 * case.checkpoint - 3, 0))
+        session.messages[case.checkpoint]["timestamp"] = at.isoformat()
+        case.pointer = session.last_consolidated
+        case.messages = session.messages
     session.created_at = BASE_TIME
     last = case.messages[-1]["timestamp"] if case.messages else BASE_TIME.isoformat()
     session.updated_at = datetime.fromisoformat(last)
