@@ -60,6 +60,9 @@ class Case:
         # Where nanobot's own summary checkpoint moves the pointer (0.3.5's consolidation),
         # instead of setting `pointer`.
         self.checkpoint: int | None = None
+        # Write the pointer only as `last_archived` (0.3.5 writes `last_consolidated` beside
+        # it for older releases, for now).
+        self.only_last_archived = False
         self._calls = 0
 
     # Messages, as nanobot's agent loop stores them (`build_assistant_message`: content "" with
@@ -427,7 +430,7 @@ def beyond() -> list[Case]:
     """Flags nanobot 0.3.5 puts on messages that its get_history reads and the seed does not
     know: `_command` (a slash command and its reply, stored but never replayed) and
     `_channel_delivery` (an assistant message delivered on its own, kept before the user
-    turn that answers it)."""
+    turn that answers it); and the pointer under its new name alone."""
     out = []
     c = Case("beyond", "command_mid").user("hi").assistant("hello")
     c.user("/status", _command=True).assistant("model: x, 42 tokens", _command=True)
@@ -446,6 +449,10 @@ def beyond() -> list[Case]:
     c = Case("beyond", "delivery_then_assistant").user("q").assistant("a")
     c.assistant("Reminder", _channel_delivery=True).assistant("another note")
     out.append(c.user("seen").assistant("ok"))
+    c = chat(Case("beyond", "pointer_last_archived_only"), 6)
+    c.pointer = 3
+    c.only_last_archived = True
+    out.append(c)
     c = Case("beyond", "delivery_and_command").user("q").assistant("a")
     c.assistant("Reminder", _channel_delivery=True)
     c.user("/status", _command=True).assistant("fine", _command=True)
@@ -532,6 +539,12 @@ def record(case: Case, workspace: Path, root: Path) -> dict[str, Any]:
     writer.save(session)
     path = writer._get_session_path(case.key)
     text = path.read_text(encoding="utf-8")
+    if case.only_last_archived:
+        head, rest = text.split("\n", 1)
+        fields = json.loads(head)
+        del fields["last_consolidated"]
+        text = json.dumps(fields, ensure_ascii=False) + "\n" + rest
+        path.write_text(text, encoding="utf-8")
 
     reader = SessionManager(workspace, sessions_root=root)
     loaded = reader.read_session_snapshot(case.key)
@@ -586,9 +599,10 @@ def check_memtape(memtape: str, cases: list[dict[str, Any]], workspace: Path) ->
                 print(f"nanobot could not load memtape's export of {case['name']}")
                 continue
             head, *messages = [json.loads(line) for line in lines]
+            pointer = head.get("last_archived", head.get("last_consolidated"))
             same = (
                 loaded.metadata == head["metadata"]
-                and loaded.last_consolidated == head["last_consolidated"]
+                and loaded.last_consolidated == pointer
                 and [timed(m) for m in loaded.messages] == [timed(m) for m in messages]
             )
             if not same:
