@@ -30,7 +30,8 @@ pub struct Session {
     pub updated_at: Option<DateTime<Utc>>,
     /// Free metadata.
     pub metadata: Map<String, Value>,
-    /// How many leading messages are consolidated (nanobot's `last_consolidated` index).
+    /// How many leading messages are consolidated (nanobot's `last_archived` index, formerly
+    /// `last_consolidated`).
     pub last_consolidated: usize,
     /// The messages, in order.
     pub messages: Vec<Imported>,
@@ -76,17 +77,19 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
                     ));
                 }
             };
-            session.last_consolidated = match obj.get("last_consolidated") {
-                None | Some(Value::Null) => 0,
-                Some(v) => v
-                    .as_u64()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| {
-                        bad(
-                            line,
-                            format!("last_consolidated must be a whole number, not {v}"),
-                        )
-                    })?,
+            // nanobot 0.3.5 calls the pointer `last_archived` and reads it first; it writes
+            // `last_consolidated` beside it for older releases.
+            let field = ["last_archived", "last_consolidated"]
+                .into_iter()
+                .find(|k| !matches!(obj.get(*k), None | Some(Value::Null)));
+            session.last_consolidated = match field {
+                None => 0,
+                Some(k) => {
+                    let v = &obj[k];
+                    v.as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| bad(line, format!("{k} must be a whole number, not {v}")))?
+                }
             };
             continue;
         }
@@ -123,8 +126,9 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
     Ok(session)
 }
 
-/// Writes a nanobot session file: the metadata line, then each message entry of `entries`
-/// (anchors and events have no place in a nanobot session and are left out).
+/// Writes a nanobot session file: the metadata line (the pointer under both of nanobot's
+/// names, as nanobot 0.3.5 writes it), then each message entry of `entries` (anchors and
+/// events have no place in a nanobot session and are left out).
 pub fn render(
     key: &str,
     metadata: &Map<String, Value>,
@@ -142,6 +146,7 @@ pub fn render(
         "created_at": created,
         "updated_at": updated,
         "metadata": metadata,
+        "last_archived": last_consolidated,
         "last_consolidated": last_consolidated,
     });
     out.push_str(&head.to_string());
@@ -197,6 +202,42 @@ mod tests {
         );
         let err = parse("{\"content\": \"a\"}\n", DateTime::UNIX_EPOCH).unwrap_err();
         assert!(err.to_string().contains("needs a role"), "{err}");
+    }
+
+    /// nanobot 0.3.5 names the pointer `last_archived` and reads it first, writing
+    /// `last_consolidated` beside it only for older releases.
+    #[test]
+    fn the_pointer_is_last_archived_when_a_file_has_it() {
+        let messages = "{\"role\": \"user\", \"content\": \"a\"}\n{\"role\": \"assistant\", \"content\": \"b\"}\n";
+        let pointer = |head: &str| {
+            parse(&format!("{head}\n{messages}"), DateTime::UNIX_EPOCH).map(|s| s.last_consolidated)
+        };
+        assert_eq!(
+            pointer(r#"{"_type": "metadata", "last_archived": 1}"#).unwrap(),
+            1
+        );
+        assert_eq!(
+            pointer(r#"{"_type": "metadata", "last_archived": 2, "last_consolidated": 1}"#)
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            pointer(r#"{"_type": "metadata", "last_consolidated": 1}"#).unwrap(),
+            1
+        );
+        let err = pointer(r#"{"_type": "metadata", "last_archived": "1"}"#).unwrap_err();
+        assert!(err.to_string().contains("last_archived"), "{err}");
+        let err = pointer(r#"{"_type": "metadata", "last_archived": 3}"#).unwrap_err();
+        assert!(err.to_string().contains("only 2 messages"), "{err}");
+    }
+
+    #[test]
+    fn the_pointer_is_written_under_both_names() {
+        let mut out = String::new();
+        render("k", &Map::new(), 0, &[], &mut out);
+        let head: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(head["last_archived"], 0);
+        assert_eq!(head["last_consolidated"], 0);
     }
 
     #[test]
