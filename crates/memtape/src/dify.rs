@@ -11,10 +11,9 @@
 //! module re-exports.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 
 pub use memtape_core::dify::*;
-use memtape_core::{Entry, EntryId, Filter, Kind, Message, Order, Role, Scope, walk_thread};
+use memtape_core::{Entry, EntryId, Message, Role, Scope};
 use memtape_store::Store;
 
 use crate::{Engine, Error, PAGE, Result};
@@ -68,30 +67,6 @@ impl<S: Store> Engine<S> {
         stop_at: EntryId,
         users: usize,
     ) -> Result<Vec<Entry>> {
-        let mut page: HashMap<EntryId, Entry> = HashMap::new();
-        let mut fetch = |id: EntryId| -> Result<Option<Entry>> {
-            if let Some(e) = page.remove(&id) {
-                return Ok(Some(e));
-            }
-            let filter = Filter {
-                after: Some(stop_at),
-                before: Some(EntryId(id.0.saturating_add(1))),
-                kinds: Kind::conversational().collect(),
-                order: Order::Desc,
-                limit: Some(PAGE),
-                ..Filter::default()
-            };
-            page = self
-                .store
-                .scan(scope, &filter)?
-                .into_iter()
-                .map(|e| (e.id, e))
-                .collect();
-            Ok(page.remove(&id))
-        };
-        let Some(leaf) = fetch(leaf)? else {
-            return Ok(Vec::new());
-        };
         let seen = Cell::new(0usize);
         let stop = |e: &Entry| {
             if e.id <= stop_at || seen.get() >= users {
@@ -102,6 +77,6 @@ impl<S: Store> Engine<S> {
             }
             false
         };
-        walk_thread(leaf, &mut fetch, stop, usize::MAX)
+        self.walk_until(scope, leaf, stop_at, PAGE, stop, usize::MAX)
     }
 }

@@ -263,31 +263,47 @@ impl<S: Store> Engine<S> {
         stop_at: EntryId,
         max: usize,
     ) -> Result<Vec<Entry>> {
-        let mut page: HashMap<EntryId, Entry> = HashMap::new();
+        let page = PAGE.min(max.saturating_add(1));
+        self.walk_until(scope, leaf, stop_at, page, |e| e.id <= stop_at, max)
+    }
+
+    /// Walks the thread ending at `leaf` in `scope` back towards a root, reading the store
+    /// `page` entries at a time (none at or before `stop_at`), until `stop` says an entry is
+    /// not part of it or `max` entries were taken. Root first.
+    pub(crate) fn walk_until(
+        &self,
+        scope: &Scope,
+        leaf: EntryId,
+        stop_at: EntryId,
+        page: usize,
+        stop: impl Fn(&Entry) -> bool,
+        max: usize,
+    ) -> Result<Vec<Entry>> {
+        let mut read: HashMap<EntryId, Entry> = HashMap::new();
         let mut fetch = |id: EntryId| -> Result<Option<Entry>> {
-            if let Some(e) = page.remove(&id) {
+            if let Some(e) = read.remove(&id) {
                 return Ok(Some(e));
             }
             let filter = Filter {
                 after: Some(stop_at),
-                before: Some(EntryId(id.0 + 1)),
+                before: Some(EntryId(id.0.saturating_add(1))),
                 kinds: Kind::conversational().collect(),
                 order: Order::Desc,
-                limit: Some(PAGE.min(max.saturating_add(1))),
+                limit: Some(page),
                 ..Filter::default()
             };
-            page = self
+            read = self
                 .store
                 .scan(scope, &filter)?
                 .into_iter()
                 .map(|e| (e.id, e))
                 .collect();
-            Ok(page.remove(&id))
+            Ok(read.remove(&id))
         };
         let Some(leaf) = fetch(leaf)? else {
             return Ok(Vec::new());
         };
-        walk_thread(leaf, &mut fetch, |e| e.id <= stop_at, max)
+        walk_thread(leaf, &mut fetch, stop, max)
     }
 
     /// The thread that ends at `leaf`, root first (Dify's extract_thread_messages). `leaf`
