@@ -442,3 +442,52 @@ fn seed_bub_a_memory_tool_in_a_bub_session_appends_a_zone() {
     let snap = bub_read(&export(&engine, &bub)).unwrap();
     assert_eq!(snap.long_term, "User likes Rust");
 }
+
+/// The context builder gives a Bub session Bub's view: the conversation after the last
+/// anchor that is not a memory zone's, with the zone's memory in the `<memory>` block and
+/// not as messages.
+#[test]
+fn seed_bub_the_prompt_of_a_bub_session_takes_bub_s_view() {
+    let tape = r#"{"id": 1, "kind": "anchor", "payload": {"name": "session/start", "state": {"owner": "human"}}, "meta": {}}
+{"id": 2, "kind": "message", "payload": {"role": "user", "content": "the old phase"}, "meta": {}}
+{"id": 3, "kind": "message", "payload": {"role": "assistant", "content": "done with it"}, "meta": {}}
+{"id": 4, "kind": "anchor", "payload": {"name": "phase/2", "state": {"summary": "old phase done"}}, "meta": {}}
+{"id": 5, "kind": "message", "payload": {"role": "user", "content": "the new phase"}, "meta": {}}
+{"id": 6, "kind": "anchor", "payload": {"name": "memory/open", "state": {"version": 1}}, "meta": {}}
+{"id": 7, "kind": "event", "payload": {"name": "memory.long_term", "data": {"content": "User works in phases"}}, "meta": {}}
+{"id": 8, "kind": "anchor", "payload": {"name": "memory/seal", "state": {"version": 1}}, "meta": {}}
+{"id": 9, "kind": "message", "payload": {"role": "assistant", "content": "on it"}, "meta": {}}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let a = agent();
+    let s = a.clone().with_session("phases").unwrap();
+    engine
+        .import(Format::Bub, tape, &a, Some("phases"))
+        .unwrap();
+    let request = memtape::ContextRequest {
+        message: Some(Message::user("next?")),
+        ..Default::default()
+    };
+    let context = engine.context(&s, &request).unwrap();
+    let texts: Vec<String> = context
+        .messages
+        .iter()
+        .map(|m| m.content_text().into_owned())
+        .collect();
+    assert!(texts.iter().any(|t| t == "the new phase"), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "on it"), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("old phase")), "{texts:?}");
+    assert!(texts[0].contains("User works in phases"), "{texts:?}");
+    // memtape's own view of the same session still has the whole thread.
+    engine
+        .set_history_view(&s, memtape::HistoryView::Thread)
+        .unwrap();
+    let context = engine.context(&s, &request).unwrap();
+    assert!(
+        context
+            .messages
+            .iter()
+            .any(|m| m.content_text().contains("the old phase"))
+    );
+}
