@@ -185,7 +185,21 @@ async def reset(tape: Tape) -> None:
     await tape.record_chat(run_id="r2", system_prompt=None, new_messages=[{"role": "user", "content": "after"}], response_text="a")
 
 
-CASES = [plain, tools, anchors, errors_and_hidden, seed_zones, zone_last, no_anchor, reset]
+async def message_roles(tape: Tape) -> None:
+    """Messages as callers hand them to record_chat: a system message, a named user."""
+    await tape.ensure_bootstrap_anchor()
+    await tape.record_chat(
+        run_id="r1",
+        system_prompt=None,
+        new_messages=[
+            {"role": "system", "content": "The user is on mobile."},
+            {"role": "user", "content": "hi", "name": "ada"},
+        ],
+        response_text="hello Ada",
+    )
+
+
+CASES = [plain, tools, anchors, errors_and_hidden, seed_zones, zone_last, no_anchor, reset, message_roles]
 
 QUERIES = [
     {"last_anchor": True},

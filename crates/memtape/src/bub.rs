@@ -109,13 +109,24 @@ impl<S: Store> Engine<S> {
             .max(info.last_consolidated);
         let filter = Filter {
             after: Some(start),
-            kinds: vec![Kind::Message, Kind::ToolCall, Kind::ToolResult],
+            kinds: vec![
+                Kind::Message,
+                Kind::ToolCall,
+                Kind::ToolResult,
+                Kind::System,
+            ],
             ..Filter::default()
+        };
+        // Bub's `system` entries (the prompt a run was given) are not context; a system
+        // message Bub stored as a `message` line is.
+        let bub_message = |e: &Entry| {
+            e.meta.get(bub::BUB_META).and_then(|b| b.get("kind")) == Some(&Value::from("message"))
         };
         let mut entries: Vec<Entry> = self
             .store
             .scan(session, &filter)?
             .into_iter()
+            .filter(|e| e.kind() != Kind::System || bub_message(e))
             .filter(|e| e.meta.get("context") != Some(&Value::Bool(false)))
             .collect();
         let skip = entries.len().saturating_sub(limits.max_messages);

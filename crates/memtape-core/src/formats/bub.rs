@@ -45,10 +45,25 @@ pub const MEMORY_FILE: &str = "memory.file";
 /// The anchor Bub writes when a session starts (`ensure_bootstrap_anchor`), with state
 /// `{"owner": "human"}`.
 pub const SESSION_START: &str = "session/start";
-/// The meta key marking a tool result that Bub stored as JSON rather than as a string: the
-/// message's text is the JSON exactly as the tape carried it, and an export writes the
-/// value back. memtape's own key; a Bub export leaves it out.
-pub const RESULT_JSON: &str = "bub_result_json";
+/// memtape's own meta key for what a Bub line carried that memtape's entry does not say by
+/// itself, so an export writes the line back as it was (a Bub export leaves the key out):
+/// `{"result": "json"}` on a tool result Bub stored as a JSON value rather than a string
+/// (the message's text is that JSON exactly as the tape carried it); `{"fields": {...}}`
+/// with the payload fields of a `message` line that memtape's message does not model;
+/// `{"kind": "message"}` on a `message` line whose payload memtape would file under
+/// another kind (an assistant message carrying tool calls, a tool or system role).
+pub const BUB_META: &str = "memtape.bub";
+
+/// The payload fields of a `message` line that memtape's [`Message`] models.
+const MESSAGE_FIELDS: [&str; 7] = [
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning_content",
+    "files",
+];
 
 /// One file of a memory zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,11 +137,8 @@ fn parse_lines(text: &str, now: DateTime<Utc>) -> Result<Vec<(usize, Imported)>>
             Some(Value::Object(m)) => m,
             Some(other) => return Err(bad(line, format!("meta must be an object, not {other}"))),
         };
-        if meta.contains_key(RESULT_JSON) {
-            return Err(bad(
-                line,
-                format!("meta key {RESULT_JSON:?} is memtape's own"),
-            ));
+        if meta.contains_key(BUB_META) {
+            return Err(bad(line, format!("meta key {BUB_META:?} is memtape's own")));
         }
         let checked = |payload: Payload| -> Result<Payload> {
             payload.validate().map_err(|e| bad(line, e.to_string()))?;
@@ -157,7 +169,31 @@ fn parse_lines(text: &str, now: DateTime<Utc>) -> Result<Vec<(usize, Imported)>>
             ));
         };
         match kind.as_str() {
-            "message" | "anchor" | "event" => push(typed(Value::Object(payload))?, meta),
+            "message" => {
+                let mut payload = payload;
+                let mut bub = Map::new();
+                let extra: Map<String, Value> = payload
+                    .keys()
+                    .filter(|k| !MESSAGE_FIELDS.contains(&k.as_str()))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .filter_map(|k| payload.remove(&k).map(|v| (k, v)))
+                    .collect();
+                if !extra.is_empty() {
+                    bub.insert("fields".into(), Value::Object(extra));
+                }
+                let message = typed(Value::Object(payload))?;
+                if message.kind() != Kind::Message {
+                    bub.insert("kind".into(), "message".into());
+                }
+                let mut meta = meta;
+                if !bub.is_empty() {
+                    meta.insert(BUB_META.into(), Value::Object(bub));
+                }
+                push(message, meta);
+            }
+            "anchor" | "event" => push(typed(Value::Object(payload))?, meta),
             "system" => {
                 let content = payload
                     .get("content")
@@ -219,7 +255,7 @@ fn parse_lines(text: &str, now: DateTime<Utc>) -> Result<Vec<(usize, Imported)>>
                     let text = match serde_json::from_str::<String>(result.get()) {
                         Ok(s) => s,
                         Err(_) => {
-                            meta.insert(RESULT_JSON.into(), Value::Bool(true));
+                            meta.insert(BUB_META.into(), json!({"result": "json"}));
                             result.get().to_owned()
                         }
                     };
@@ -565,7 +601,7 @@ pub fn render_with_zones(entries: &[Entry], memory: &[(EntryId, Zone)], out: &mu
         |kind: &str, payload: Value, meta: &Meta, date: DateTime<Utc>, out: &mut String| {
             id += 1;
             let mut meta = meta.clone();
-            meta.remove(RESULT_JSON);
+            meta.remove(BUB_META);
             let line = json!({
                 "id": id,
                 "kind": kind,
@@ -633,7 +669,18 @@ pub fn render_with_zones(entries: &[Entry], memory: &[(EntryId, Zone)], out: &mu
         let mut emit = |kind: &str, payload: Value, out: &mut String| {
             emit(kind, payload, &entry.meta, entry.created_at, out);
         };
+        let bub = entry.meta.get(BUB_META);
+        let as_message = bub.and_then(|b| b.get("kind")) == Some(&json!("message"));
         match &entry.payload {
+            Payload::Message(_) if as_message || entry.kind() == Kind::Message => {
+                let mut payload = entry.payload.to_json();
+                if let (Value::Object(p), Some(Value::Object(fields))) =
+                    (&mut payload, bub.and_then(|b| b.get("fields")))
+                {
+                    p.extend(fields.clone());
+                }
+                emit("message", payload, out);
+            }
             Payload::Message(m) => match entry.kind() {
                 Kind::System => emit("system", json!({"content": m.content_text()}), out),
                 Kind::ToolCall => {
@@ -680,10 +727,10 @@ fn kind_name(payload: &Payload) -> &'static str {
     }
 }
 
-/// A tool result as Bub stores it: the JSON value it came as (marked [`RESULT_JSON`]), else
+/// A tool result as Bub stores it: the JSON value it came as (marked in [`BUB_META`]), else
 /// its text.
 fn result_value(entry: &Entry, m: &Message) -> Value {
-    let json = entry.meta.get(RESULT_JSON) == Some(&Value::Bool(true));
+    let json = entry.meta.get(BUB_META).and_then(|b| b.get("result")) == Some(&json!("json"));
     match &m.content {
         Some(Content::Text(t)) if json => {
             serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.clone()))
@@ -722,9 +769,49 @@ mod tests {
         assert_eq!(r2.tool_call_id.as_deref(), Some("c2"));
         // Byte for byte as the tape carried it, marked as JSON for the way back.
         assert_eq!(r2.content_text(), r#"{"temp": 21}"#);
-        assert_eq!(items[5].meta[RESULT_JSON], true);
-        assert!(!items[4].meta.contains_key(RESULT_JSON));
+        assert_eq!(items[5].meta[BUB_META], json!({"result": "json"}));
+        assert!(!items[4].meta.contains_key(BUB_META));
         assert_eq!(items[2].meta["run_id"], "r1");
+    }
+
+    /// A `message` line is kept whole: payload fields memtape's message does not model,
+    /// and a payload memtape would file under another kind, come back out as they were.
+    #[test]
+    fn message_lines_come_back_as_they_were() {
+        let tape = r#"{"id": 1, "kind": "message", "payload": {"role": "user", "content": "hi", "ts": 5, "lang": {"code": "uz"}}, "meta": {"run_id": "r"}, "date": "2026-02-10T09:00:00+00:00"}
+{"id": 2, "kind": "message", "payload": {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, "meta": {}, "date": "2026-02-10T09:00:00+00:00"}
+{"id": 3, "kind": "message", "payload": {"role": "system", "content": "be brief"}, "meta": {}, "date": "2026-02-10T09:00:00+00:00"}
+{"id": 4, "kind": "message", "payload": {"role": "tool", "content": "ok", "tool_call_id": "c"}, "meta": {}, "date": "2026-02-10T09:00:00+00:00"}
+"#;
+        let items = parse(tape, DateTime::UNIX_EPOCH).unwrap();
+        assert_eq!(
+            items[0].meta[BUB_META],
+            json!({"fields": {"ts": 5, "lang": {"code": "uz"}}})
+        );
+        let entries: Vec<Entry> = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let mut e = entry(i as u64 + 1, item.payload);
+                e.meta = item.meta;
+                e.created_at = item.created_at;
+                e
+            })
+            .collect();
+        let mut out = String::new();
+        render(&entries, &mut out);
+        let lines = |t: &str| -> Vec<Value> {
+            t.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let mut want = lines(tape);
+        // memtape writes an assistant message without text with no content field.
+        want[1]["payload"]
+            .as_object_mut()
+            .unwrap()
+            .remove("content");
+        assert_eq!(lines(&out), want);
     }
 
     #[test]
