@@ -107,30 +107,43 @@ impl<S: Store> Engine<S> {
         let start = self
             .last_conversation_anchor(session)?
             .max(info.last_consolidated);
-        let filter = Filter {
-            after: Some(start),
-            kinds: vec![
-                Kind::Message,
-                Kind::ToolCall,
-                Kind::ToolResult,
-                Kind::System,
-            ],
-            ..Filter::default()
-        };
         // Bub's `system` entries (the prompt a run was given) are not context; a system
         // message Bub stored as a `message` line is.
         let bub_message = |e: &Entry| {
             e.meta.get(bub::BUB_META).and_then(|b| b.get("kind")) == Some(&Value::from("message"))
         };
-        let mut entries: Vec<Entry> = self
-            .store
-            .scan(session, &filter)?
-            .into_iter()
-            .filter(|e| e.kind() != Kind::System || bub_message(e))
-            .filter(|e| e.meta.get("context") != Some(&Value::Bool(false)))
-            .collect();
-        let skip = entries.len().saturating_sub(limits.max_messages);
-        entries.drain(..skip);
+        let wanted = |e: &Entry| {
+            (e.kind() != Kind::System || bub_message(e))
+                && e.meta.get("context") != Some(&Value::Bool(false))
+        };
+        // Newest first, a page at a time, until the last `max_messages` are found: only
+        // the tail is read.
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut before = None;
+        while entries.len() < limits.max_messages {
+            let filter = Filter {
+                after: Some(start),
+                before,
+                kinds: vec![
+                    Kind::Message,
+                    Kind::ToolCall,
+                    Kind::ToolResult,
+                    Kind::System,
+                ],
+                order: Order::Desc,
+                limit: Some(PAGE),
+                ..Filter::default()
+            };
+            let page = self.store.scan(session, &filter)?;
+            let full = page.len() == PAGE;
+            before = page.last().map(|e| e.id);
+            entries.extend(page.into_iter().filter(wanted));
+            if !full {
+                break;
+            }
+        }
+        entries.truncate(limits.max_messages);
+        entries.reverse();
         if let Some(max) = limits.max_tokens {
             let mut total: usize = entries
                 .iter()

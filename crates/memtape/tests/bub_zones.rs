@@ -491,3 +491,58 @@ fn seed_bub_the_prompt_of_a_bub_session_takes_bub_s_view() {
             .any(|m| m.content_text().contains("the old phase"))
     );
 }
+
+/// Bub's view of a long session reads its tail a page at a time: the last `max_messages`
+/// in tape order, Bub's `system` entries and `context: false` entries left out, then the
+/// token limit from the oldest.
+#[test]
+fn bub_view_of_a_long_session_is_its_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let s = agent().with_session("long").unwrap();
+    engine.start_session(&s).unwrap();
+    for i in 0..700 {
+        let meta = if i % 100 == 5 {
+            let mut m = memtape::Meta::new();
+            m.insert("context".into(), Value::Bool(false));
+            m
+        } else {
+            memtape::Meta::new()
+        };
+        let message = if i % 50 == 7 {
+            Message::text(memtape::Role::System, format!("prompt {i}"))
+        } else {
+            Message::user(format!("m{i}"))
+        };
+        engine
+            .append(&s, message, memtape::AppendOptions { parent: None, meta })
+            .unwrap();
+    }
+    let limits = HistoryLimits {
+        max_messages: 300,
+        max_tokens: None,
+    };
+    let texts: Vec<String> = engine
+        .history(&s, &limits)
+        .unwrap()
+        .iter()
+        .map(|e| e.message().unwrap().content_text().into_owned())
+        .collect();
+    assert_eq!(texts.len(), 300);
+    assert_eq!(texts.last().unwrap(), "m699");
+    assert!(texts.windows(2).all(|w| {
+        let n = |t: &str| t[1..].parse::<u32>().unwrap();
+        n(&w[0]) < n(&w[1])
+    }));
+    assert!(!texts.iter().any(|t| t == "m605" || t.starts_with("prompt")));
+    let limits = HistoryLimits {
+        max_messages: 300,
+        max_tokens: Some(20),
+    };
+    let few = engine.history(&s, &limits).unwrap();
+    assert!(!few.is_empty() && few.len() < 20, "{}", few.len());
+    assert_eq!(
+        few.last().unwrap().message().unwrap().content_text(),
+        "m699"
+    );
+}
