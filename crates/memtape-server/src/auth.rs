@@ -1,0 +1,75 @@
+//! Authentication: with any key configured, every API request needs `Authorization: Bearer
+//! KEY`, and the key decides the tenant and the role. Without keys the server is
+//! single-tenant (`default`) and only serves on loopback (`memtape serve` refuses another
+//! address; a server whose last key was revoked while it listens elsewhere refuses every
+//! request rather than open up).
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::state::{AppState, Caller, Role};
+
+/// The tenant of a server without keys.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Middleware: finds the caller and puts it in the request's extensions.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    match caller(&state, req.headers().get(AUTHORIZATION)) {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<Caller, ApiError> {
+    let enabled = state
+        .keys()
+        .enabled()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if !enabled {
+        if !state.loopback() {
+            return Err(ApiError::unauthorized(
+                "this server has no API keys and listens beyond loopback; create one with \
+                 `memtape keys create --tenant T`",
+            ));
+        }
+        return Ok(Caller {
+            tenant: DEFAULT_TENANT.to_owned(),
+            role: Role::Admin,
+        });
+    }
+    let Some(header) = header else {
+        return Err(ApiError::unauthorized(
+            "this server needs an API key: send `Authorization: Bearer KEY`",
+        ));
+    };
+    let key = header
+        .to_str()
+        .ok()
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header must be `Bearer KEY`"))?;
+    state
+        .keys()
+        .verify(key)
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .ok_or_else(|| ApiError::unauthorized("this API key is not valid (unknown or revoked)"))
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("no caller: the route is not behind authentication"))
+    }
+}

@@ -1,0 +1,604 @@
+//! The REST API under `/v1`: resource-shaped, JSON in and out, every call confined to the
+//! caller's tenant and run on the engine's blocking pool. Each module adds its routes to
+//! [`routes`] and its operations to [`openapi`].
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use memtape::{
+    AnchorRange, AppendOptions, EntryId, HistoryLimits, HistoryView, Kind, Message, Mode, Role,
+    Scope, SearchFilter, SearchRequest, TapeQuery,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, OpenApi, ToSchema};
+
+use crate::error::{ApiError, ErrorBody, Result};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::state::{AppState, Caller, Role as KeyRole};
+use crate::wire::{
+    AppendBody, Appended, Captured, ChatMessage, EntryWire, ScopeParams, SessionWire,
+};
+
+/// Every `/v1` route (behind authentication, added by [`crate::app`]).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(sessions))
+        .route("/v1/sessions/{session}/messages", post(append))
+        .route("/v1/sessions/{session}/history", get(history))
+        .route("/v1/sessions/{session}/entries", get(entries))
+        .route("/v1/search", get(search))
+        .route("/v1/tools", get(tools))
+        .route("/v1/tools/{name}", post(call_tool))
+        .route("/v1/wal/scan", post(wal_scan))
+}
+
+/// The operations of these routes, for the OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(paths(sessions, append, history, entries, search, tools, call_tool, wal_scan))]
+struct Core;
+
+/// The OpenAPI operations of every `/v1` route.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    Core::openapi()
+}
+
+/// The session `name` of the caller's tenant, agent and user.
+fn session(caller: &Caller, p: &ScopeParams, name: &str) -> Result<Scope> {
+    Ok(caller
+        .scope(p.agent(), p.user.as_deref())?
+        .with_session(name)?)
+}
+
+/// The service is up.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// Liveness: answers without touching the store.
+#[utoipa::path(get, path = "/healthz", tag = "server", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// The sessions of an agent.
+#[derive(Serialize, ToSchema)]
+pub struct Sessions {
+    /// The sessions, oldest first.
+    pub sessions: Vec<SessionWire>,
+}
+
+/// Lists the agent's sessions (of every user, or of `user`).
+#[utoipa::path(get, path = "/v1/sessions", tag = "tape", params(ScopeParams),
+    responses((status = 200, body = Sessions), (status = 400, body = ErrorBody)))]
+pub async fn sessions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<Sessions>> {
+    caller.require(KeyRole::Read)?;
+    let tenant = caller.tenant.clone();
+    let agent = caller.scope(p.agent(), None)?.agent_name().to_owned();
+    let list = state
+        .run(move |engine| Ok(engine.sessions(&tenant)?))
+        .await?
+        .into_iter()
+        .filter(|s| s.scope.agent_name() == agent)
+        .filter(|s| p.user.is_none() || s.scope.user() == p.user.as_deref())
+        .map(|s| SessionWire::of(&s))
+        .collect();
+    Ok(Json(Sessions { sessions: list }))
+}
+
+/// Appends one message or several (`{"messages": [...]}`, one transaction). A user
+/// message is scanned by the WAL first, as the CLI does.
+#[utoipa::path(post, path = "/v1/sessions/{session}/messages", tag = "tape",
+    params(("session" = String, Path, description = "The session key"), ScopeParams),
+    request_body = AppendBody,
+    responses((status = 201, body = Appended), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn append(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<AppendBody>,
+) -> Result<(StatusCode, Json<Appended>)> {
+    caller.require(KeyRole::Write)?;
+    let scope = session(&caller, &p, &name)?;
+    let items = match body {
+        AppendBody::Many { messages } => messages,
+        AppendBody::One(m) => vec![m],
+    };
+    if items.is_empty() {
+        return Err(ApiError::bad_request("no messages to append"));
+    }
+    let mut messages = Vec::with_capacity(items.len());
+    for item in &items {
+        let message = item.message.to_message()?;
+        messages.push((message, item.parent.map(EntryId::new).transpose()?));
+    }
+    let appended = state
+        .run(move |engine| {
+            let mut captured = Vec::new();
+            for (m, _) in &messages {
+                if m.role == Role::User {
+                    let text = m.content_text();
+                    for hit in engine.capture(&scope, &text)?.matches {
+                        captured.push(Captured {
+                            category: hit.category.to_string(),
+                            text: hit.text,
+                        });
+                    }
+                }
+            }
+            let ids = if messages.iter().all(|(_, p)| p.is_none()) {
+                let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
+                engine.append_messages(&scope, plain)?
+            } else {
+                let mut out = Vec::new();
+                for (m, parent) in messages {
+                    let options = AppendOptions {
+                        parent,
+                        meta: Map::new(),
+                    };
+                    out.push(engine.append(&scope, m, options)?);
+                }
+                out
+            };
+            Ok(Appended {
+                ids: ids.iter().map(|e| e.id.0).collect(),
+                captured,
+            })
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(appended)))
+}
+
+/// Which history to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the session is one user's.
+    pub user: Option<String>,
+    /// At most this many messages (default 500).
+    pub max_messages: Option<usize>,
+    /// At most this many tokens (cl100k).
+    pub max_tokens: Option<usize>,
+    /// `thread` (memtape's) or `bub` (Bub's); default: the session's own.
+    pub view: Option<String>,
+}
+
+/// A history: OpenAI chat messages.
+#[derive(Serialize, ToSchema)]
+pub struct History {
+    /// The messages, oldest first.
+    pub messages: Vec<ChatMessage>,
+}
+
+/// The history a model would get for the session.
+#[utoipa::path(get, path = "/v1/sessions/{session}/history", tag = "tape",
+    params(("session" = String, Path, description = "The session key"), HistoryParams),
+    responses((status = 200, body = History), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<HistoryParams>,
+) -> Result<Json<History>> {
+    caller.require(KeyRole::Read)?;
+    let scope_params = ScopeParams {
+        agent: p.agent.clone(),
+        user: p.user.clone(),
+    };
+    let scope = session(&caller, &scope_params, &name)?;
+    let view = match p.view.as_deref() {
+        None => None,
+        Some("thread") => Some(HistoryView::Thread),
+        Some("bub") => Some(HistoryView::Bub),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "view {other:?}: expected thread or bub"
+            )));
+        }
+    };
+    let limits = HistoryLimits {
+        max_messages: p.max_messages.unwrap_or(500),
+        max_tokens: p.max_tokens,
+    };
+    let history = state
+        .run(move |engine| {
+            existing(engine, &scope, &name)?;
+            let view = match view {
+                Some(v) => v,
+                None => engine.history_view(&scope)?,
+            };
+            Ok(engine.history_in(&scope, &limits, view)?)
+        })
+        .await?;
+    Ok(Json(History {
+        messages: history
+            .iter()
+            .filter_map(|e| e.message())
+            .map(ChatMessage::of)
+            .collect(),
+    }))
+}
+
+/// Refuses a session with no entries as not found (the same for another tenant's).
+fn existing(engine: &memtape::Engine, scope: &Scope, name: &str) -> Result<()> {
+    use memtape::Store;
+    if engine.store().scope_info(scope)?.is_none() {
+        return Err(ApiError::not_found(format!("no session {name}")));
+    }
+    Ok(())
+}
+
+/// Which entries to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EntriesParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the session is one user's.
+    pub user: Option<String>,
+    /// Only entries after the last anchor with this name.
+    pub after_anchor: Option<String>,
+    /// Only entries after the last anchor.
+    pub from_last_anchor: Option<bool>,
+    /// Only entries after the last anchor named so ...
+    pub between_start: Option<String>,
+    /// ... up to the first anchor named so after it.
+    pub between_end: Option<String>,
+    /// Only entries of this kind.
+    pub kind: Option<String>,
+    /// Only entries with a greater id (the cursor of the previous page).
+    pub after: Option<u64>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// A page of entries.
+#[derive(Serialize, ToSchema)]
+pub struct Entries {
+    /// The entries, in tape order.
+    pub entries: Vec<EntryWire>,
+    /// The cursor for the next page (`after=`), when there may be more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+}
+
+/// A session's tape entries: Bub's anchor slices, a kind, paged by id.
+#[utoipa::path(get, path = "/v1/sessions/{session}/entries", tag = "tape",
+    params(("session" = String, Path, description = "The session key"), EntriesParams),
+    responses((status = 200, body = Entries), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn entries(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<EntriesParams>,
+) -> Result<Json<Entries>> {
+    caller.require(KeyRole::Read)?;
+    let scope_params = ScopeParams {
+        agent: p.agent.clone(),
+        user: p.user.clone(),
+    };
+    let scope = session(&caller, &scope_params, &name)?;
+    let range = match (
+        &p.after_anchor,
+        p.from_last_anchor,
+        &p.between_start,
+        &p.between_end,
+    ) {
+        (None, None | Some(false), None, None) => AnchorRange::All,
+        (Some(a), None | Some(false), None, None) => AnchorRange::After(a.clone()),
+        (None, Some(true), None, None) => AnchorRange::FromLast,
+        (None, None | Some(false), Some(s), Some(e)) => AnchorRange::Between(s.clone(), e.clone()),
+        _ => {
+            return Err(ApiError::bad_request(
+                "use one of after_anchor, from_last_anchor, or between_start with between_end",
+            ));
+        }
+    };
+    let kinds = match p.kind.as_deref() {
+        None => Vec::new(),
+        Some(k) => vec![k.parse::<Kind>()?],
+    };
+    let limit = p.limit.unwrap_or(100);
+    if limit == 0 || limit > 1000 {
+        return Err(ApiError::bad_request("limit must be 1 to 1000"));
+    }
+    let after = p.after.map(EntryId::new).transpose()?;
+    let found = state
+        .run(move |engine| {
+            existing(engine, &scope, &name)?;
+            let query = TapeQuery {
+                range,
+                kinds,
+                ..TapeQuery::default()
+            };
+            let all = engine.query(&scope, &query)?;
+            Ok(all
+                .into_iter()
+                .filter(|e| after.is_none_or(|a| e.id > a))
+                .take(limit + 1)
+                .collect::<Vec<_>>())
+        })
+        .await?;
+    let more = found.len() > limit;
+    let entries: Vec<EntryWire> = found.iter().take(limit).map(EntryWire::of).collect();
+    let next = more.then(|| entries.last().map(|e| e.id)).flatten();
+    Ok(Json(Entries { entries, next }))
+}
+
+/// What to search.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SearchParams {
+    /// The query.
+    pub q: String,
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// `agent` (default: the agent's entries), `user` (one user's) or `tenant`.
+    pub scope: Option<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only messages with this role.
+    pub role: Option<String>,
+    /// Only entries from this time on (RFC 3339).
+    pub since: Option<String>,
+    /// Only entries before this time.
+    pub until: Option<String>,
+    /// `hybrid` (default), `bm25` or `vector`.
+    pub mode: Option<String>,
+    /// At most this many hits (default 10, at most 100).
+    pub limit: Option<usize>,
+}
+
+/// One search hit.
+#[derive(Serialize, ToSchema)]
+pub struct HitWire {
+    /// The entry found.
+    pub entry: EntryWire,
+    /// Its score (comparable within one search).
+    pub score: f32,
+}
+
+/// Search results.
+#[derive(Serialize, ToSchema)]
+pub struct Hits {
+    /// The hits, best first.
+    pub hits: Vec<HitWire>,
+}
+
+/// Searches the tape: BM25 and embeddings over messages, tool calls, memory.
+#[utoipa::path(get, path = "/v1/search", tag = "retrieval", params(SearchParams),
+    responses((status = 200, body = Hits), (status = 400, body = ErrorBody)))]
+pub async fn search(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<SearchParams>,
+) -> Result<Json<Hits>> {
+    caller.require(KeyRole::Read)?;
+    let agent = p.agent.as_deref().unwrap_or("default");
+    let agent_scope = caller.scope(agent, p.user.as_deref())?;
+    let mut filter = match p.scope.as_deref().unwrap_or("agent") {
+        "agent" => SearchFilter::within(&caller.scope(agent, None)?),
+        "user" => {
+            if p.user.is_none() {
+                return Err(ApiError::bad_request("scope=user needs user="));
+            }
+            SearchFilter::within(&agent_scope)
+        }
+        "tenant" => SearchFilter::tenant(caller.tenant.clone()),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "scope {other:?}: expected agent, user or tenant"
+            )));
+        }
+    };
+    if p.scope.as_deref() != Some("tenant") {
+        filter.user = p.user.clone().or(filter.user);
+    }
+    filter.session = p.session.clone();
+    if let Some(k) = &p.kind {
+        filter.kinds = vec![k.parse::<Kind>()?];
+    }
+    if let Some(r) = &p.role {
+        let role: Role = serde_json::from_value(Value::String(r.clone())).map_err(|_| {
+            ApiError::bad_request(format!(
+                "role {r:?}: expected user, assistant, system or tool"
+            ))
+        })?;
+        filter.roles = vec![role];
+    }
+    let time = |t: &Option<String>, name: &str| -> Result<_> {
+        t.as_deref()
+            .map(|s| {
+                memtape::parse_time(s)
+                    .ok_or_else(|| ApiError::bad_request(format!("{name} {s:?} is not a time")))
+            })
+            .transpose()
+    };
+    filter.since = time(&p.since, "since")?;
+    filter.until = time(&p.until, "until")?;
+    let mode = match p.mode.as_deref().unwrap_or("hybrid") {
+        "hybrid" => Mode::Hybrid,
+        "bm25" => Mode::Bm25,
+        "vector" => Mode::Vector,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "mode {other:?}: expected hybrid, bm25 or vector"
+            )));
+        }
+    };
+    let limit = p.limit.unwrap_or(10);
+    if limit == 0 || limit > 100 {
+        return Err(ApiError::bad_request("limit must be 1 to 100"));
+    }
+    let request = SearchRequest::new(p.q.clone(), filter)
+        .limit(limit)
+        .mode(mode);
+    let hits = state
+        .run(move |engine| Ok(engine.search(&request)?))
+        .await?;
+    Ok(Json(Hits {
+        hits: hits
+            .iter()
+            .map(|h| HitWire {
+                entry: EntryWire::of(&h.entry),
+                score: h.score,
+            })
+            .collect(),
+    }))
+}
+
+/// A tool of the registry.
+#[derive(Serialize, ToSchema)]
+pub struct ToolWire {
+    /// Its name as its seed spells it (`memory.save`, `memory`, ...).
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The JSON schema of its input.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+}
+
+/// The tool registry.
+#[derive(Serialize, ToSchema)]
+pub struct Tools {
+    /// Every tool.
+    pub tools: Vec<ToolWire>,
+}
+
+/// The memory tools (Bub's, Anthropic's memory tool, MateClaw's, Qanot's memory_search)
+/// with their JSON schemas.
+#[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Tools)))]
+pub async fn tools(caller: Caller) -> Result<Json<Tools>> {
+    caller.require(KeyRole::Read)?;
+    Ok(Json(Tools {
+        tools: memtape::tools::registry()
+            .into_iter()
+            .map(|t| ToolWire {
+                name: t.name.to_owned(),
+                description: t.description.to_owned(),
+                input_schema: t.input_schema,
+            })
+            .collect(),
+    }))
+}
+
+/// A tool call.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallBody {
+    /// The tool's input.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// The session it is called in (its memory is the agent's, or the user's).
+    pub session: Option<String>,
+}
+
+/// What a tool answered.
+#[derive(Serialize, ToSchema)]
+pub struct ToolResult {
+    /// The result text.
+    pub text: String,
+    /// Whether the tool refused the call (the text says why; nothing changed).
+    pub is_error: bool,
+}
+
+/// Calls a tool on the agent's (or user's) memory: the same code path as MCP.
+#[utoipa::path(post, path = "/v1/tools/{name}", tag = "tools",
+    params(("name" = String, Path, description = "The tool"), ScopeParams),
+    request_body = ToolCallBody,
+    responses((status = 200, body = ToolResult), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn call_tool(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<ToolCallBody>,
+) -> Result<Json<ToolResult>> {
+    let Some(spec) = memtape::tools::find(&name) else {
+        return Err(ApiError::not_found(format!("no tool {name}")));
+    };
+    caller.require(if reads_only(spec.name) {
+        KeyRole::Read
+    } else {
+        KeyRole::Write
+    })?;
+    let mut scope = caller.scope(p.agent(), p.user.as_deref())?;
+    if let Some(s) = &body.session {
+        scope = scope.with_session(s)?;
+    }
+    let out = state
+        .run(move |engine| Ok(engine.call_tool(&scope, &name, &body.input)?))
+        .await?;
+    Ok(Json(ToolResult {
+        text: out.text,
+        is_error: out.is_error,
+    }))
+}
+
+/// Whether the tool only reads memory (a `read` key may call it).
+fn reads_only(name: &str) -> bool {
+    matches!(
+        name,
+        "memory.recall"
+            | "memory.show"
+            | "memory_search"
+            | "list_workspace_memory_files"
+            | "read_workspace_memory_file"
+    )
+}
+
+/// A message to scan.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WalScanBody {
+    /// The user message.
+    pub text: String,
+}
+
+/// What the WAL scanner finds in a message.
+#[derive(Serialize, ToSchema)]
+pub struct WalScan {
+    /// Every match, in order.
+    pub matches: Vec<Captured>,
+}
+
+/// Qanot's WAL scanner on a message, recording nothing.
+#[utoipa::path(post, path = "/v1/wal/scan", tag = "memory", request_body = WalScanBody,
+    responses((status = 200, body = WalScan), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn wal_scan(
+    caller: Caller,
+    ApiJson(body): ApiJson<WalScanBody>,
+) -> Result<Json<WalScan>> {
+    caller.require(KeyRole::Read)?;
+    Ok(Json(WalScan {
+        matches: memtape::wal::scan(&body.text)
+            .into_iter()
+            .map(|m| Captured {
+                category: m.category.to_string(),
+                text: m.text,
+            })
+            .collect(),
+    }))
+}

@@ -1,0 +1,181 @@
+//! The server's shared state: the engine behind a bounded pool of blocking threads (the
+//! engine is synchronous and never runs on the async runtime's threads), the API keys, the
+//! limits, and who is calling.
+
+use std::sync::Arc;
+
+use memtape::{Engine, Scope, SqliteStore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, Result};
+use crate::keys::KeyStore;
+
+/// What a key may do. Each role includes the ones before it.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Read history, memory, search, export.
+    Read,
+    /// Also append, change memory, import, call tools.
+    Write,
+    /// Also whole-store operations.
+    Admin,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Admin => "admin",
+        })
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "read" => Ok(Role::Read),
+            "write" => Ok(Role::Write),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!("unknown role {other:?} (read, write or admin)")),
+        }
+    }
+}
+
+/// Who is calling: the tenant their key belongs to (the single tenant `default` when the
+/// server runs without keys on loopback) and what they may do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The tenant every request of this caller is confined to.
+    pub tenant: String,
+    /// What the caller may do.
+    pub role: Role,
+}
+
+impl Caller {
+    /// Refuses with 403 unless the caller's role is at least `role`.
+    pub fn require(&self, role: Role) -> Result<()> {
+        if self.role >= role {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "this key is {}; this needs a {role} key",
+                self.role
+            )))
+        }
+    }
+
+    /// The agent scope `agent` (and `user`) of the caller's tenant.
+    pub fn scope(&self, agent: &str, user: Option<&str>) -> Result<Scope> {
+        let scope = Scope::agent(&self.tenant, agent)?;
+        Ok(match user {
+            Some(u) => scope.with_user(u)?,
+            None => scope,
+        })
+    }
+}
+
+/// The server's limits.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The largest request body accepted, in bytes (413 above it).
+    pub body_bytes: usize,
+    /// How many engine calls run at once on the blocking pool; the others wait.
+    pub engine_calls: usize,
+    /// How long a request may take, headers and body included, before it is dropped
+    /// (slow clients).
+    pub request_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 8 * 1024 * 1024,
+            engine_calls: 32,
+            request_timeout: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+/// The state every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Arc<Engine<SqliteStore>>,
+    permits: Arc<Semaphore>,
+    keys: KeyStore,
+    limits: Limits,
+    loopback: bool,
+}
+
+impl AppState {
+    /// The state over `engine`, authenticating with `keys`; `loopback` says whether the
+    /// server only listens on loopback (without keys, it serves only then).
+    pub fn new(
+        engine: Engine<SqliteStore>,
+        keys: KeyStore,
+        limits: Limits,
+        loopback: bool,
+    ) -> Self {
+        AppState {
+            inner: Arc::new(Inner {
+                engine: Arc::new(engine),
+                permits: Arc::new(Semaphore::new(limits.engine_calls.max(1))),
+                keys,
+                limits,
+                loopback,
+            }),
+        }
+    }
+
+    /// Whether the server listens only on loopback.
+    pub fn loopback(&self) -> bool {
+        self.inner.loopback
+    }
+
+    /// The engine, for work that is not a request (shutdown).
+    pub fn engine(&self) -> &Arc<Engine<SqliteStore>> {
+        &self.inner.engine
+    }
+
+    /// The API keys.
+    pub fn keys(&self) -> &KeyStore {
+        &self.inner.keys
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Runs `f` on the engine on the blocking pool, at most `engine_calls` at once.
+    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Engine<SqliteStore>) -> Result<T> + Send + 'static,
+    {
+        let permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::internal("the server is shutting down"))?;
+        let engine = self.inner.engine.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&engine)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("an engine call failed: {e}")))?
+    }
+}

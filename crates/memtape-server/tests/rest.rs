@@ -1,0 +1,119 @@
+//! The REST API against a real server on 127.0.0.1: appending, history, entries, search,
+//! tools and the WAL, each the way a client uses it, and bad input answered with a clear
+//! 4xx in the API's error form.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Server;
+use serde_json::json;
+
+#[test]
+fn append_then_history_entries_and_search() {
+    let s = Server::start();
+    let (status, body) = s.post(
+        "/v1/sessions/chat/messages",
+        &json!({"role": "user", "content": "Hi, my name is Ada. I prefer dark mode."}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["ids"].as_array().unwrap().len(), 1);
+    assert!(
+        body["captured"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["category"] == "preference"),
+        "the WAL ran: {body}"
+    );
+    let (status, body) = s.post(
+        "/v1/sessions/chat/messages",
+        &json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}]},
+            {"role": "tool", "content": "nothing", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "Hello Ada!"}
+        ]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, history) = s.get("/v1/sessions/chat/history");
+    assert_eq!(status, 200);
+    let messages = history["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{history}");
+    assert_eq!(
+        messages[3],
+        json!({"role": "assistant", "content": "Hello Ada!"})
+    );
+    assert_eq!(messages[1]["tool_calls"][0]["id"], "c1");
+
+    let (status, page) = s.get("/v1/sessions/chat/entries?limit=2");
+    assert_eq!(status, 200);
+    assert_eq!(page["entries"].as_array().unwrap().len(), 2);
+    let next = page["next"].as_u64().unwrap();
+    let (_, rest) = s.get(&format!("/v1/sessions/chat/entries?after={next}&limit=100"));
+    assert!(rest["next"].is_null());
+    assert!(!rest["entries"].as_array().unwrap().is_empty());
+
+    let (status, hits) = s.get("/v1/search?q=dark%20mode&mode=bm25");
+    assert_eq!(status, 200, "{hits}");
+    assert!(!hits["hits"].as_array().unwrap().is_empty(), "{hits}");
+
+    let (_, sessions) = s.get("/v1/sessions");
+    assert_eq!(sessions["sessions"][0]["session"], "chat");
+    assert_eq!(sessions["sessions"][0]["messages"], 4);
+}
+
+#[test]
+fn tools_are_listed_and_called() {
+    let s = Server::start();
+    let (status, tools) = s.get("/v1/tools");
+    assert_eq!(status, 200);
+    assert!(tools["tools"].as_array().unwrap().len() >= 10);
+    let (status, out) = s.post(
+        "/v1/tools/memory.save",
+        &json!({"input": {"content": "Ada likes tea"}}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["is_error"], false);
+    let (_, shown) = s.post("/v1/tools/memory.show", &json!({"input": {}}));
+    assert!(shown["text"].as_str().unwrap().contains("Ada likes tea"));
+    let (status, out) = s.post("/v1/tools/memory.save", &json!({"input": {"wrong": 1}}));
+    assert_eq!(status, 200);
+    assert_eq!(
+        out["is_error"], true,
+        "a refusal is the tool's answer: {out}"
+    );
+    let (status, _) = s.post("/v1/tools/nope", &json!({"input": {}}));
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn bad_input_is_a_clear_4xx() {
+    let s = Server::start();
+    // Valid JSON of the wrong shape.
+    let (status, body) = s.post("/v1/sessions/chat/messages", &json!({"role": 5}));
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"]["message"].is_string());
+    // Bad names and parameters.
+    let (status, body) = s.post(
+        "/v1/sessions/a%00b/messages",
+        &json!({"role": "user", "content": "x"}),
+    );
+    assert_eq!(status, 400, "a NUL in a session key: {body}");
+    let (status, body) = s.get("/v1/sessions/chat/entries?limit=abc");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = s.get("/v1/sessions/nope/history");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    let (status, _) = s.get("/v1/search?q=x&mode=psychic");
+    assert_eq!(status, 400);
+    let (status, body) = s.post(
+        "/v1/sessions/chat/messages",
+        &json!({"role": "user", "content": "x", "parent": 9007199254740993u64}),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = s.get("/v1/nothing/here");
+    assert_eq!(status, 404);
+    // The server is still up.
+    assert_eq!(s.get("/healthz").0, 200);
+}
