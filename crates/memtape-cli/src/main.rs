@@ -13,6 +13,7 @@ mod node;
 mod output;
 mod progress;
 mod retrieval;
+mod serve;
 mod tape;
 mod transfer;
 
@@ -96,6 +97,11 @@ enum Command {
     /// Embedding model files.
     #[command(subcommand)]
     Models(retrieval::ModelsCommand),
+    /// Serve the REST API, MCP over HTTP and the OpenAPI document (loopback by default).
+    Serve(serve::ServeArgs),
+    /// API keys: each decides the tenant of the requests that carry it.
+    #[command(subcommand)]
+    Keys(serve::KeysCommand),
     /// Benchmarks (not tests): numbers for docs/benchmarks.md.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -154,6 +160,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Node(a) => node::node(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Wal(command) => memory::wal(command, out)?,
         Command::Models(command) => retrieval::models(&ctx, command, out)?,
+        Command::Serve(a) => serve::serve(&ctx.store(&a.store).models(&a.models), a, out)?,
+        Command::Keys(command) => serve::keys(&ctx.store(command.store()), command, out)?,
         Command::Bench(command) => bench::bench(&ctx, command, out)?,
     }
     stdout.flush()?;

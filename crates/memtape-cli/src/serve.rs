@@ -1,0 +1,220 @@
+//! The server commands: `serve` (the REST API, MCP over HTTP and the OpenAPI document from
+//! one process) and `keys` (create, list and revoke the API keys that decide a request's
+//! tenant).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use memtape_server::{AppState, KeyStore, Limits, Role};
+
+use crate::ctx::{Ctx, ModelArgs, StoreArgs};
+use crate::retrieval::{Tuning, open_indexed};
+
+/// `memtape serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen. Another address than loopback needs API keys (`memtape keys
+    /// create`).
+    #[arg(long, default_value = "127.0.0.1:7077")]
+    addr: SocketAddr,
+    /// The largest request body accepted, in MiB.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    body_limit_mib: u32,
+    /// How many engine calls run at once; more requests wait.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    engine_calls: u32,
+    /// How long a request may take (seconds), slow clients included.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    request_timeout: u32,
+    /// After SIGINT/SIGTERM, how long requests in flight may take to finish (seconds).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=600))]
+    grace: u32,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub models: ModelArgs,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// `memtape serve`: opens (or creates) the store, loads the model and the index, then
+/// serves until SIGINT or SIGTERM; requests in flight get `--grace` seconds to finish, then
+/// the store is closed and the command exits 0.
+pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
+    let dir = ctx.data_dir()?;
+    let keys = KeyStore::open(&dir);
+    let loopback = a.addr.ip().is_loopback();
+    if !loopback && !keys.enabled()? {
+        bail!(
+            "refusing to listen on {} without API keys: anyone who can reach it could read and \
+             change every memory. Create a key first with `memtape keys create --tenant T` \
+             (then send it as `Authorization: Bearer KEY`), or listen on 127.0.0.1",
+            a.addr
+        );
+    }
+    drop(memtape::Engine::init(&dir).with_context(|| format!("opening {}", dir.display()))?);
+    // The model is loaded before the runtime starts any thread (ONNX Runtime's settings
+    // are made through the environment, which must not change under other threads).
+    let engine = open_indexed(ctx, &a.tuning)?;
+    let limits = Limits {
+        body_bytes: a.body_limit_mib as usize * 1024 * 1024,
+        engine_calls: a.engine_calls as usize,
+        request_timeout: Duration::from_secs(a.request_timeout.into()),
+    };
+    let state = AppState::new(engine, keys, limits, loopback);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(a.addr))
+        .with_context(|| format!("listening on {}", a.addr))?;
+    let addr = listener.local_addr()?;
+    writeln!(
+        out,
+        "memtape serving {} on http://{addr}\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)\n  stop with Ctrl-C",
+        dir.display()
+    )?;
+    out.flush()?;
+    runtime.block_on(memtape_server::serve(
+        listener,
+        state,
+        shutdown_signal(),
+        Duration::from_secs(a.grace.into()),
+    ))?;
+    // The state (and with it the engine and the store) is dropped with the runtime's
+    // tasks: the store closes cleanly, checkpointing its write-ahead log.
+    drop(runtime);
+    writeln!(out, "memtape stopped")?;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}
+
+/// `memtape keys`.
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create a key for a tenant; prints it once (only its hash is kept).
+    Create(CreateArgs),
+    /// List the keys (ids, tenants, roles; never the keys themselves).
+    List(ListArgs),
+    /// Revoke a key by its id (or the key itself); it stops working at once.
+    Revoke(RevokeArgs),
+}
+
+impl KeysCommand {
+    /// The data directory option the subcommand was given.
+    pub fn store(&self) -> &StoreArgs {
+        match self {
+            KeysCommand::Create(a) => &a.store,
+            KeysCommand::List(a) => &a.store,
+            KeysCommand::Revoke(a) => &a.store,
+        }
+    }
+}
+
+/// `memtape keys create`.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The tenant the key gives access to.
+    #[arg(long)]
+    tenant: String,
+    /// What it may do: read, write or admin.
+    #[arg(long, default_value = "write", value_parser = parse_role)]
+    role: Role,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `memtape keys list`.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `memtape keys revoke`.
+#[derive(Args, Debug)]
+pub struct RevokeArgs {
+    /// The key's id (as `keys list` shows it) or the key.
+    id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    s.parse()
+}
+
+/// Runs a `keys` subcommand.
+pub fn keys(ctx: &Ctx, command: &KeysCommand, out: &mut impl Write) -> Result<()> {
+    let dir = ctx.data_dir()?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let store = KeyStore::open(&dir);
+    match command {
+        KeysCommand::Create(a) => {
+            let (key, record) = store.create(&a.tenant, a.role)?;
+            writeln!(out, "{key}")?;
+            eprintln!(
+                "key {} for tenant {} ({}); shown once: store it now",
+                record.id, record.tenant, record.role
+            );
+        }
+        KeysCommand::List(a) => {
+            let keys = store.list()?;
+            if a.json {
+                let list: Vec<_> = keys
+                    .iter()
+                    .map(|k| {
+                        serde_json::json!({
+                            "id": k.id,
+                            "tenant": k.tenant,
+                            "role": k.role,
+                            "created_at": k.created_at.to_rfc3339(),
+                            "revoked_at": k.revoked_at.map(|t| t.to_rfc3339()),
+                        })
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::Value::Array(list))?;
+            } else {
+                for k in &keys {
+                    let state = k
+                        .revoked_at
+                        .map_or_else(|| "active".to_owned(), |t| format!("revoked {t}"));
+                    writeln!(out, "{}  {}  {}  {state}", k.id, k.tenant, k.role)?;
+                }
+            }
+        }
+        KeysCommand::Revoke(a) => {
+            let record = store.revoke(&a.id)?;
+            writeln!(out, "revoked {} (tenant {})", record.id, record.tenant)?;
+        }
+    }
+    Ok(())
+}

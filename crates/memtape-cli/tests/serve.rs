@@ -1,0 +1,188 @@
+//! `memtape serve` and `memtape keys` as a user runs them: the real binary, a real data
+//! directory, a real HTTP client. Loopback without keys is single-tenant; any other address
+//! needs a key; with keys every request carries one and the key decides tenant and role;
+//! SIGTERM stops the server cleanly (exit 0, the store closed, every acknowledged write
+//! kept).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::Run;
+use serde_json::{Value, json};
+
+/// A `memtape serve` child and the address it printed.
+struct Serving {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Serving {
+    fn start(r: &Run, extra: &[&str]) -> Serving {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+            .args(["--model", "none", "serve", "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_owned();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .new_agent();
+        Serving { child, base, agent }
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut response = if method == "GET" {
+            let mut r = self.agent.get(&url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call().unwrap()
+        } else {
+            let mut r = self.agent.post(&url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send_json(body.unwrap_or(Value::Null)).unwrap()
+        };
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Sends SIGTERM and waits; returns the exit code and the rest of stdout.
+    fn terminate(self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let out = self.child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+}
+
+#[test]
+fn serve_on_loopback_then_stop_cleanly_on_sigterm() {
+    let r = Run::new();
+    let s = Serving::start(&r, &[]);
+    let (status, body) = s.call(
+        "POST",
+        "/v1/sessions/chat/messages",
+        Some(json!({"role": "user", "content": "I prefer green tea."})),
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (code, rest) = s.terminate();
+    assert_eq!(code, Some(0), "{rest}");
+    assert!(rest.contains("memtape stopped"), "{rest}");
+    // The store was closed cleanly and holds the acknowledged append.
+    assert!(!r.dir.path().join("data/tape.db-wal").exists());
+    let history = r.json(&["history", "chat", "--json"]);
+    assert_eq!(history[0]["content"], "I prefer green tea.");
+}
+
+#[test]
+fn beyond_loopback_needs_a_key() {
+    let r = Run::new();
+    let err = r.fails(&["--model", "none", "serve", "--addr", "0.0.0.0:0"]);
+    assert!(err.contains("memtape keys create"), "{err}");
+}
+
+#[test]
+fn keys_decide_tenant_and_role() {
+    let r = Run::new();
+    let write = r
+        .ok(&["keys", "create", "--tenant", "acme"])
+        .trim()
+        .to_owned();
+    let read = r
+        .ok(&["keys", "create", "--tenant", "acme", "--role", "read"])
+        .trim()
+        .to_owned();
+    let other = r
+        .ok(&["keys", "create", "--tenant", "globex"])
+        .trim()
+        .to_owned();
+    assert!(write.starts_with("mtk_"), "{write}");
+    let listed = r.json(&["keys", "list", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    assert!(
+        !std::fs::read_to_string(r.dir.path().join("data/keys.json"))
+            .unwrap()
+            .contains(write.split('_').nth(2).unwrap()),
+        "only hashes are stored"
+    );
+    let s = Serving::start(&r, &[]);
+    let message = || Some(json!({"role": "user", "content": "acme's secret plan"}));
+    assert_eq!(
+        s.call("POST", "/v1/sessions/x/messages", message(), None).0,
+        401
+    );
+    assert_eq!(
+        s.call(
+            "POST",
+            "/v1/sessions/x/messages",
+            message(),
+            Some("mtk_nope_nope")
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        s.call("POST", "/v1/sessions/x/messages", message(), Some(&read))
+            .0,
+        403
+    );
+    assert_eq!(
+        s.call("POST", "/v1/sessions/x/messages", message(), Some(&write))
+            .0,
+        201
+    );
+    let (status, history) = s.call("GET", "/v1/sessions/x/history", None, Some(&read));
+    assert_eq!(status, 200);
+    assert_eq!(history["messages"].as_array().unwrap().len(), 1);
+    // Another tenant sees nothing of it, and is not told it exists.
+    let (status, body) = s.call("GET", "/v1/sessions/x/history", None, Some(&other));
+    assert_eq!(status, 404, "{body}");
+    let (_, hits) = s.call("GET", "/v1/search?q=secret&mode=bm25", None, Some(&other));
+    assert_eq!(hits["hits"], json!([]));
+    // Revoked: the running server stops accepting it at once.
+    let id = write.split('_').nth(1).unwrap();
+    r.ok(&["keys", "revoke", id]);
+    assert_eq!(s.call("GET", "/v1/sessions", None, Some(&write)).0, 401);
+    assert_eq!(s.call("GET", "/v1/sessions", None, Some(&read)).0, 200);
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+}
