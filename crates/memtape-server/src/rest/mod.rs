@@ -59,7 +59,7 @@ pub struct Health {
 }
 
 /// Liveness: answers without touching the store.
-#[utoipa::path(get, path = "/healthz", tag = "server", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "server", security(()), responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -362,7 +362,8 @@ pub struct SearchParams {
     pub since: Option<String>,
     /// Only entries before this time.
     pub until: Option<String>,
-    /// `hybrid` (default), `bm25` or `vector`.
+    /// `hybrid`, `bm25` or `vector` (default: hybrid when the server has an embedding
+    /// model, else bm25).
     pub mode: Option<String>,
     /// At most this many hits (default 10, at most 100).
     pub limit: Option<usize>,
@@ -435,11 +436,12 @@ pub async fn search(
     };
     filter.since = time(&p.since, "since")?;
     filter.until = time(&p.until, "until")?;
-    let mode = match p.mode.as_deref().unwrap_or("hybrid") {
-        "hybrid" => Mode::Hybrid,
-        "bm25" => Mode::Bm25,
-        "vector" => Mode::Vector,
-        other => {
+    let mode = match p.mode.as_deref() {
+        None => None,
+        Some("hybrid") => Some(Mode::Hybrid),
+        Some("bm25") => Some(Mode::Bm25),
+        Some("vector") => Some(Mode::Vector),
+        Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "mode {other:?}: expected hybrid, bm25 or vector"
             )));
@@ -449,11 +451,25 @@ pub async fn search(
     if limit == 0 || limit > 100 {
         return Err(ApiError::bad_request("limit must be 1 to 100"));
     }
-    let request = SearchRequest::new(p.q.clone(), filter)
-        .limit(limit)
-        .mode(mode);
+    let text = p.q.clone();
     let hits = state
-        .run(move |engine| Ok(engine.search(&request)?))
+        .run(move |engine| {
+            // Hybrid when the server has an embedding model, else BM25; vectors without a
+            // model is the request's mistake, not the server's.
+            let has_model = engine.index().is_some_and(|i| i.embedder().is_some());
+            let mode = match mode {
+                None if has_model => Mode::Hybrid,
+                None | Some(Mode::Bm25) => Mode::Bm25,
+                Some(m) if has_model => m,
+                Some(_) => {
+                    return Err(ApiError::bad_request(
+                        "this server has no embedding model: use mode=bm25",
+                    ));
+                }
+            };
+            let request = SearchRequest::new(text, filter).limit(limit).mode(mode);
+            Ok(engine.search(&request)?)
+        })
         .await?;
     Ok(Json(Hits {
         hits: hits
