@@ -4,6 +4,7 @@
 //! The engine is synchronous: every call runs on tokio's blocking pool, at most
 //! [`Limits::engine_calls`] at once ([`AppState::run`]).
 
+mod appender;
 mod auth;
 pub mod error;
 mod extract;

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use memtape::{Engine, Scope, SqliteStore};
+use memtape::{Engine, Entry, NewEntry, Scope, SqliteStore};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use utoipa::ToSchema;
 
+use crate::appender::Appender;
 use crate::error::{ApiError, Result};
 use crate::keys::KeyStore;
 
@@ -110,6 +111,9 @@ pub struct AppState {
 }
 
 struct Inner {
+    // Declared first, so it is dropped first: its writer thread finishes the appends
+    // queued and lets go of the engine before the store closes.
+    appender: Appender,
     engine: Arc<Engine<SqliteStore>>,
     permits: Arc<Semaphore>,
     keys: KeyStore,
@@ -126,9 +130,11 @@ impl AppState {
         limits: Limits,
         loopback: bool,
     ) -> Self {
+        let engine = Arc::new(engine);
         AppState {
             inner: Arc::new(Inner {
-                engine: Arc::new(engine),
+                appender: Appender::start(engine.clone()),
+                engine,
                 permits: Arc::new(Semaphore::new(limits.engine_calls.max(1))),
                 keys,
                 limits,
@@ -140,6 +146,13 @@ impl AppState {
     /// Whether the server listens only on loopback.
     pub fn loopback(&self) -> bool {
         self.inner.loopback
+    }
+
+    /// Appends `entries` through group commit ([`Appender`]): they share a transaction
+    /// with the appends of other requests waiting at the same time, and come back once
+    /// it is committed.
+    pub async fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.inner.appender.append(entries).await
     }
 
     /// The engine, for work that is not a request (shutdown).

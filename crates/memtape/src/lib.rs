@@ -155,7 +155,8 @@ impl<S: Store> Engine<S> {
         self.tokens.as_ref()
     }
 
-    fn now(&self) -> DateTime<Utc> {
+    /// The time by the engine's clock (the system clock unless [`Engine::with_clock`]).
+    pub fn now(&self) -> DateTime<Utc> {
         (self.clock)()
     }
 

@@ -7,11 +7,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memtape::{
-    AnchorRange, AppendOptions, EntryId, HistoryLimits, HistoryView, Kind, Message, Mode, Role,
-    Scope, SearchFilter, SearchRequest, TapeQuery,
+    AnchorRange, EntryId, HistoryLimits, HistoryView, Kind, Mode, NewEntry, Payload, Role, Scope,
+    SearchFilter, SearchRequest, TapeQuery,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, Result};
@@ -123,40 +123,40 @@ pub async fn append(
         let message = item.message.to_message()?;
         messages.push((message, item.parent.map(EntryId::new).transpose()?));
     }
-    let appended = state
+    // Qanot's WAL: each user message is scanned before anyone answers it.
+    let scanned: Vec<(Scope, String)> = messages
+        .iter()
+        .filter(|(m, _)| m.role == Role::User)
+        .map(|(m, _)| (scope.clone(), m.content_text().into_owned()))
+        .collect();
+    let captured = state
         .run(move |engine| {
             let mut captured = Vec::new();
-            for (m, _) in &messages {
-                if m.role == Role::User {
-                    let text = m.content_text();
-                    for hit in engine.capture(&scope, &text)?.matches {
-                        captured.push(Captured {
-                            category: hit.category.to_string(),
-                            text: hit.text,
-                        });
-                    }
+            for (scope, text) in &scanned {
+                for hit in engine.capture(scope, text)?.matches {
+                    captured.push(Captured {
+                        category: hit.category.to_string(),
+                        text: hit.text,
+                    });
                 }
             }
-            let ids = if messages.iter().all(|(_, p)| p.is_none()) {
-                let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
-                engine.append_messages(&scope, plain)?
-            } else {
-                let mut out = Vec::new();
-                for (m, parent) in messages {
-                    let options = AppendOptions {
-                        parent,
-                        meta: Map::new(),
-                    };
-                    out.push(engine.append(&scope, m, options)?);
-                }
-                out
-            };
-            Ok(Appended {
-                ids: ids.iter().map(|e| e.id.0).collect(),
-                captured,
-            })
+            Ok(captured)
         })
         .await?;
+    let now = state.engine().now();
+    let entries = messages
+        .into_iter()
+        .map(|(m, parent)| {
+            let mut entry = NewEntry::new(scope.clone(), Payload::Message(m), now);
+            entry.parent = parent;
+            entry
+        })
+        .collect();
+    let stored = state.append(entries).await?;
+    let appended = Appended {
+        ids: stored.iter().map(|e| e.id.0).collect(),
+        captured,
+    };
     Ok((StatusCode::CREATED, Json(appended)))
 }
 

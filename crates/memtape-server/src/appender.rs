@@ -1,0 +1,107 @@
+//! Group commit: appends from concurrent requests are written together. Each request hands
+//! its entries to one writer thread and waits; the writer takes every request waiting (up
+//! to a cap), appends all their entries in one store transaction, and only then answers
+//! each request, so an acknowledged append is always durable, and many appends share one
+//! fsync. If the combined write fails, each request is written on its own, so one bad
+//! request never fails the others.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::thread::JoinHandle;
+
+use memtape::{Engine, Entry, NewEntry, SqliteStore};
+use tokio::sync::oneshot;
+
+use crate::error::{ApiError, Result};
+
+/// At most this many requests go into one transaction.
+const MAX_JOBS: usize = 256;
+/// At most this many entries go into one transaction.
+const MAX_ENTRIES: usize = 4096;
+
+struct Job {
+    entries: Vec<NewEntry>,
+    reply: oneshot::Sender<Result<Vec<Entry>>>,
+}
+
+/// The writer thread and the way to it.
+pub struct Appender {
+    jobs: Option<SyncSender<Job>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Appender {
+    /// Starts the writer thread over `engine`.
+    pub fn start(engine: Arc<Engine<SqliteStore>>) -> Self {
+        let (jobs, queue) = sync_channel::<Job>(MAX_JOBS * 4);
+        let writer = std::thread::spawn(move || write_loop(&engine, &queue));
+        Appender {
+            jobs: Some(jobs),
+            writer: Some(writer),
+        }
+    }
+
+    /// Appends `entries` (in one transaction, possibly shared with other requests'), and
+    /// returns them as stored once that transaction is committed.
+    pub async fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        let (reply, answer) = oneshot::channel();
+        let jobs = self
+            .jobs
+            .clone()
+            .ok_or_else(|| ApiError::internal("the server is shutting down"))?;
+        // The queue is bounded: when the writer is behind, requests wait here (on the
+        // blocking pool, not the runtime's threads).
+        tokio::task::spawn_blocking(move || jobs.send(Job { entries, reply }))
+            .await
+            .map_err(|e| ApiError::internal(format!("queueing an append failed: {e}")))?
+            .map_err(|_| ApiError::internal("the writer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| ApiError::internal("the writer stopped before answering"))?
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has answered every request in it.
+        self.jobs.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn write_loop(engine: &Engine<SqliteStore>, queue: &Receiver<Job>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        let mut entries = batch[0].entries.len();
+        while batch.len() < MAX_JOBS && entries < MAX_ENTRIES {
+            match queue.try_recv() {
+                Ok(job) => {
+                    entries += job.entries.len();
+                    batch.push(job);
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        write(engine, batch);
+    }
+}
+
+/// Writes `batch` in one transaction, or each job alone if that fails.
+fn write(engine: &Engine<SqliteStore>, batch: Vec<Job>) {
+    if batch.len() > 1 {
+        let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
+        if let Ok(mut stored) = engine.append_entries(all) {
+            for job in batch.into_iter().rev() {
+                let mine = stored.split_off(stored.len() - job.entries.len());
+                let _ = job.reply.send(Ok(mine));
+            }
+            return;
+        }
+    }
+    for job in batch {
+        let result = engine.append_entries(job.entries).map_err(ApiError::from);
+        let _ = job.reply.send(result);
+    }
+}
