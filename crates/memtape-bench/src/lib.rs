@@ -4,6 +4,7 @@
 pub mod context;
 pub mod locomo;
 pub mod scale;
+pub mod serve;
 pub mod store;
 
 /// What can go wrong while benchmarking.

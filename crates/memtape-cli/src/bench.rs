@@ -36,6 +36,8 @@ pub enum BenchCommand {
     Locomo(LocomoArgs),
     /// Ingest rate, index size, memory and query latency on synthetic tapes.
     Scale(ScaleArgs),
+    /// Load on `memtape serve` over loopback: saturation and a fixed offered rate.
+    Serve(crate::bench_serve::ServeBenchArgs),
 }
 
 /// `memtape bench store`.
@@ -165,6 +167,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             }
             Ok(())
         }
+        BenchCommand::Serve(a) => crate::bench_serve::run(ctx, a, out),
         BenchCommand::Scale(a) => {
             let mut ctx = ctx.clone().models(&a.models);
             let embedder = match a.vectors {

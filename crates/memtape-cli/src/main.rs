@@ -4,6 +4,7 @@
 //! exits non-zero with one message that names what is wrong.
 
 mod bench;
+mod bench_serve;
 mod context;
 mod ctx;
 mod dify;

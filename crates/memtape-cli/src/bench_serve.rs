@@ -1,0 +1,167 @@
+//! `memtape bench serve`: starts `memtape serve` on a scratch data directory (or targets a
+//! running server with `--url`), loads it over loopback (saturation at each `--clients`
+//! level, then a fixed offered rate), and reports per operation throughput, p50/p95/p99 and
+//! errors, the server's peak memory, and whether every acknowledged append is on the tape.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use memtape::{EntryId, Store};
+use memtape_bench::serve::{RunReport, Target, fixed_rate, saturation};
+use serde::Serialize;
+
+use crate::bench::write_report;
+use crate::ctx::{Ctx, ModelArgs};
+
+/// `memtape bench serve`.
+#[derive(Args)]
+pub struct ServeBenchArgs {
+    /// Seconds each run lasts.
+    #[arg(long, default_value_t = 60)]
+    seconds: u32,
+    /// Saturation runs: this many concurrent clients each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 64])]
+    clients: Vec<usize>,
+    /// Saturation mix: appends, searches, context builds (weights).
+    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = [8, 1, 1])]
+    mix: Vec<usize>,
+    /// Fixed-rate run: appends per second.
+    #[arg(long, default_value_t = 1000.0)]
+    rate_append: f64,
+    /// Fixed-rate run: searches per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate_search: f64,
+    /// Fixed-rate run: context builds per second.
+    #[arg(long, default_value_t = 50.0)]
+    rate_context: f64,
+    /// Sessions the load spreads over.
+    #[arg(long, default_value_t = 64)]
+    sessions: usize,
+    /// Load a running server at this URL instead of starting one (then no durability check
+    /// and no memory figure).
+    #[arg(long)]
+    url: Option<String>,
+    /// The API key for `--url`.
+    #[arg(long)]
+    key: Option<String>,
+    /// Also write the JSON report here.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    models: ModelArgs,
+}
+
+#[derive(Serialize)]
+struct Report {
+    runs: Vec<RunReport>,
+    /// The server's peak resident memory, MB.
+    server_peak_rss_mb: Option<f64>,
+    /// Appends acknowledged over all runs.
+    acknowledged: usize,
+    /// Of those, how many are not on the tape after the server stopped (must be 0).
+    lost: Option<usize>,
+}
+
+/// Runs the benchmark.
+pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
+    let scratch = tempfile::tempdir()?;
+    let mut child: Option<Child> = None;
+    let url = match &a.url {
+        Some(u) => u.clone(),
+        None => {
+            let mut cmd = Command::new(std::env::current_exe()?);
+            let model = ctx.clone().models(&a.models).models.model;
+            cmd.arg("--model")
+                .arg(
+                    clap::ValueEnum::to_possible_value(&model)
+                        .map_or("none".into(), |v| v.get_name().to_owned()),
+                )
+                .args(["serve", "--addr", "127.0.0.1:0", "--engine-calls", "64"])
+                .env("MEMTAPE_DATA_DIR", scratch.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            let mut c = cmd.spawn().context("starting memtape serve")?;
+            let mut line = String::new();
+            BufReader::new(c.stdout.as_mut().context("no stdout")?).read_line(&mut line)?;
+            let url = line
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .context("memtape serve printed no address")?
+                .to_owned();
+            child = Some(c);
+            url
+        }
+    };
+    let target = Target {
+        url,
+        key: a.key.clone(),
+        sessions: a.sessions,
+    };
+    let seconds = f64::from(a.seconds);
+    let mix = [a.mix[0], a.mix[1], a.mix[2]];
+    let mut runs = Vec::new();
+    for &clients in &a.clients {
+        let run = saturation(&target, clients, seconds, mix);
+        eprintln!("{}", summary(&run));
+        runs.push(run);
+    }
+    let rates = [a.rate_append, a.rate_search, a.rate_context];
+    let run = fixed_rate(&target, rates, seconds, 32);
+    eprintln!("{}", summary(&run));
+    runs.push(run);
+    let acknowledged: Vec<u64> = runs.iter().flat_map(|r| r.acknowledged.clone()).collect();
+    let mut report = Report {
+        runs,
+        server_peak_rss_mb: None,
+        acknowledged: acknowledged.len(),
+        lost: None,
+    };
+    if let Some(mut c) = child {
+        report.server_peak_rss_mb = peak_rss_mb(c.id());
+        let pid = c.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        let status = c.wait()?;
+        if !status.success() {
+            bail!("memtape serve exited with {status}");
+        }
+        let store = memtape::SqliteStore::open_read_only(scratch.path())?;
+        let mut lost = 0;
+        for chunk in acknowledged.chunks(500) {
+            let ids: Vec<EntryId> = chunk.iter().map(|i| EntryId(*i)).collect();
+            lost += ids.len() - store.get_many("default", &ids)?.len();
+        }
+        report.lost = Some(lost);
+        eprintln!(
+            "server peak RSS {:.0} MB; {} appends acknowledged, {lost} missing from the tape",
+            report.server_peak_rss_mb.unwrap_or(0.0),
+            report.acknowledged
+        );
+    }
+    write_report(&report, a.out.as_deref(), out)
+}
+
+fn summary(r: &RunReport) -> String {
+    let op = |name: &str, o: &memtape_bench::serve::OpReport| {
+        format!(
+            "{name} {:.0}/s p50 {:.1} p95 {:.1} p99 {:.1} ms ({} errors)",
+            o.per_second, o.p50_ms, o.p95_ms, o.p99_ms, o.errors
+        )
+    };
+    format!(
+        "{} ({:.0} s): {}; {}; {}",
+        r.name,
+        r.seconds,
+        op("append", &r.append),
+        op("search", &r.search),
+        op("context", &r.context)
+    )
+}
+
+/// A process's peak resident memory in MB (Linux).
+fn peak_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+}
