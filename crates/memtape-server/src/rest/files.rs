@@ -6,9 +6,10 @@
 //! percent-encoded dots or slashes, hidden or backup names) is a 400 naming the rule, and
 //! nothing is stored; a missing file is a 404; a rename onto an existing file a 409.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -17,6 +18,21 @@ use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiQuery};
 use crate::state::{AppState, Caller, Role as KeyRole};
 use crate::wire::ScopeParams;
+
+/// This module's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/memories",
+            get(view).put(create).patch(edit).delete(delete),
+        )
+        .route("/v1/memories/rename", post(rename))
+        .route("/v1/workspace/files", get(list))
+        .route(
+            "/v1/workspace/file",
+            get(read).put(write).patch(workspace_edit),
+        )
+}
 
 /// What the tool answered, for people and models.
 #[derive(Debug, Serialize, ToSchema)]

@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
 use chrono::NaiveDate;
 use memtape::memory::{Change, Op, Recorded, check_path, diff};
 use memtape::{Engine, EntryId, Scope, SqliteStore};
@@ -20,6 +21,23 @@ use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiQuery};
 use crate::state::{AppState, Caller, Role as KeyRole};
 use crate::wire::ScopeParams;
+
+/// This module's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/memory", get(view))
+        .route("/v1/memory/save", post(save))
+        .route("/v1/memory/daily", post(daily))
+        .route("/v1/memory/recall", get(recall))
+        .route("/v1/memory/show", get(show))
+        .route("/v1/memory/versions", get(versions))
+        .route("/v1/memory/diff", get(diff_versions))
+        .route("/v1/memory/undo", post(undo))
+        .route("/v1/memory/forget", post(forget))
+        .route("/v1/memory/clear", post(clear))
+        .route("/v1/memory/prune", post(prune))
+        .route("/v1/memory/flags", put(flags))
+}
 
 /// One memory file.
 #[derive(Debug, Serialize, ToSchema)]

@@ -37,51 +37,10 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/tools", get(tools))
         .route("/v1/tools/{name}", post(call_tool))
         .route("/v1/wal/scan", post(wal_scan))
-        .merge(more_routes())
-}
-
-/// The routes of session.rs, memory.rs, files.rs and transfer.rs.
-fn more_routes() -> Router<AppState> {
-    use axum::routing::put;
-    Router::new()
-        .route("/v1/sessions/{session}/anchors", post(session::anchor))
-        .route(
-            "/v1/sessions/{session}/consolidate",
-            post(session::consolidate),
-        )
-        .route("/v1/sessions/{session}/new", post(session::new_session))
-        .route("/v1/sessions/{session}/start", post(session::start))
-        .route("/v1/sessions/{session}/context", post(session::context))
-        .route("/v1/entries/{id}/thread", get(session::thread))
-        .route("/v1/memory", get(memory::view))
-        .route("/v1/memory/save", post(memory::save))
-        .route("/v1/memory/daily", post(memory::daily))
-        .route("/v1/memory/recall", get(memory::recall))
-        .route("/v1/memory/show", get(memory::show))
-        .route("/v1/memory/versions", get(memory::versions))
-        .route("/v1/memory/diff", get(memory::diff_versions))
-        .route("/v1/memory/undo", post(memory::undo))
-        .route("/v1/memory/forget", post(memory::forget))
-        .route("/v1/memory/clear", post(memory::clear))
-        .route("/v1/memory/prune", post(memory::prune))
-        .route("/v1/memory/flags", put(memory::flags))
-        .route(
-            "/v1/memories",
-            get(files::view)
-                .put(files::create)
-                .patch(files::edit)
-                .delete(files::delete),
-        )
-        .route("/v1/memories/rename", post(files::rename))
-        .route("/v1/workspace/files", get(files::list))
-        .route(
-            "/v1/workspace/file",
-            get(files::read)
-                .put(files::write)
-                .patch(files::workspace_edit),
-        )
-        .route("/v1/export", get(transfer::export))
-        .route("/v1/import", post(transfer::import))
+        .merge(session::routes())
+        .merge(memory::routes())
+        .merge(files::routes())
+        .merge(transfer::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.

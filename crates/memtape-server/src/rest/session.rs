@@ -2,9 +2,10 @@
 //! nanobot's `/new`, Bub's session start, a thread by its last entry, and the prompt an
 //! agent would send its LLM (`context`).
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use memtape::summary::ExtractiveSummarizer;
 use memtape::{
     Context, ContextConfig, ContextRequest, EntryId, MateClaw, Message, Policy, Qanot,
@@ -19,6 +20,17 @@ use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::{AppState, Caller, Role as KeyRole};
 use crate::wire::{ChatMessage, EntryWire, ScopeParams};
+
+/// This module's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions/{session}/anchors", post(anchor))
+        .route("/v1/sessions/{session}/consolidate", post(consolidate))
+        .route("/v1/sessions/{session}/new", post(new_session))
+        .route("/v1/sessions/{session}/start", post(start))
+        .route("/v1/sessions/{session}/context", post(context))
+        .route("/v1/entries/{id}/thread", get(thread))
+}
 
 /// An anchor to write.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -12,11 +12,12 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use memtape::{Engine, Entry, EntryId, Filter, Format, Scope, SqliteStore, Store};
 use memtape_core::formats::memtape::line;
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,13 @@ const PAGE_MAX: usize = 256;
 const CHUNK: usize = 256 * 1024;
 /// How many chunks wait between the engine and a slow client.
 const CHANNEL: usize = 4;
+
+/// This module's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/export", get(export))
+        .route("/v1/import", post(import))
+}
 
 /// What to export or import.
 #[derive(Debug, Deserialize, IntoParams)]
