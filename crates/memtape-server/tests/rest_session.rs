@@ -91,10 +91,7 @@ fn anchors_slice_the_tape_and_consolidation_moves_history() {
         json!({"name": "handoff", "state": {"summary": "talked about one thing"}})
     );
 
-    let (status, moved) = s.post(
-        "/v1/sessions/chat/consolidate",
-        &json!({"through": ids[1]}),
-    );
+    let (status, moved) = s.post("/v1/sessions/chat/consolidate", &json!({"through": ids[1]}));
     assert_eq!(status, 201, "{moved}");
     assert!(moved["id"].as_u64().unwrap() > later[0]);
     let (_, history) = s.get("/v1/sessions/chat/history");
@@ -115,11 +112,23 @@ fn anchor_and_consolidate_refuse_bad_input_and_store_nothing() {
     let cases: Vec<(&str, &[u8], u16)> = vec![
         ("/v1/sessions/chat/anchors", b"{\"name\": \"x\"", 400),
         ("/v1/sessions/chat/anchors", b"{\"name\": 5}", 422),
-        ("/v1/sessions/chat/anchors", b"{\"name\": \"x\", \"state\": [1]}", 422),
-        ("/v1/sessions/chat/anchors", b"{\"name\": \"x\", \"extra\": 1}", 422),
+        (
+            "/v1/sessions/chat/anchors",
+            b"{\"name\": \"x\", \"state\": [1]}",
+            422,
+        ),
+        (
+            "/v1/sessions/chat/anchors",
+            b"{\"name\": \"x\", \"extra\": 1}",
+            422,
+        ),
         ("/v1/sessions/chat/anchors", b"{\"name\": \"  \"}", 400),
         ("/v1/sessions/chat/consolidate", b"{\"through\": -1}", 422),
-        ("/v1/sessions/chat/consolidate", b"{\"through\": \"3\"}", 422),
+        (
+            "/v1/sessions/chat/consolidate",
+            b"{\"through\": \"3\"}",
+            422,
+        ),
         (
             "/v1/sessions/chat/consolidate",
             b"{\"through\": 18446744073709551616}",
@@ -158,7 +167,11 @@ fn anchor_and_consolidate_refuse_bad_input_and_store_nothing() {
     let (status, answer) = s.post("/v1/sessions/nope/consolidate", &json!({"through": 0}));
     assert_eq!(status, 404, "{answer}");
     // Another session's entry is not this session's to consolidate through.
-    append(&s, "other", json!([{"role": "user", "content": "elsewhere"}]));
+    append(
+        &s,
+        "other",
+        json!([{"role": "user", "content": "elsewhere"}]),
+    );
     let (status, answer) = s.post(
         "/v1/sessions/other/consolidate",
         &json!({"through": ids[0]}),
@@ -270,7 +283,10 @@ fn start_writes_the_bootstrap_anchor_once_and_takes_bubs_view() {
     let (status, started) = s.post("/v1/sessions/bub/start", &json!({}));
     assert_eq!(status, 200, "{started}");
     assert!(started["bootstrap"].as_u64().is_some(), "{started}");
-    assert!(started["zone"].as_u64().is_some(), "the memory zone: {started}");
+    assert!(
+        started["zone"].as_u64().is_some(),
+        "the memory zone: {started}"
+    );
     let (status, again) = s.post("/v1/sessions/bub/start", &json!({}));
     assert_eq!(status, 200);
     assert!(again["bootstrap"].is_null(), "only once: {again}");
@@ -282,7 +298,10 @@ fn start_writes_the_bootstrap_anchor_once_and_takes_bubs_view() {
 #[test]
 fn context_builds_the_prompt_within_the_budget() {
     let s = Server::start();
-    s.post("/v1/memory/save", &json!({"content": "Ada prefers dark mode."}));
+    s.post(
+        "/v1/memory/save",
+        &json!({"content": "Ada prefers dark mode."}),
+    );
     append(
         &s,
         "chat",
