@@ -83,13 +83,18 @@ fn the_anthropic_memory_commands() {
     assert!(text.contains("beta") && !text.contains("alpha"), "{text}");
     let (status, root) = s.get("/v1/memories");
     assert_eq!(status, 200);
-    assert!(root["text"].as_str().unwrap().contains("notes.md"), "{root}");
+    assert!(
+        root["text"].as_str().unwrap().contains("notes.md"),
+        "{root}"
+    );
 
     let (status, replaced) = s.call(
         "PATCH",
         "/v1/memories",
-        Some(&json!({"command": "str_replace", "path": "/memories/notes.md",
-                     "old_str": "beta", "new_str": "gamma"})),
+        Some(
+            &json!({"command": "str_replace", "path": "/memories/notes.md",
+                     "old_str": "beta", "new_str": "gamma"}),
+        ),
         None,
     );
     assert_eq!(status, 200, "{replaced}");
@@ -132,16 +137,20 @@ fn the_anthropic_memory_commands() {
     let (status, missing) = s.call(
         "PATCH",
         "/v1/memories",
-        Some(&json!({"command": "str_replace", "path": "/memories/nope.md",
-                     "old_str": "a", "new_str": "b"})),
+        Some(
+            &json!({"command": "str_replace", "path": "/memories/nope.md",
+                     "old_str": "a", "new_str": "b"}),
+        ),
         None,
     );
     assert_eq!(status, 404, "{missing}");
     let (status, ambiguous) = s.call(
         "PATCH",
         "/v1/memories",
-        Some(&json!({"command": "str_replace", "path": "/memories/other.md",
-                     "old_str": "not there", "new_str": "b"})),
+        Some(
+            &json!({"command": "str_replace", "path": "/memories/other.md",
+                     "old_str": "not there", "new_str": "b"}),
+        ),
         None,
     );
     assert_eq!(status, 400, "{ambiguous}");
@@ -182,8 +191,10 @@ fn the_mateclaw_workspace_tools() {
     let (status, all) = s.call(
         "PATCH",
         "/v1/workspace/file",
-        Some(&json!({"path": "MEMORY.md", "old_text": "tea", "new_text": "coffee",
-                     "replace_all": true})),
+        Some(
+            &json!({"path": "MEMORY.md", "old_text": "tea", "new_text": "coffee",
+                     "replace_all": true}),
+        ),
         None,
     );
     assert_eq!(status, 200, "{all}");

@@ -126,7 +126,10 @@ fn an_agent_wide_export_is_what_the_engine_writes_in_tape_order() {
             json!([{"role": "user", "content": format!("message {i}")}]),
         );
         if i % 7 == 0 {
-            s.post("/v1/memory/save", &json!({"content": format!("memory {i}")}));
+            s.post(
+                "/v1/memory/save",
+                &json!({"content": format!("memory {i}")}),
+            );
             append(
                 &s,
                 "/v1/sessions/mine/messages?user=bob",
@@ -196,13 +199,28 @@ fn imports_are_all_or_nothing_and_stay_in_the_callers_tenant() {
     assert_eq!(status, 403, "{answer}");
     // A good line then a bad one: nothing imported.
     let broken = format!("{exported}{{\"id\": \"x\"}}\n");
-    let (status, answer) = post_lines(&s, "/v1/import?session=half", broken.as_bytes(), Some(&acme));
+    let (status, answer) = post_lines(
+        &s,
+        "/v1/import?session=half",
+        broken.as_bytes(),
+        Some(&acme),
+    );
     assert_eq!(status, 400, "{answer}");
     // Into a session that has entries: refused.
-    let (status, answer) = post_lines(&s, "/v1/import?session=chat", exported.as_bytes(), Some(&acme));
+    let (status, answer) = post_lines(
+        &s,
+        "/v1/import?session=chat",
+        exported.as_bytes(),
+        Some(&acme),
+    );
     assert_eq!(status, 409, "{answer}");
     // A read key cannot import.
-    let (status, _) = post_lines(&s, "/v1/import?session=r", exported.as_bytes(), Some(&reader));
+    let (status, _) = post_lines(
+        &s,
+        "/v1/import?session=r",
+        exported.as_bytes(),
+        Some(&reader),
+    );
     assert_eq!(status, 403);
     let (_, sessions) = s.call("GET", "/v1/sessions", None, Some(&acme));
     assert_eq!(
@@ -210,7 +228,12 @@ fn imports_are_all_or_nothing_and_stay_in_the_callers_tenant() {
         1,
         "nothing was imported: {sessions}"
     );
-    let (status, report) = post_lines(&s, "/v1/import?session=ok", exported.as_bytes(), Some(&acme));
+    let (status, report) = post_lines(
+        &s,
+        "/v1/import?session=ok",
+        exported.as_bytes(),
+        Some(&acme),
+    );
     assert_eq!(status, 201, "{report}");
 }
 
@@ -333,7 +356,11 @@ fn large_export_in_this_process() {
         let id = entry["id"].as_u64().unwrap();
         assert!(id > last_id, "in tape order: {id} after {last_id}");
         let content = entry["payload"]["content"].as_str().unwrap();
-        assert_eq!(content[..8].parse::<usize>().unwrap(), count, "every entry, once");
+        assert_eq!(
+            content[..8].parse::<usize>().unwrap(),
+            count,
+            "every entry, once"
+        );
         last_id = id;
         count += 1;
     }
