@@ -410,3 +410,45 @@ fn a_read_key_reads_but_does_not_write() {
     );
     assert_eq!(status, 404);
 }
+
+#[test]
+fn every_route_is_in_the_openapi_document() {
+    let s = Server::start();
+    let (status, doc) = s.get("/openapi.json");
+    assert_eq!(status, 200);
+    for (path, method) in [
+        ("/v1/sessions/{session}/anchors", "post"),
+        ("/v1/sessions/{session}/consolidate", "post"),
+        ("/v1/sessions/{session}/new", "post"),
+        ("/v1/sessions/{session}/start", "post"),
+        ("/v1/sessions/{session}/context", "post"),
+        ("/v1/entries/{id}/thread", "get"),
+        ("/v1/memory", "get"),
+        ("/v1/memory/save", "post"),
+        ("/v1/memory/daily", "post"),
+        ("/v1/memory/recall", "get"),
+        ("/v1/memory/show", "get"),
+        ("/v1/memory/versions", "get"),
+        ("/v1/memory/diff", "get"),
+        ("/v1/memory/undo", "post"),
+        ("/v1/memory/forget", "post"),
+        ("/v1/memory/clear", "post"),
+        ("/v1/memory/prune", "post"),
+        ("/v1/memory/flags", "put"),
+        ("/v1/memories", "get"),
+        ("/v1/memories", "put"),
+        ("/v1/memories", "patch"),
+        ("/v1/memories", "delete"),
+        ("/v1/memories/rename", "post"),
+        ("/v1/workspace/files", "get"),
+        ("/v1/workspace/file", "get"),
+        ("/v1/workspace/file", "put"),
+        ("/v1/workspace/file", "patch"),
+        ("/v1/export", "get"),
+        ("/v1/import", "post"),
+    ] {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is not documented");
+        assert!(op["responses"].is_object(), "{method} {path}");
+    }
+}

@@ -377,3 +377,21 @@ fn large_export_in_this_process() {
         "the export was held in memory: peak grew by {grown} bytes for a {bytes}-byte export"
     );
 }
+
+#[test]
+fn an_import_up_to_the_configured_limit_is_accepted() {
+    // 3 MiB: over axum's default extractor limit (2 MiB), under the server's (8 MiB).
+    let s = Server::start();
+    let mut body = String::from("{\"_type\": \"metadata\", \"key\": \"big\"}\n");
+    for i in 0..3000 {
+        let line = json!({"role": "user", "content": format!("{i} {}", "y".repeat(1024)),
+                          "timestamp": "2026-01-01T00:00:00"});
+        body.push_str(&line.to_string());
+        body.push('\n');
+    }
+    assert!(body.len() > 3 << 20);
+    let (status, report) = post_lines(&s, "/v1/import?format=nanobot", body.as_bytes(), None);
+    assert_eq!(status, 201, "{report}");
+    assert_eq!(report["sessions"], json!([{"session": "big"}]));
+    assert!(report["entries"].as_u64().unwrap() >= 3000, "{report}");
+}
