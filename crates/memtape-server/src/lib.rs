@@ -98,6 +98,8 @@ pub fn app(state: AppState) -> Router {
         )
         .merge(api)
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        // axum's own 2 MiB default for JSON bodies would undercut the configured limit.
+        .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,

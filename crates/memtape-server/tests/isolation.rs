@@ -150,15 +150,23 @@ fn no_route_reaches_another_tenant() {
                 .1,
             );
         }
-        all.push(
-            s.call(
+        // The hits, without their scores and order: BM25's term statistics span the whole
+        // index, so another tenant's writes move scores (a known limit, see ARCHITECTURE),
+        // never which hits there are.
+        let mut hits = s
+            .call(
                 "GET",
                 "/v1/search?q=zanzibarquokka&mode=bm25&scope=tenant&limit=100",
                 None,
                 key,
             )
-            .1,
-        );
+            .1;
+        let list = hits["hits"].as_array_mut().unwrap();
+        for hit in list.iter_mut() {
+            hit.as_object_mut().unwrap().remove("score");
+        }
+        list.sort_by_key(|h| h["entry"]["id"].as_u64());
+        all.push(hits);
         all
     };
     let before = snapshot(a);

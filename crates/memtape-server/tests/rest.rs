@@ -117,3 +117,31 @@ fn bad_input_is_a_clear_4xx() {
     // The server is still up.
     assert_eq!(s.get("/healthz").0, 200);
 }
+
+/// The body limit is the configured one (8 MiB by default) for every JSON route: a 3 MiB
+/// message is taken, a 9 MiB one refused with 413 and nothing stored.
+#[test]
+fn the_body_limit_is_the_configured_one() {
+    let s = Server::start();
+    let big = "x".repeat(3 * 1024 * 1024);
+    let (status, body) = s.post(
+        "/v1/sessions/big/messages",
+        &json!({"role": "assistant", "content": big}),
+    );
+    assert_eq!(status, 201, "{body}");
+    // Over the limit: the server answers 413 from the headers alone, without reading the
+    // body (a client still writing it sees the connection close after the answer).
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
+    write!(
+        tcp,
+        "POST /v1/sessions/huge/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"role\": \"assistant\", \"content\": \"",
+        9 * 1024 * 1024
+    )
+    .unwrap();
+    let mut answer = [0u8; 64];
+    let n = tcp.read(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(s.get("/v1/sessions/huge/history").0, 404, "nothing stored");
+}

@@ -2,6 +2,11 @@
 //! caller's tenant and run on the engine's blocking pool. Each module adds its routes to
 //! [`routes`] and its operations to [`openapi`].
 
+mod files;
+mod memory;
+mod session;
+mod transfer;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
@@ -32,11 +37,53 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/tools", get(tools))
         .route("/v1/tools/{name}", post(call_tool))
         .route("/v1/wal/scan", post(wal_scan))
+        .merge(session::routes())
+        .merge(memory::routes())
+        .merge(files::routes())
+        .merge(transfer::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.
 #[derive(OpenApi)]
-#[openapi(paths(sessions, append, history, entries, search, tools, call_tool, wal_scan))]
+#[openapi(paths(
+    sessions,
+    append,
+    history,
+    entries,
+    search,
+    tools,
+    call_tool,
+    wal_scan,
+    session::anchor,
+    session::consolidate,
+    session::new_session,
+    session::start,
+    session::context,
+    session::thread,
+    memory::view,
+    memory::save,
+    memory::daily,
+    memory::recall,
+    memory::show,
+    memory::versions,
+    memory::diff_versions,
+    memory::undo,
+    memory::forget,
+    memory::clear,
+    memory::prune,
+    memory::flags,
+    files::view,
+    files::create,
+    files::edit,
+    files::delete,
+    files::rename,
+    files::list,
+    files::read,
+    files::write,
+    files::workspace_edit,
+    transfer::export,
+    transfer::import
+))]
 struct Core;
 
 /// The OpenAPI operations of every `/v1` route.

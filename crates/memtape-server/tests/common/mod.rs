@@ -93,8 +93,12 @@ impl Server {
     ) -> (u16, Value) {
         let url = self.url(path);
         let mut response = match (method, body) {
-            ("GET", _) => {
-                let mut r = self.agent.get(&url);
+            ("GET" | "DELETE", _) => {
+                let mut r = if method == "GET" {
+                    self.agent.get(&url)
+                } else {
+                    self.agent.delete(&url)
+                };
                 if let Some(k) = key {
                     r = r.header("Authorization", &format!("Bearer {k}"));
                 }

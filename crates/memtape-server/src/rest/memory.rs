@@ -1,0 +1,613 @@
+//! The memory routes: the layered view of an agent's (or an agent and a user's) memory,
+//! Bub's save, daily, recall and show, versions, diff, undo, forget, clear, prune and
+//! MateClaw's file flags, as `memtape memory …` offers them. A write given `if_version`
+//! is recorded only if the memory is still at that version (compare-and-append); when it
+//! moved on, the answer is a 409 and nothing is recorded.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use chrono::NaiveDate;
+use memtape::memory::{Change, Op, Recorded, check_path, diff};
+use memtape::{Engine, EntryId, Scope, SqliteStore};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ErrorBody, Result};
+use crate::extract::{ApiJson, ApiQuery};
+use crate::state::{AppState, Caller, Role as KeyRole};
+use crate::wire::ScopeParams;
+
+/// This module's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/memory", get(view))
+        .route("/v1/memory/save", post(save))
+        .route("/v1/memory/daily", post(daily))
+        .route("/v1/memory/recall", get(recall))
+        .route("/v1/memory/show", get(show))
+        .route("/v1/memory/versions", get(versions))
+        .route("/v1/memory/diff", get(diff_versions))
+        .route("/v1/memory/undo", post(undo))
+        .route("/v1/memory/forget", post(forget))
+        .route("/v1/memory/clear", post(clear))
+        .route("/v1/memory/prune", post(prune))
+        .route("/v1/memory/flags", put(flags))
+}
+
+/// One memory file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryFileWire {
+    /// Its text.
+    pub content: String,
+    /// Whether it is injected into the system prompt (MateClaw).
+    pub enabled: bool,
+    /// Its place among injected files (lower first).
+    pub sort_order: i64,
+    /// The memory version that last changed it.
+    pub version: u64,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+/// The memory of an agent, or of an agent and a user with the agent's shared files under
+/// it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryWire {
+    /// The version of the scope's own memory (0: never changed).
+    pub version: u64,
+    /// The files by path (MEMORY.md, memory/YYYY-MM-DD.md, memories/…).
+    pub files: BTreeMap<String, MemoryFileWire>,
+}
+
+/// The layered memory view: the scope's own files, and for a user the agent's shared files
+/// the user's memory does not override.
+#[utoipa::path(get, path = "/v1/memory", tag = "memory", params(ScopeParams),
+    responses((status = 200, body = MemoryWire), (status = 400, body = ErrorBody)))]
+pub async fn view(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<MemoryWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let out = state
+        .run(move |engine| {
+            let view = engine.memory(&scope)?;
+            let version = engine.memory_log(&scope)?.0.version();
+            Ok(MemoryWire {
+                version,
+                files: view
+                    .files
+                    .into_iter()
+                    .map(|(path, f)| {
+                        let file = MemoryFileWire {
+                            content: f.content,
+                            enabled: f.enabled,
+                            sort_order: f.sort_order,
+                            version: f.updated,
+                            updated_at: f.updated_at.to_rfc3339(),
+                        };
+                        (path, file)
+                    })
+                    .collect(),
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// A recorded memory version.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VersionWire {
+    /// The memory's version after it.
+    pub version: u64,
+    /// The entry that records it.
+    pub id: u64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What made it (`memory.save`, `memory.daily`, `undo`, `sync`, …).
+    pub source: String,
+    /// The files it touched.
+    pub paths: Vec<String>,
+    /// Its ops: `{"op": "write"|"append"|"delete"|"rename"|"flags"|"forget"|"clear", …}`.
+    #[schema(value_type = Vec<Object>)]
+    pub ops: Vec<Value>,
+}
+
+impl VersionWire {
+    fn of(r: &Recorded) -> Self {
+        VersionWire {
+            version: r.version,
+            id: r.id.0,
+            at: r.at.to_rfc3339(),
+            source: r.change.source.clone(),
+            paths: r
+                .change
+                .ops
+                .iter()
+                .flat_map(|op| op.paths())
+                .map(str::to_owned)
+                .collect(),
+            ops: r
+                .change
+                .ops
+                .iter()
+                .map(|op| serde_json::to_value(op).unwrap_or(Value::Null))
+                .collect(),
+        }
+    }
+}
+
+/// A change that may have recorded nothing (it changed nothing).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MaybeRecorded {
+    /// The version recorded, if the memory changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<VersionWire>,
+}
+
+/// Records `change` in `scope`'s memory; with `if_version`, only while the memory is still
+/// at that version (otherwise a 409 and nothing is recorded).
+fn record(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    if_version: Option<u64>,
+    change: Change,
+) -> Result<Recorded> {
+    let mut moved = None;
+    let recorded = engine.change_memory(scope, |log, _| {
+        if let Some(v) = if_version
+            && log.version() != v
+        {
+            moved = Some(log.version());
+            return Ok(None);
+        }
+        Ok(Some(change.clone()))
+    })?;
+    match (recorded, moved) {
+        (Some(r), _) => Ok(r),
+        (None, Some(now)) => Err(ApiError::conflict(format!(
+            "the memory is at version {now}, not {}: read it again and retry",
+            if_version.unwrap_or_default()
+        ))),
+        (None, None) => Err(ApiError::internal("the change was not recorded")),
+    }
+}
+
+/// Long-term memory to save.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaveBody {
+    /// The new long-term memory (MEMORY.md, replaced whole).
+    pub content: String,
+    /// Record it only if the memory is still at this version (409 otherwise).
+    #[serde(default)]
+    pub if_version: Option<u64>,
+}
+
+/// Bub's `memory.save`: replaces long-term memory (MEMORY.md).
+#[utoipa::path(post, path = "/v1/memory/save", tag = "memory", params(ScopeParams),
+    request_body = SaveBody,
+    responses((status = 201, body = VersionWire), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn save(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<SaveBody>,
+) -> Result<(StatusCode, Json<VersionWire>)> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let r = state
+        .run(move |engine| {
+            let change = Change::one(
+                Op::Write {
+                    path: memtape::memory::paths::MEMORY.into(),
+                    content: body.content,
+                },
+                "memory.save",
+            );
+            record(engine, &scope, body.if_version, change)
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(VersionWire::of(&r))))
+}
+
+/// A daily note.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DailyBody {
+    /// The note, appended to the day's file.
+    pub content: String,
+    /// The day (YYYY-MM-DD; default today).
+    #[serde(default)]
+    pub date: Option<String>,
+}
+
+/// Bub's `memory.daily`: appends to the daily note (memory/YYYY-MM-DD.md).
+#[utoipa::path(post, path = "/v1/memory/daily", tag = "memory", params(ScopeParams),
+    request_body = DailyBody,
+    responses((status = 201, body = VersionWire), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn daily(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<DailyBody>,
+) -> Result<(StatusCode, Json<VersionWire>)> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let date = body
+        .date
+        .as_deref()
+        .map(|d| {
+            NaiveDate::parse_from_str(d, "%Y-%m-%d")
+                .map_err(|_| ApiError::bad_request(format!("date {d:?} is not YYYY-MM-DD")))
+        })
+        .transpose()?;
+    let r = state
+        .run(move |engine| Ok(engine.append_daily(&scope, &body.content, date)?))
+        .await?;
+    Ok((StatusCode::CREATED, Json(VersionWire::of(&r))))
+}
+
+/// What to recall.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RecallParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// What to look for (default: everything of the window).
+    pub query: Option<String>,
+    /// How many days of daily notes (default 7).
+    pub days: Option<u32>,
+}
+
+/// A tool's text answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TextWire {
+    /// The text, as the model would be shown it.
+    pub text: String,
+}
+
+/// Runs a reading tool; a refusal is a 400 with its text.
+fn read_tool(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    name: &str,
+    input: &Value,
+) -> Result<TextWire> {
+    let out = engine.call_tool(scope, name, input)?;
+    if out.is_error {
+        let text = out.text.strip_prefix("Error: ").unwrap_or(&out.text);
+        return Err(ApiError::bad_request(text));
+    }
+    Ok(TextWire { text: out.text })
+}
+
+/// Bub's `memory.recall`: long-term memory and recent daily notes, or the lines matching
+/// `query`.
+#[utoipa::path(get, path = "/v1/memory/recall", tag = "memory", params(RecallParams),
+    responses((status = 200, body = TextWire), (status = 400, body = ErrorBody)))]
+pub async fn recall(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<RecallParams>,
+) -> Result<Json<TextWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    if p.days == Some(0) {
+        return Err(ApiError::bad_request("days must be at least 1"));
+    }
+    let input = json!({"query": p.query, "days": p.days.unwrap_or(7)});
+    let out = state
+        .run(move |engine| read_tool(engine, &scope, "memory.recall", &input))
+        .await?;
+    Ok(Json(out))
+}
+
+/// Bub's `memory.show`: the memory as the model is shown it.
+#[utoipa::path(get, path = "/v1/memory/show", tag = "memory", params(ScopeParams),
+    responses((status = 200, body = TextWire), (status = 400, body = ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<TextWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let out = state
+        .run(move |engine| read_tool(engine, &scope, "memory.show", &json!({})))
+        .await?;
+    Ok(Json(out))
+}
+
+/// Which versions to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VersionsParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// Only the versions that touched this file (or folder).
+    pub path: Option<String>,
+}
+
+/// The versions of the memory.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Versions {
+    /// The versions, oldest first.
+    pub versions: Vec<VersionWire>,
+}
+
+/// The versions of the scope's own memory, or of one file.
+#[utoipa::path(get, path = "/v1/memory/versions", tag = "memory", params(VersionsParams),
+    responses((status = 200, body = Versions), (status = 400, body = ErrorBody)))]
+pub async fn versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<VersionsParams>,
+) -> Result<Json<Versions>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    let path = p.path.map(|path| check_path(&path)).transpose()?;
+    let out = state
+        .run(move |engine| {
+            let (log, _) = engine.memory_log(&scope)?;
+            Ok(Versions {
+                versions: log
+                    .versions(path.as_deref())
+                    .into_iter()
+                    .map(VersionWire::of)
+                    .collect(),
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// Which versions to compare.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DiffParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// The older version.
+    pub from: u64,
+    /// The newer version.
+    pub to: u64,
+}
+
+/// A unified diff.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DiffWire {
+    /// What changed between the two versions, as a unified diff.
+    pub diff: String,
+}
+
+/// What changed between two versions of the memory.
+#[utoipa::path(get, path = "/v1/memory/diff", tag = "memory", params(DiffParams),
+    responses((status = 200, body = DiffWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn diff_versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<DiffParams>,
+) -> Result<Json<DiffWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    let (from, to) = (p.from, p.to);
+    let out = state
+        .run(move |engine| {
+            let (log, _) = engine.memory_log(&scope)?;
+            for v in [from, to] {
+                if v > log.version() {
+                    return Err(ApiError::not_found(format!(
+                        "there is no version {v}: the memory has {} version(s)",
+                        log.version()
+                    )));
+                }
+            }
+            Ok(DiffWire {
+                diff: diff(&log.view_at(from), &log.view_at(to)),
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// The version to return to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndoBody {
+    /// The version.
+    pub version: u64,
+}
+
+/// Brings the memory back to how it was at a version, recorded as a new version (none
+/// when it already is).
+#[utoipa::path(post, path = "/v1/memory/undo", tag = "memory", params(ScopeParams),
+    request_body = UndoBody,
+    responses((status = 200, body = MaybeRecorded), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn undo(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<UndoBody>,
+) -> Result<Json<MaybeRecorded>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let r = state
+        .run(move |engine| Ok(engine.undo_memory(&scope, body.version)?))
+        .await?;
+    Ok(Json(MaybeRecorded {
+        recorded: r.as_ref().map(VersionWire::of),
+    }))
+}
+
+/// The changes to forget.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    /// The entry ids of the changes (as `versions` lists them).
+    pub ids: Vec<u64>,
+}
+
+/// Bub's `memory.forget`: leaves the given changes out of the memory, as if never made.
+#[utoipa::path(post, path = "/v1/memory/forget", tag = "memory", params(ScopeParams),
+    request_body = ForgetBody,
+    responses((status = 201, body = VersionWire), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn forget(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<ForgetBody>,
+) -> Result<(StatusCode, Json<VersionWire>)> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    if body.ids.is_empty() {
+        return Err(ApiError::bad_request("name at least one change to forget"));
+    }
+    let ids = body
+        .ids
+        .iter()
+        .map(|&id| EntryId::new(id))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let r = state
+        .run(move |engine| Ok(engine.forget_memory(&scope, &ids)?))
+        .await?;
+    Ok((StatusCode::CREATED, Json(VersionWire::of(&r))))
+}
+
+/// Bub's `memory.clear`: every file goes (earlier versions stay and can be restored).
+#[utoipa::path(post, path = "/v1/memory/clear", tag = "memory", params(ScopeParams),
+    responses((status = 200, body = MaybeRecorded), (status = 400, body = ErrorBody)))]
+pub async fn clear(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<MaybeRecorded>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let r = state
+        .run(move |engine| Ok(engine.clear_memory(&scope)?))
+        .await?;
+    Ok(Json(MaybeRecorded {
+        recorded: r.as_ref().map(VersionWire::of),
+    }))
+}
+
+/// How many days of daily notes to keep.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneBody {
+    /// Keep this many days (default 30).
+    #[serde(default)]
+    pub days: Option<u32>,
+}
+
+/// What a prune removed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Pruned {
+    /// How many daily notes went.
+    pub removed: usize,
+}
+
+/// Removes daily notes older than the retention period.
+#[utoipa::path(post, path = "/v1/memory/prune", tag = "memory", params(ScopeParams),
+    request_body = PruneBody,
+    responses((status = 200, body = Pruned), (status = 400, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn prune(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<PruneBody>,
+) -> Result<Json<Pruned>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let days = body.days.unwrap_or(memtape::DEFAULT_RETENTION_DAYS);
+    let removed = state
+        .run(move |engine| Ok(engine.prune_daily(&scope, days)?))
+        .await?;
+    Ok(Json(Pruned { removed }))
+}
+
+/// A file's MateClaw flags to set.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlagsBody {
+    /// The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`).
+    pub path: String,
+    /// Whether it is injected into the system prompt.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Its place among injected files (lower first).
+    #[serde(default)]
+    pub sort_order: Option<i64>,
+    /// Record it only if the memory is still at this version (409 otherwise).
+    #[serde(default)]
+    pub if_version: Option<u64>,
+}
+
+/// Sets a memory file's flags (MateClaw's enabled and sort order).
+#[utoipa::path(put, path = "/v1/memory/flags", tag = "memory", params(ScopeParams),
+    request_body = FlagsBody,
+    responses((status = 200, body = VersionWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn flags(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<FlagsBody>,
+) -> Result<Json<VersionWire>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    if body.enabled.is_none() && body.sort_order.is_none() {
+        return Err(ApiError::bad_request(
+            "give enabled, sort_order or both to change",
+        ));
+    }
+    let path = match body.path.strip_prefix("/memories/") {
+        Some(rest) => format!("memories/{rest}"),
+        None => body.path.clone(),
+    };
+    let path = check_path(&path)?;
+    let r = state
+        .run(move |engine| {
+            // Flags are set on the scope's own files (a user's file overrides the agent's).
+            if !engine
+                .memory_log(&scope)?
+                .0
+                .view()
+                .files
+                .contains_key(&path)
+            {
+                return Err(ApiError::not_found(format!("no memory file {path}")));
+            }
+            let change = Change::one(
+                Op::Flags {
+                    path,
+                    enabled: body.enabled,
+                    sort_order: body.sort_order,
+                },
+                "flags",
+            );
+            record(engine, &scope, body.if_version, change)
+        })
+        .await?;
+    Ok(Json(VersionWire::of(&r)))
+}
