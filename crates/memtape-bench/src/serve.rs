@@ -149,7 +149,9 @@ impl Client {
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
-                r.send_json(json!({"budget": 4000, "message": {"role": "user", "content": "what is the weather?"}, "record": false}))
+                r.send_json(
+                    json!({"budget": 4000, "message": "what is the weather?", "dry_run": true}),
+                )
             }
         };
         let mut response = result.map_err(|e| e.to_string())?;
