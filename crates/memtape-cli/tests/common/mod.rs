@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
+pub mod serving;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;

@@ -1,0 +1,109 @@
+//! A `memtape serve` child process for the CLI tests, and a real HTTP client for it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Run;
+
+/// A `memtape serve` child and the address it printed.
+pub struct Serving {
+    /// The server process.
+    pub child: Child,
+    /// Its base URL.
+    pub base: String,
+    agent: ureq::Agent,
+}
+
+impl Serving {
+    /// Starts `memtape --model none serve` on a free loopback port of `r`'s data directory.
+    pub fn start(r: &Run, extra: &[&str]) -> Serving {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+            .args(["--model", "none", "serve", "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_owned();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .new_agent();
+        Serving { child, base, agent }
+    }
+
+    /// Sends `method path` with an optional JSON body and key: the status and JSON body.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        self.try_call(method, path, body, key)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// [`Serving::call`], with a broken connection as an error instead of a panic.
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> Result<(u16, Value), ureq::Error> {
+        let url = format!("{}{path}", self.base);
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut response = if method == "GET" {
+            let mut r = self.agent.get(&url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()?
+        } else {
+            let mut r = self.agent.post(&url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send_json(body.unwrap_or(Value::Null))?
+        };
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string()?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// Sends SIGTERM and waits; returns the exit code and the rest of stdout.
+    pub fn terminate(self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let out = self.child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// Waits for a server that was killed.
+    pub fn terminate_killed(mut self) -> Option<i32> {
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
