@@ -38,7 +38,7 @@ pub use state::{AppState, Caller, Limits, Role};
     ),
     paths(rest::healthz),
     components(schemas(error::ErrorBody, wire::ChatMessage, wire::AppendBody)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Conventions),
     security(("bearer" = []))
 )]
 pub struct ApiDoc;
@@ -62,10 +62,79 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// The API's conventions, written into every operation of the document: names (`agent`,
+/// `user`, `session`) follow the engine's scope rule (1 to 256 bytes, no control character;
+/// JSON Schema counts characters, so the document says at most 256 characters and the
+/// description says bytes), and every operation may answer with the error statuses the
+/// server uses, each with the error body.
+struct Conventions;
+
+impl utoipa::Modify for Conventions {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{Object, Type};
+        use utoipa::openapi::{RefOr, ResponseBuilder};
+        let name = || {
+            Object::builder()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(256))
+                .description(Some("1 to 256 bytes of UTF-8, no control character"))
+                .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]+$"))
+                .build()
+        };
+        let errors = [
+            ("400", "Bad input: malformed JSON, a bad parameter or name"),
+            ("401", "No API key, or one that is not valid"),
+            ("403", "The key may not do this"),
+            ("404", "Not found (or not this tenant's)"),
+            ("409", "The state changed under the request"),
+            ("413", "The body is over the limit"),
+            ("415", "The body is not JSON"),
+            ("422", "Valid JSON of the wrong shape"),
+        ];
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                for param in op.parameters.iter_mut().flatten() {
+                    if ["agent", "user", "session"].contains(&param.name.as_str()) {
+                        param.schema = Some(RefOr::T(name().into()));
+                    }
+                }
+                for (status, description) in errors {
+                    op.responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| {
+                            ResponseBuilder::new()
+                                .description(description)
+                                .content(
+                                    "application/json",
+                                    utoipa::openapi::ContentBuilder::new()
+                                        .schema(Some(RefOr::Ref(
+                                            utoipa::openapi::Ref::from_schema_name("ErrorBody"),
+                                        )))
+                                        .build(),
+                                )
+                                .build()
+                                .into()
+                        });
+                }
+            }
+        }
+    }
+}
+
 /// The OpenAPI document: the server's own routes and every `/v1` operation.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(rest::openapi());
+    utoipa::Modify::modify(&Conventions, &mut doc);
     doc
 }
 
