@@ -59,7 +59,7 @@ pub struct ChatMessage {
     pub role: String,
     /// The text, or OpenAI content parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<ContentSchema>)]
     pub content: Option<Value>,
     /// A participant or tool name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +94,24 @@ impl ChatMessage {
             tool_call_id: text("tool_call_id"),
         }
     }
+}
+
+/// A message's content as the API documents it: its text, or OpenAI content parts.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ContentSchema {
+    /// The text.
+    Text(String),
+    /// Content parts (`{"type": "text", "text": ...}`, images, files).
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part: its `type` and the fields that type has (`text`, `image_url`, ...).
+#[derive(Serialize, ToSchema)]
+pub struct ContentPart {
+    /// `text`, `image_url`, `input_audio`, `file`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
 }
 
 /// One message to append: a chat message, and optionally the message it follows.
