@@ -1,8 +1,10 @@
 //! The README's tour, run exactly as written, twice in one working directory: every command
 //! between the tour markers must succeed both times, with the freshly built `memtape` first
-//! on PATH.
+//! on PATH. And its curl examples, run against a real `memtape serve`.
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
 
 use std::path::Path;
 use std::process::Command;
@@ -135,4 +137,71 @@ fn check(stdout: &str, run: usize) {
         stdout.contains("session=chat-1 cleared"),
         "run {run}: {stdout}"
     );
+}
+
+/// The curl examples under the first command, against `memtape serve` (on a free port
+/// instead of 7077): each succeeds and answers JSON; the history holds the message posted
+/// and the search finds it.
+#[test]
+fn the_readme_curl_examples_run_against_memtape_serve() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let start = readme
+        .find("<!-- curl -->")
+        .expect("README has curl examples");
+    let end = readme
+        .find("<!-- /curl -->")
+        .expect("README's curl examples are closed");
+    let script: String = readme[start..end]
+        .lines()
+        .skip_while(|l| !l.starts_with("```sh"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let commands: Vec<String> = script
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|l| l.starts_with("curl"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(commands.len(), 3, "{script}");
+    let r = common::Run::new();
+    let s = common::serving::Serving::start(&r, &[]);
+    let host = s.base.trim_start_matches("http://").to_owned();
+    let mut answers = Vec::new();
+    for command in &commands {
+        let command = command.replace("localhost:7077", &host);
+        let out = Command::new("sh").args(["-c", &command]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{command}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        answers.push(body);
+    }
+    assert_eq!(
+        answers[0]["ids"].as_array().unwrap().len(),
+        1,
+        "{}",
+        answers[0]
+    );
+    assert_eq!(
+        answers[1]["messages"][0]["content"],
+        "Hi, I am Ada. I prefer dark mode."
+    );
+    assert!(
+        !answers[2]["hits"].as_array().unwrap().is_empty(),
+        "{}",
+        answers[2]
+    );
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
 }
