@@ -8,6 +8,7 @@ mod auth;
 pub mod error;
 mod extract;
 pub mod keys;
+pub mod mcp;
 mod rest;
 mod state;
 pub mod wire;
@@ -78,6 +79,7 @@ pub fn openapi_json() -> String {
 /// The HTTP service: the REST API, `/openapi.json` and `/healthz`.
 pub fn app(state: AppState) -> Router {
     let api = rest::routes()
+        .route_service("/mcp", mcp::mcp_service(state.clone()))
         .fallback(|| async { ApiError::not_found("no such route") })
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -1,0 +1,989 @@
+//! MCP: one rmcp server handler, [`Memtape`], behind both transports — stdio
+//! ([`serve_stdio`], for `memtape mcp`) and streamable HTTP at `/mcp` ([`mcp_service`]).
+//!
+//! - Tools: the whole memory tool registry under host-safe names (`memory.save` is
+//!   `memory_save`), run through the same REST handler as `POST /v1/tools/{name}`, and the
+//!   tape tools `tape_append` (with the WAL on user messages), `tape_history`,
+//!   `tape_search` (the REST handlers of the same routes) and `tape_context`. A refusal or
+//!   bad input is a tool result flagged `isError`; an unknown tool or a server failure is an
+//!   MCP error.
+//! - Resources: the memory files of the caller's agent (and user) as
+//!   `memtape://memory/<path>`, listed, read and subscribed to. After every tool call of a
+//!   subscribed scope, the files are compared with what they were before the call, and each
+//!   subscriber of a file that changed gets `notifications/resources/updated` (changes made
+//!   outside MCP — REST, the CLI — are not noticed).
+//! - A prompt, `memory_skill`, and the server's `instructions`: how and when to save,
+//!   recall and search.
+//!
+//! Who calls: over stdio, the tenant, agent and user given on the command line; over HTTP,
+//! the tenant and role of the [`Caller`] the authentication middleware put on the request,
+//! and `agent`/`user` from the `/mcp` URL's query. A `read` key cannot call a tool that
+//! writes. The protocol versions offered are those with an `initialize` handshake (up to
+//! 2025-11-25): sessions, and so resource subscriptions, exist there.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::request::Parts;
+use memtape::{ContextConfig, ContextRequest, MateClaw, Message, Policy, Qanot, Scope};
+use rmcp::handler::server::common::schema_for_type;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, Implementation, JsonObject, ListPromptsResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage,
+    ProtocolVersion, Role as McpRole, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
+};
+use rmcp::schemars::JsonSchema;
+use rmcp::service::{Peer, RequestContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::rest;
+use crate::state::{AppState, Caller, Role};
+use crate::wire::{ChatMessage, ScopeParams};
+
+/// The memory skill: the `memory_skill` prompt.
+pub const SKILL: &str = include_str!("mcp/skill.md");
+
+/// The server's instructions, sent at initialization.
+pub const INSTRUCTIONS: &str = "memtape is your long-term memory. Save a stable fact, \
+preference or decision as soon as you learn it (memory_save, or edit MEMORY.md/PROFILE.md \
+with the workspace tools); note what happened today with memory_daily; keep longer notes \
+under /memories with the memory tool. Before answering about the past or the user, look it \
+up: memory_show at the start of a task, memory_search for memory files, tape_search for \
+earlier messages. Append the conversation with tape_append so the user's corrections, names \
+and preferences reach SESSION-STATE.md. The memory files are resources \
+(memtape://memory/<path>); the memory_skill prompt says all of this in full.";
+
+/// The prefix of a memory file's URI.
+pub const URI_PREFIX: &str = "memtape://memory/";
+
+/// The name of the prompt carrying the memory skill.
+pub const SKILL_PROMPT: &str = "memory_skill";
+
+/// The URI of the memory file `path`.
+pub fn file_uri(path: &str) -> String {
+    let mut out = String::from(URI_PREFIX);
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The memory file path of a `memtape://memory/` URI.
+pub fn uri_path(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix(URI_PREFIX)?;
+    let mut bytes = Vec::with_capacity(rest.len());
+    let mut it = rest.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let hex = [it.next()?, it.next()?];
+            let hex = std::str::from_utf8(&hex).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+        } else {
+            bytes.push(b);
+        }
+    }
+    String::from_utf8(bytes).ok().filter(|p| !p.is_empty())
+}
+
+/// Who a request is for: the caller (tenant and role), the agent and the user.
+#[derive(Clone, Debug)]
+struct Who {
+    caller: Caller,
+    agent: String,
+    user: Option<String>,
+}
+
+impl Who {
+    /// The agent (or agent-and-user) scope: where the memory is.
+    fn memory(&self) -> Result<Scope, ApiError> {
+        self.caller.scope(&self.agent, self.user.as_deref())
+    }
+
+    fn params(&self) -> ScopeParams {
+        ScopeParams {
+            agent: Some(self.agent.clone()),
+            user: self.user.clone(),
+        }
+    }
+}
+
+/// The MCP server: one per stdio connection or HTTP session.
+pub struct Memtape {
+    state: AppState,
+    hub: Arc<Hub>,
+    /// Over stdio: who every request is for.
+    fixed: Option<Who>,
+    /// This connection or session, for its subscriptions.
+    id: u64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Memtape {
+    fn new(state: AppState, hub: Arc<Hub>, fixed: Option<Who>) -> Self {
+        Memtape {
+            state,
+            hub,
+            fixed,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// A server for one stdio connection, for `tenant`, `agent` and `user` (with every
+    /// right: the local user owns the store).
+    pub fn stdio(state: AppState, tenant: &str, agent: &str, user: Option<&str>) -> Self {
+        let who = Who {
+            caller: Caller {
+                tenant: tenant.to_owned(),
+                role: Role::Admin,
+            },
+            agent: agent.to_owned(),
+            user: user.map(str::to_owned),
+        };
+        Self::new(state, Arc::default(), Some(who))
+    }
+
+    /// Who `context`'s request is for.
+    fn who(&self, context: &RequestContext<RoleServer>) -> Result<Who, ErrorData> {
+        if let Some(who) = &self.fixed {
+            return Ok(who.clone());
+        }
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| ErrorData::internal_error("no HTTP request for this call", None))?;
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("/mcp is not behind authentication", None))?;
+        let axum::extract::Query(params) =
+            axum::extract::Query::<ScopeParams>::try_from_uri(&parts.uri)
+                .map_err(|e| ErrorData::invalid_params(format!("/mcp query: {e}"), None))?;
+        let who = Who {
+            caller,
+            agent: params.agent().to_owned(),
+            user: params.user,
+        };
+        who.memory().map_err(|e| ErrorData::invalid_params(e.message, None))?;
+        Ok(who)
+    }
+
+    /// Runs `call` and notifies the subscribers of every memory file of `who` it changed.
+    async fn watched<T>(
+        &self,
+        who: &Who,
+        call: impl Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        let memory = who.memory()?;
+        if !self.hub.watching(&memory) {
+            return call.await;
+        }
+        let before = self.files(&memory).await?;
+        let out = call.await?;
+        let after = self.files(&memory).await?;
+        let mut changed: Vec<&String> = after
+            .iter()
+            .filter(|(p, c)| before.get(*p) != Some(*c))
+            .map(|(p, _)| p)
+            .collect();
+        changed.extend(before.keys().filter(|p| !after.contains_key(*p)));
+        self.hub.notify(&memory, &changed).await;
+        Ok(out)
+    }
+
+    /// The memory files of `scope`, path to content.
+    async fn files(&self, scope: &Scope) -> Result<BTreeMap<String, String>, ApiError> {
+        let scope = scope.clone();
+        self.state
+            .run(move |engine| {
+                Ok(engine
+                    .memory(&scope)?
+                    .files
+                    .into_iter()
+                    .map(|(p, f)| (p, f.content))
+                    .collect())
+            })
+            .await
+    }
+
+    /// Runs the tool `name` for `who`.
+    async fn run_tool(&self, who: &Who, name: &str, args: Value) -> Result<String, Refusal> {
+        let state = State(self.state.clone());
+        let caller = who.caller.clone();
+        match name {
+            TAPE_APPEND => {
+                let input: AppendInput = input(name, args)?;
+                let messages = input
+                    .messages
+                    .into_iter()
+                    .map(|m| m.to_wire())
+                    .collect::<Vec<_>>();
+                let body = serde_json::from_value(json!({ "messages": messages }))
+                    .map_err(|e| Refusal::Tool(format!("Error: invalid input for {name}: {e}")))?;
+                let call = rest::append(
+                    state,
+                    caller,
+                    ApiPath(input.session),
+                    ApiQuery(who.params()),
+                    ApiJson(body),
+                );
+                let (_, Json(out)) = self.watched(who, call).await?;
+                to_text(&out)
+            }
+            TAPE_HISTORY => {
+                let input: HistoryInput = input(name, args)?;
+                let params = rest::HistoryParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    max_messages: input.max_messages,
+                    max_tokens: input.max_tokens,
+                    view: None,
+                };
+                let Json(out) =
+                    rest::history(state, caller, ApiPath(input.session), ApiQuery(params)).await?;
+                to_text(&out)
+            }
+            TAPE_SEARCH => {
+                let input: SearchInput = input(name, args)?;
+                let params = rest::SearchParams {
+                    q: input.query,
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    scope: input.scope.map(|s| s.as_str().to_owned()),
+                    session: input.session,
+                    kind: input.kind,
+                    role: input.role.map(|r| r.as_str().to_owned()),
+                    since: input.since,
+                    until: input.until,
+                    mode: input.mode.map(|m| m.as_str().to_owned()),
+                    limit: input.limit,
+                };
+                let Json(out) = rest::search(state, caller, ApiQuery(params)).await?;
+                to_text(&out)
+            }
+            TAPE_CONTEXT => {
+                let input: ContextInput = input(name, args)?;
+                let record = input.record.unwrap_or(true);
+                who.caller
+                    .require(if record { Role::Write } else { Role::Read })?;
+                let session = who.memory()?.with_session(&input.session).map_err(ApiError::from)?;
+                if input.budget == 0 {
+                    return Err(Refusal::Tool(
+                        "Error: the token budget must be at least 1".into(),
+                    ));
+                }
+                let policy = match input.policy.unwrap_or(PolicyInput::Mateclaw) {
+                    PolicyInput::Mateclaw => Policy::MateClaw(MateClaw::default()),
+                    PolicyInput::Qanot => Policy::Qanot(Qanot::default()),
+                };
+                let request = ContextRequest {
+                    system_prompt: input.system.unwrap_or_default(),
+                    message: input.message.map(Message::user),
+                    config: ContextConfig::new(input.budget, policy),
+                    emergency: false,
+                    record,
+                };
+                let state = self.state.clone();
+                let call = async move {
+                    state
+                        .run(move |engine| Ok(engine.context(&session, &request)?))
+                        .await
+                };
+                let built = self.watched(who, call).await?;
+                to_text(&json!({
+                    "messages": built.messages.iter().map(ChatMessage::of).collect::<Vec<_>>(),
+                    "tokens": built.tokens,
+                    "max_input_tokens": built.max_input_tokens,
+                    "policy": built.policy,
+                    "history_messages": built.history_messages,
+                    "compacted": built.compacted,
+                    "over_budget": built.over_budget,
+                }))
+            }
+            _ => {
+                let body = rest::ToolCallBody {
+                    input: args,
+                    session: None,
+                };
+                let call = rest::call_tool(
+                    state,
+                    caller,
+                    ApiPath(name.to_owned()),
+                    ApiQuery(who.params()),
+                    ApiJson(body),
+                );
+                let Json(out) = self.watched(who, call).await?;
+                if out.is_error {
+                    Err(Refusal::Tool(out.text))
+                } else {
+                    Ok(out.text)
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Memtape {
+    fn drop(&mut self) {
+        self.hub.forget(self.id);
+    }
+}
+
+/// Why a tool call did not succeed.
+enum Refusal {
+    /// The tool refused (bad input, nothing there, not allowed): the model is told.
+    Tool(String),
+    /// The server failed.
+    Server(ApiError),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        if e.status.is_client_error() {
+            Refusal::Tool(format!("Error: {}", e.message))
+        } else {
+            Refusal::Server(e)
+        }
+    }
+}
+
+impl From<memtape::Error> for Refusal {
+    fn from(e: memtape::Error) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
+fn input<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, Refusal> {
+    serde_json::from_value(args)
+        .map_err(|e| Refusal::Tool(format!("Error: invalid input for {tool}: {e}")))
+}
+
+fn to_text(value: &impl serde::Serialize) -> Result<String, Refusal> {
+    serde_json::to_string(value).map_err(|e| Refusal::Server(ApiError::internal(e.to_string())))
+}
+
+const TAPE_APPEND: &str = "tape_append";
+const TAPE_HISTORY: &str = "tape_history";
+const TAPE_SEARCH: &str = "tape_search";
+const TAPE_CONTEXT: &str = "tape_context";
+
+/// `tape_append`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+struct AppendInput {
+    /// The session (conversation) to append to.
+    session: String,
+    /// The messages, in order (one transaction).
+    messages: Vec<MessageInput>,
+}
+
+/// A chat message (OpenAI's shape).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+struct MessageInput {
+    /// Who speaks.
+    role: MessageRole,
+    /// The text (none for an assistant message that only calls tools).
+    #[serde(default)]
+    content: Option<String>,
+    /// A participant or tool name.
+    #[serde(default)]
+    name: Option<String>,
+    /// The tools an assistant message calls.
+    #[serde(default)]
+    tool_calls: Vec<ToolCallInput>,
+    /// For a tool result: the id of the call it answers.
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+impl MessageInput {
+    fn to_wire(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        o.insert("role".into(), json!(self.role.as_str()));
+        o.insert("content".into(), json!(self.content));
+        if let Some(n) = &self.name {
+            o.insert("name".into(), json!(n));
+        }
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments}})
+                })
+                .collect();
+            o.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if let Some(id) = &self.tool_call_id {
+            o.insert("tool_call_id".into(), json!(id));
+        }
+        Value::Object(o)
+    }
+}
+
+/// A tool call made by the assistant.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct ToolCallInput {
+    /// The call's id.
+    id: String,
+    /// The function called.
+    function: FunctionInput,
+}
+
+/// The function of a tool call.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct FunctionInput {
+    /// Its name.
+    name: String,
+    /// Its arguments, JSON-encoded.
+    arguments: String,
+}
+
+/// A message's role.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+enum MessageRole {
+    /// A system message.
+    System,
+    /// The user.
+    User,
+    /// The assistant.
+    Assistant,
+    /// A tool result.
+    Tool,
+}
+
+impl MessageRole {
+    fn as_str(self) -> &'static str {
+        match self {
+            MessageRole::System => "system",
+            MessageRole::User => "user",
+            MessageRole::Assistant => "assistant",
+            MessageRole::Tool => "tool",
+        }
+    }
+}
+
+/// `tape_history`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+struct HistoryInput {
+    /// The session.
+    session: String,
+    /// At most this many messages (default 500).
+    #[serde(default)]
+    max_messages: Option<usize>,
+    /// At most this many tokens (cl100k).
+    #[serde(default)]
+    max_tokens: Option<usize>,
+}
+
+/// `tape_search`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+struct SearchInput {
+    /// What to look for: a few distinctive words.
+    query: String,
+    /// At most this many hits (default 10, at most 100).
+    #[serde(default)]
+    limit: Option<usize>,
+    /// `hybrid` (default), `bm25` (words) or `vector` (meaning).
+    #[serde(default)]
+    mode: Option<SearchMode>,
+    /// Only this session.
+    #[serde(default)]
+    session: Option<String>,
+    /// Only entries of this kind (`message`, `tool_call`, `tool_result`, `system`,
+    /// `anchor`, `event`).
+    #[serde(default)]
+    kind: Option<String>,
+    /// Only messages with this role.
+    #[serde(default)]
+    role: Option<MessageRole>,
+    /// How wide: the agent (default), the user's sessions, or the whole tenant.
+    #[serde(default)]
+    scope: Option<SearchScope>,
+    /// Only entries from this time on (RFC 3339 or a date).
+    #[serde(default)]
+    since: Option<String>,
+    /// Only entries before this time.
+    #[serde(default)]
+    until: Option<String>,
+}
+
+/// How a search ranks.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+enum SearchMode {
+    /// BM25 and embeddings, fused.
+    Hybrid,
+    /// Words only.
+    Bm25,
+    /// Embeddings only.
+    Vector,
+}
+
+impl SearchMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Hybrid => "hybrid",
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Vector => "vector",
+        }
+    }
+}
+
+/// How wide a search looks.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+enum SearchScope {
+    /// Every session of the agent.
+    Agent,
+    /// The user's sessions.
+    User,
+    /// Every agent of the tenant.
+    Tenant,
+}
+
+impl SearchScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            SearchScope::Agent => "agent",
+            SearchScope::User => "user",
+            SearchScope::Tenant => "tenant",
+        }
+    }
+}
+
+/// `tape_context`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+struct ContextInput {
+    /// The session.
+    session: String,
+    /// The token budget: the most tokens the prompt may have.
+    budget: usize,
+    /// How older messages are compacted: `mateclaw` (default) or `qanot`.
+    #[serde(default)]
+    policy: Option<PolicyInput>,
+    /// The agent's system prompt.
+    #[serde(default)]
+    system: Option<String>,
+    /// The message being answered, when it is not on the tape yet.
+    #[serde(default)]
+    message: Option<String>,
+    /// Record a new compaction on the tape (default true; false needs only a read key).
+    #[serde(default)]
+    record: Option<bool>,
+}
+
+/// A compaction policy.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+enum PolicyInput {
+    /// MateClaw: summarize all but the most recent pairs.
+    Mateclaw,
+    /// Qanot: keep the first and last messages, summarize the middle.
+    Qanot,
+}
+
+/// Every tool: the registry's under their function names, then the tape tools.
+pub fn tools() -> Vec<Tool> {
+    let mut out: Vec<Tool> = memtape::tools::registry()
+        .into_iter()
+        .map(|spec| {
+            let schema = match &spec.input_schema {
+                Value::Object(o) => o.clone(),
+                _ => JsonObject::new(),
+            };
+            let read_only = reads_only(spec.name);
+            Tool::new(spec.function_name(), spec.description, Arc::new(schema))
+                .with_annotations(annotations(read_only))
+        })
+        .collect();
+    let tape: [(&str, &str, Arc<JsonObject>, bool); 4] = [
+        (
+            TAPE_APPEND,
+            "Append messages to a session of the tape (one transaction); the user's messages \
+             are scanned first, and corrections, names, preferences, decisions, exact values \
+             and 'remember ...' go to SESSION-STATE.md (and durable ones to MEMORY.md). \
+             Returns the new entry ids and what was captured.",
+            schema_for_type::<AppendInput>(),
+            false,
+        ),
+        (
+            TAPE_HISTORY,
+            "The history a model would get for a session: its recent messages (those not yet \
+             consolidated), as OpenAI chat messages, within max_messages and max_tokens.",
+            schema_for_type::<HistoryInput>(),
+            true,
+        ),
+        (
+            TAPE_SEARCH,
+            "Search everything on the tape (messages, tool calls and results, memory changes) \
+             by words and meaning; filters by session, kind, role and time. Returns the \
+             entries found, best first, with scores.",
+            schema_for_type::<SearchInput>(),
+            true,
+        ),
+        (
+            TAPE_CONTEXT,
+            "The prompt for a session within a token budget: the system message (system \
+             prompt, agent files, memory), the compaction summary in effect, the history and \
+             the current message. A new compaction is recorded unless record is false.",
+            schema_for_type::<ContextInput>(),
+            false,
+        ),
+    ];
+    for (name, description, schema, read_only) in tape {
+        out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
+    }
+    out
+}
+
+fn annotations(read_only: bool) -> ToolAnnotations {
+    ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(false)
+        .open_world(false)
+}
+
+/// Whether the registry tool `name` only reads memory. The server's `POST
+/// /v1/tools/{name}` decides what a key may call; this is only the hint hosts show.
+fn reads_only(name: &str) -> bool {
+    matches!(
+        name,
+        "memory.recall"
+            | "memory.show"
+            | "memory_search"
+            | "list_workspace_memory_files"
+            | "read_workspace_memory_file"
+    )
+}
+
+fn is_tool(name: &str) -> bool {
+    matches!(name, TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT)
+        || memtape::tools::find(name).is_some()
+}
+
+fn server_error(e: ApiError) -> ErrorData {
+    ErrorData::internal_error(e.message, None)
+}
+
+impl ServerHandler for Memtape {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("memtape", env!("CARGO_PKG_VERSION"))
+                .with_description("Long-term memory for LLM agents"),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.who(&context)?;
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let who = self.who(&context)?;
+        if !is_tool(&request.name) {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {}", request.name),
+                None,
+            ));
+        }
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match self.run_tool(&who, &request.name, args).await {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(Refusal::Tool(text)) => CallToolResult::error(vec![ContentBlock::text(text)]),
+            Err(Refusal::Server(e)) => return Err(server_error(e)),
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let who = self.who(&context)?;
+        who.caller
+            .require(Role::Read)
+            .map_err(|e| ErrorData::invalid_request(e.message, None))?;
+        let memory = who.memory().map_err(server_error)?;
+        let files = self.files(&memory).await.map_err(server_error)?;
+        let resources = files
+            .iter()
+            .map(|(path, content)| {
+                Resource::new(file_uri(path), path.clone())
+                    .with_mime_type("text/markdown")
+                    .with_size(content.len() as u64)
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let who = self.who(&context)?;
+        who.caller
+            .require(Role::Read)
+            .map_err(|e| ErrorData::invalid_request(e.message, None))?;
+        let not_found = || {
+            ErrorData::resource_not_found(format!("no memory file {}", request.uri), None)
+        };
+        let path = uri_path(&request.uri).ok_or_else(not_found)?;
+        let memory = who.memory().map_err(server_error)?;
+        let mut files = self.files(&memory).await.map_err(server_error)?;
+        let content = files.remove(&path).ok_or_else(not_found)?;
+        let contents = ResourceContents::text(content, request.uri.clone())
+            .with_mime_type("text/markdown");
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    #[allow(deprecated)] // The handshake protocols' subscription (see the module's docs).
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let who = self.who(&context)?;
+        who.caller
+            .require(Role::Read)
+            .map_err(|e| ErrorData::invalid_request(e.message, None))?;
+        if uri_path(&request.uri).is_none() {
+            return Err(ErrorData::invalid_params(
+                format!("{} is not a memory file URI ({URI_PREFIX}<path>)", request.uri),
+                None,
+            ));
+        }
+        let memory = who.memory().map_err(server_error)?;
+        self.hub.subscribe(Sub {
+            session: self.id,
+            memory,
+            uri: request.uri,
+            peer: context.peer.clone(),
+        });
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.who(&context)?;
+        self.hub.unsubscribe(self.id, &request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            SKILL_PROMPT,
+            Some("How and when to save, recall and search memory with memtape's tools"),
+            None,
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name != SKILL_PROMPT {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt {} (there is {SKILL_PROMPT})", request.name),
+                None,
+            ));
+        }
+        let mut result =
+            GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
+        result.description = Some("memtape's memory skill".into());
+        Ok(result.into())
+    }
+}
+
+/// One subscription to a memory file.
+struct Sub {
+    session: u64,
+    memory: Scope,
+    uri: String,
+    peer: Peer<RoleServer>,
+}
+
+/// The subscriptions of every connection of one server.
+#[derive(Default)]
+struct Hub {
+    subs: Mutex<Vec<Sub>>,
+}
+
+/// Whether a change of `changed`'s memory can change what `watched` sees: the same scope,
+/// or the agent's memory under one of its users' (a user's view layers the agent's files).
+fn affects(changed: &Scope, watched: &Scope) -> bool {
+    changed.tenant() == watched.tenant()
+        && changed.agent_name() == watched.agent_name()
+        && (changed.user().is_none() || changed.user() == watched.user())
+}
+
+impl Hub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sub>> {
+        self.subs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn subscribe(&self, sub: Sub) {
+        let mut subs = self.lock();
+        if !subs
+            .iter()
+            .any(|s| s.session == sub.session && s.uri == sub.uri && s.memory == sub.memory)
+        {
+            subs.push(sub);
+        }
+    }
+
+    fn unsubscribe(&self, session: u64, uri: &str) {
+        self.lock().retain(|s| !(s.session == session && s.uri == uri));
+    }
+
+    fn forget(&self, session: u64) {
+        self.lock().retain(|s| s.session != session);
+    }
+
+    fn watching(&self, memory: &Scope) -> bool {
+        self.lock().iter().any(|s| affects(memory, &s.memory))
+    }
+
+    /// Tells the subscribers of each of `paths` (files of `memory`) that it changed.
+    async fn notify(&self, memory: &Scope, paths: &[&String]) {
+        if paths.is_empty() {
+            return;
+        }
+        let uris: Vec<String> = paths.iter().map(|p| file_uri(p)).collect();
+        let targets: Vec<(u64, Peer<RoleServer>, String)> = self
+            .lock()
+            .iter()
+            .filter(|s| affects(memory, &s.memory) && uris.contains(&s.uri))
+            .map(|s| (s.session, s.peer.clone(), s.uri.clone()))
+            .collect();
+        for (session, peer, uri) in targets {
+            let sent = peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                .await;
+            if sent.is_err() {
+                // The connection is gone.
+                self.forget(session);
+            }
+        }
+    }
+}
+
+/// Serves MCP on stdin and stdout for `tenant`, `agent` and `user` until the client
+/// closes the connection.
+pub async fn serve_stdio(
+    state: AppState,
+    tenant: &str,
+    agent: &str,
+    user: Option<&str>,
+) -> std::io::Result<()> {
+    Memtape::stdio(state, tenant, agent, user)
+        .who_check()?
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(std::io::Error::other)?
+        .waiting()
+        .await
+        .map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+impl Memtape {
+    /// Refuses a fixed scope that is not valid (a bad tenant, agent or user name).
+    fn who_check(self) -> std::io::Result<Self> {
+        if let Some(who) = &self.fixed {
+            who.memory()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.message))?;
+        }
+        Ok(self)
+    }
+}
+
+/// The streamable HTTP MCP service for `/mcp`: one [`Memtape`] per MCP session, all
+/// sharing one subscription hub. Mount it behind the authentication middleware (the caller
+/// comes from the request's extensions). On loopback, the `Host` header must name loopback
+/// (DNS rebinding); beyond loopback every request carries a key, so any host is served.
+pub fn mcp_service(state: AppState) -> StreamableHttpService<Memtape, LocalSessionManager> {
+    let hub = Arc::new(Hub::default());
+    let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(state.limits().body_bytes);
+    if !state.loopback() {
+        config = config.disable_allowed_hosts();
+    }
+    StreamableHttpService::new(
+        move || Ok(Memtape::new(state.clone(), hub.clone(), None)),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
