@@ -1,0 +1,180 @@
+//! MCP over streamable HTTP at `/mcp` of a real server on 127.0.0.1, with rmcp's client:
+//! the whole walk (every tool, the memory files as resources, an update notification, the
+//! prompt), keys (none, a wrong one, a read key) and tenant isolation with two keys.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+#[path = "mcp/client.rs"]
+mod client;
+
+use client::{Client, Connected, call, ok, ok_json, read};
+use common::Server;
+use memtape_server::{KeyStore, Role};
+use rmcp::ServiceExt;
+use rmcp::model::ReadResourceRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Connects to `url` with `key`, as a host would.
+async fn connect(
+    url: &str,
+    key: Option<&str>,
+) -> Result<(Connected, tokio::sync::mpsc::UnboundedReceiver<String>), String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(k) = key {
+        config = config.auth_header(k.to_owned());
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let (client, updates) = Client::new();
+    let connected = client.serve(transport).await.map_err(|e| e.to_string())?;
+    Ok((connected, updates))
+}
+
+#[test]
+fn every_tool_resource_notification_and_prompt_over_http() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (client, mut updates) = connect(&url, None).await.unwrap();
+        client::exercise(&client, &mut updates).await;
+        client.cancel().await.unwrap();
+    });
+    // What MCP wrote is what REST reads.
+    let (status, history) = s.get("/v1/sessions/chat/history");
+    assert_eq!(status, 200);
+    assert_eq!(history["messages"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn agent_and_user_come_from_the_query() {
+    let s = Server::start();
+    let url = s.url("/mcp?agent=helper&user=ada");
+    runtime().block_on(async {
+        let (client, _) = connect(&url, None).await.unwrap();
+        ok(&client, "memory_save", json!({"content": "Ada's own memory"})).await;
+        client.cancel().await.unwrap();
+    });
+    let (_, shown) = s.post(
+        "/v1/tools/memory.show?agent=helper&user=ada",
+        &json!({"input": {}}),
+    );
+    assert!(shown["text"].as_str().unwrap().contains("MEMORY.md"), "{shown}");
+    let (_, other) = s.post("/v1/tools/memory.recall", &json!({"input": {}}));
+    assert!(
+        !other["text"].as_str().unwrap().contains("Ada's own memory"),
+        "the default agent's memory is another's: {other}"
+    );
+    runtime().block_on(async {
+        let bad = connect(&s.url("/mcp?agent=a%00b"), None).await;
+        if let Ok((client, _)) = bad {
+            assert!(client.list_all_tools().await.is_err(), "a bad agent name");
+        }
+    });
+}
+
+#[test]
+fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
+    let s = Server::start();
+    let keys = KeyStore::open(s.dir.path());
+    let (acme, _) = keys.create("acme", Role::Write).unwrap();
+    let (globex, _) = keys.create("globex", Role::Write).unwrap();
+    let (reader, _) = keys.create("acme", Role::Read).unwrap();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        // No key, or a wrong one: refused before MCP starts.
+        assert!(connect(&url, None).await.is_err());
+        assert!(connect(&url, Some("mtk_nope_nope")).await.is_err());
+
+        let (a, _) = connect(&url, Some(&acme)).await.unwrap();
+        let (g, mut g_updates) = connect(&url, Some(&globex)).await.unwrap();
+        #[allow(deprecated)]
+        g.subscribe(rmcp::model::SubscribeRequestParams::new(
+            "memtape://memory/MEMORY.md",
+        ))
+        .await
+        .unwrap();
+        ok(&a, "memory_save", json!({"content": "acme's secret plan"})).await;
+        ok(
+            &a,
+            "memory",
+            json!({"command": "create", "path": "/memories/acme.md", "file_text": "acme only\n"}),
+        )
+        .await;
+        ok_json(
+            &a,
+            "tape_append",
+            json!({"session": "chat", "messages": [{"role": "user", "content": "the acme launch code is 4711"}]}),
+        )
+        .await;
+
+        // globex sees none of it, through any tool or resource.
+        let (text, _) = call(&g, "memory_show", json!({})).await;
+        assert!(!text.contains("MEMORY.md"), "{text}");
+        let (text, _) = call(&g, "memory_search", json!({"query": "secret plan"})).await;
+        assert!(!text.contains("secret"), "{text}");
+        let (text, _) = call(&g, "memory", json!({"command": "view", "path": "/memories/acme.md"})).await;
+        assert!(!text.contains("acme only"), "{text}");
+        let (text, error) = call(&g, "tape_history", json!({"session": "chat"})).await;
+        assert!(error && !text.contains("4711"), "{text}");
+        for scope in ["agent", "tenant"] {
+            let hits = ok_json(
+                &g,
+                "tape_search",
+                json!({"query": "launch code 4711", "mode": "bm25", "scope": scope}),
+            )
+            .await;
+            assert_eq!(hits["hits"], json!([]), "{hits}");
+        }
+        let (text, _) = call(&g, "read_workspace_memory_file", json!({"filename": "MEMORY.md"})).await;
+        assert!(!text.contains("secret"), "{text}");
+        assert!(g.list_all_resources().await.unwrap().is_empty());
+        assert!(
+            g.read_resource(ReadResourceRequestParams::new("memtape://memory/MEMORY.md"))
+                .await
+                .is_err()
+        );
+        // ... and is not told about acme's changes.
+        ok(&g, "memory_save", json!({"content": "globex's own"})).await;
+        let update = tokio::time::timeout(std::time::Duration::from_secs(30), g_updates.recv());
+        assert_eq!(update.await.unwrap().unwrap(), "memtape://memory/MEMORY.md");
+        assert!(g_updates.try_recv().is_err(), "only globex's own change");
+        assert_eq!(read(&g, "memtape://memory/MEMORY.md").await, "globex's own");
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+
+        // A read key reads but cannot write.
+        let (r, _) = connect(&url, Some(&reader)).await.unwrap();
+        assert!(
+            ok(&r, "memory_recall", json!({}))
+                .await
+                .contains("acme's secret plan")
+        );
+        assert_eq!(read(&r, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        for (tool, args) in [
+            ("memory_save", json!({"content": "overwritten"})),
+            ("tape_append", json!({"session": "chat", "messages": [{"role": "user", "content": "x"}]})),
+            ("tape_context", json!({"session": "chat", "budget": 1000})),
+        ] {
+            let (text, error) = call(&r, tool, args).await;
+            assert!(error && text.contains("read"), "{tool}: {text}");
+        }
+        ok_json(
+            &r,
+            "tape_context",
+            json!({"session": "chat", "budget": 1000, "record": false}),
+        )
+        .await;
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        for c in [a, g, r] {
+            c.cancel().await.unwrap();
+        }
+    });
+}
