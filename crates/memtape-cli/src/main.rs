@@ -8,6 +8,7 @@ mod context;
 mod ctx;
 mod dify;
 mod lifecycle;
+mod mcp;
 mod memory;
 mod node;
 mod output;
@@ -96,6 +97,8 @@ enum Command {
     /// Embedding model files.
     #[command(subcommand)]
     Models(retrieval::ModelsCommand),
+    /// Serve MCP on stdin and stdout: memory tools, files and skill for an MCP host.
+    Mcp(mcp::McpArgs),
     /// Benchmarks (not tests): numbers for docs/benchmarks.md.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -147,6 +150,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,
         Command::Search(a) => retrieval::search(&ctx.scope(&a.scope).models(&a.models), a, out)?,
+        Command::Mcp(a) => mcp::mcp(&ctx.scope(&a.scope).models(&a.models), a)?,
         Command::Reindex(a) => retrieval::reindex(&ctx.store(&a.store).models(&a.models), a, out)?,
         Command::Memory(a) => memory::memory(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Files(a) => memory::files(&ctx.scope(&a.scope), &a.command, out)?,

@@ -35,10 +35,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, JsonObject, ListPromptsResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage,
-    ProtocolVersion, Role as McpRole, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ResourceUpdatedNotificationParam,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, ToolAnnotations,
-    UnsubscribeRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ResourceUpdatedNotificationParam, Role as McpRole, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::schemars::JsonSchema;
 use rmcp::service::{Peer, RequestContext};
@@ -60,8 +59,8 @@ pub const SKILL: &str = include_str!("mcp/skill.md");
 
 /// The server's instructions, sent at initialization.
 pub const INSTRUCTIONS: &str = "memtape is your long-term memory. Save a stable fact, \
-preference or decision as soon as you learn it (memory_save, or edit MEMORY.md/PROFILE.md \
-with the workspace tools); note what happened today with memory_daily; keep longer notes \
+preference or decision as soon as you learn it (edit MEMORY.md/PROFILE.md with the workspace \
+tools, or rewrite MEMORY.md whole with memory_save); note what happened today with memory_daily; keep longer notes \
 under /memories with the memory tool. Before answering about the past or the user, look it \
 up: memory_show at the start of a task, memory_search for memory files, tape_search for \
 earlier messages. Append the conversation with tape_append so the user's corrections, names \
@@ -171,11 +170,10 @@ impl Memtape {
             .extensions
             .get::<Parts>()
             .ok_or_else(|| ErrorData::internal_error("no HTTP request for this call", None))?;
-        let caller = parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or_else(|| ErrorData::internal_error("/mcp is not behind authentication", None))?;
+        let caller =
+            parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+                ErrorData::internal_error("/mcp is not behind authentication", None)
+            })?;
         let axum::extract::Query(params) =
             axum::extract::Query::<ScopeParams>::try_from_uri(&parts.uri)
                 .map_err(|e| ErrorData::invalid_params(format!("/mcp query: {e}"), None))?;
@@ -184,7 +182,8 @@ impl Memtape {
             agent: params.agent().to_owned(),
             user: params.user,
         };
-        who.memory().map_err(|e| ErrorData::invalid_params(e.message, None))?;
+        who.memory()
+            .map_err(|e| ErrorData::invalid_params(e.message, None))?;
         Ok(who)
     }
 
@@ -286,7 +285,10 @@ impl Memtape {
                 let record = input.record.unwrap_or(true);
                 who.caller
                     .require(if record { Role::Write } else { Role::Read })?;
-                let session = who.memory()?.with_session(&input.session).map_err(ApiError::from)?;
+                let session = who
+                    .memory()?
+                    .with_session(&input.session)
+                    .map_err(ApiError::from)?;
                 if input.budget == 0 {
                     return Err(Refusal::Tool(
                         "Error: the token budget must be at least 1".into(),
@@ -695,8 +697,10 @@ fn reads_only(name: &str) -> bool {
 }
 
 fn is_tool(name: &str) -> bool {
-    matches!(name, TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT)
-        || memtape::tools::find(name).is_some()
+    matches!(
+        name,
+        TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT
+    ) || memtape::tools::find(name).is_some()
 }
 
 fn server_error(e: ApiError) -> ErrorData {
@@ -788,15 +792,14 @@ impl ServerHandler for Memtape {
         who.caller
             .require(Role::Read)
             .map_err(|e| ErrorData::invalid_request(e.message, None))?;
-        let not_found = || {
-            ErrorData::resource_not_found(format!("no memory file {}", request.uri), None)
-        };
+        let not_found =
+            || ErrorData::resource_not_found(format!("no memory file {}", request.uri), None);
         let path = uri_path(&request.uri).ok_or_else(not_found)?;
         let memory = who.memory().map_err(server_error)?;
         let mut files = self.files(&memory).await.map_err(server_error)?;
         let content = files.remove(&path).ok_or_else(not_found)?;
-        let contents = ResourceContents::text(content, request.uri.clone())
-            .with_mime_type("text/markdown");
+        let contents =
+            ResourceContents::text(content, request.uri.clone()).with_mime_type("text/markdown");
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 
@@ -812,7 +815,10 @@ impl ServerHandler for Memtape {
             .map_err(|e| ErrorData::invalid_request(e.message, None))?;
         if uri_path(&request.uri).is_none() {
             return Err(ErrorData::invalid_params(
-                format!("{} is not a memory file URI ({URI_PREFIX}<path>)", request.uri),
+                format!(
+                    "{} is not a memory file URI ({URI_PREFIX}<path>)",
+                    request.uri
+                ),
                 None,
             ));
         }
@@ -860,8 +866,7 @@ impl ServerHandler for Memtape {
                 None,
             ));
         }
-        let mut result =
-            GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
+        let mut result = GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
         result.description = Some("memtape's memory skill".into());
         Ok(result.into())
     }
@@ -905,7 +910,8 @@ impl Hub {
     }
 
     fn unsubscribe(&self, session: u64, uri: &str) {
-        self.lock().retain(|s| !(s.session == session && s.uri == uri));
+        self.lock()
+            .retain(|s| !(s.session == session && s.uri == uri));
     }
 
     fn forget(&self, session: u64) {
@@ -940,17 +946,22 @@ impl Hub {
     }
 }
 
-/// Serves MCP on stdin and stdout for `tenant`, `agent` and `user` until the client
-/// closes the connection.
-pub async fn serve_stdio(
+/// Serves MCP over `read` and `write` (the process's standard input and output, for
+/// `memtape mcp`) for `tenant`, `agent` and `user` until the client closes the connection.
+pub async fn serve_stdio<R, W>(
     state: AppState,
-    tenant: &str,
-    agent: &str,
-    user: Option<&str>,
-) -> std::io::Result<()> {
+    scope: (&str, &str, Option<&str>),
+    read: R,
+    write: W,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (tenant, agent, user) = scope;
     Memtape::stdio(state, tenant, agent, user)
         .who_check()?
-        .serve(rmcp::transport::stdio())
+        .serve((read, write))
         .await
         .map_err(std::io::Error::other)?
         .waiting()

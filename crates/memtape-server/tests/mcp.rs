@@ -3,9 +3,9 @@
 //! prompt), keys (none, a wrong one, a read key) and tenant isolation with two keys.
 #![allow(clippy::unwrap_used)]
 
-mod common;
 #[path = "mcp/client.rs"]
 mod client;
+mod common;
 
 use client::{Client, Connected, call, ok, ok_json, read};
 use common::Server;
@@ -60,14 +60,22 @@ fn agent_and_user_come_from_the_query() {
     let url = s.url("/mcp?agent=helper&user=ada");
     runtime().block_on(async {
         let (client, _) = connect(&url, None).await.unwrap();
-        ok(&client, "memory_save", json!({"content": "Ada's own memory"})).await;
+        ok(
+            &client,
+            "memory_save",
+            json!({"content": "Ada's own memory"}),
+        )
+        .await;
         client.cancel().await.unwrap();
     });
     let (_, shown) = s.post(
         "/v1/tools/memory.show?agent=helper&user=ada",
         &json!({"input": {}}),
     );
-    assert!(shown["text"].as_str().unwrap().contains("MEMORY.md"), "{shown}");
+    assert!(
+        shown["text"].as_str().unwrap().contains("MEMORY.md"),
+        "{shown}"
+    );
     let (_, other) = s.post("/v1/tools/memory.recall", &json!({"input": {}}));
     assert!(
         !other["text"].as_str().unwrap().contains("Ada's own memory"),

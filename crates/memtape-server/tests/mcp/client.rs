@@ -106,7 +106,10 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "memtape");
     assert!(
-        info.instructions.as_deref().unwrap().contains("memory_search"),
+        info.instructions
+            .as_deref()
+            .unwrap()
+            .contains("memory_search"),
         "{:?}",
         info.instructions
     );
@@ -117,17 +120,19 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
     let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
     for t in &tools {
         assert!(host_safe(&t.name), "{} is not a host-safe name", t.name);
-        assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+        assert_eq!(
+            t.input_schema.get("type"),
+            Some(&json!("object")),
+            "{}",
+            t.name
+        );
         assert!(t.description.is_some(), "{}", t.name);
     }
     names.sort();
     let mut expected: Vec<String> = memtape::tools::registry()
         .iter()
         .map(|s| s.function_name())
-        .chain(
-            ["tape_append", "tape_history", "tape_search", "tape_context"]
-                .map(str::to_owned),
-        )
+        .chain(["tape_append", "tape_history", "tape_search", "tape_context"].map(str::to_owned))
         .collect();
     expected.sort();
     assert_eq!(names, expected);
@@ -183,25 +188,43 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
     .await;
     let prompt = context["messages"].as_array().unwrap();
     assert_eq!(prompt[0]["role"], "system");
-    assert!(prompt[0]["content"].as_str().unwrap().contains("You are helpful."));
+    assert!(
+        prompt[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("You are helpful.")
+    );
     assert_eq!(prompt.last().unwrap()["content"], "Hello Ada!");
     assert!(context["tokens"].as_u64().unwrap() <= 4000);
 
     // Bub's tools.
     assert_eq!(
-        ok(client, "memory_save", json!({"content": "Ada likes green tea."})).await,
+        ok(
+            client,
+            "memory_save",
+            json!({"content": "Ada likes green tea."})
+        )
+        .await,
         "saved to long-term memory"
     );
-    assert!(ok(client, "memory_show", json!({})).await.contains("MEMORY.md"));
+    assert!(
+        ok(client, "memory_show", json!({}))
+            .await
+            .contains("MEMORY.md")
+    );
     assert!(
         ok(client, "memory_recall", json!({"query": "tea"}))
             .await
             .contains("green tea")
     );
     assert!(
-        ok(client, "memory_daily", json!({"content": "Ada visited Lisbon."}))
-            .await
-            .starts_with("appended to daily notes (memory/")
+        ok(
+            client,
+            "memory_daily",
+            json!({"content": "Ada visited Lisbon."})
+        )
+        .await
+        .starts_with("appended to daily notes (memory/")
     );
     // Qanot's search.
     assert!(
@@ -239,7 +262,10 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
         .iter()
         .map(|f| f["filename"].as_str().unwrap())
         .collect();
-    assert!(files.contains(&"MEMORY.md") && files.contains(&"PROFILE.md"), "{listed}");
+    assert!(
+        files.contains(&"MEMORY.md") && files.contains(&"PROFILE.md"),
+        "{listed}"
+    );
     let read_back = ok_json(
         client,
         "read_workspace_memory_file",
@@ -318,7 +344,12 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
         .await
         .unwrap();
     ok(client, "memory_recall", json!({})).await; // A read changes nothing ...
-    ok(client, "memory_save", json!({"content": "Ada likes oolong."})).await; // ... a save does.
+    ok(
+        client,
+        "memory_save",
+        json!({"content": "Ada likes oolong."}),
+    )
+    .await; // ... a save does.
     let uri = tokio::time::timeout(Duration::from_secs(30), updates.recv())
         .await
         .expect("an update notification")
@@ -328,10 +359,7 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
         read(client, "memtape://memory/MEMORY.md").await,
         "Ada likes oolong."
     );
-    assert!(
-        updates.try_recv().is_err(),
-        "one change, one notification"
-    );
+    assert!(updates.try_recv().is_err(), "one change, one notification");
     assert!(
         ok(client, "memory_clear", json!({}))
             .await
@@ -351,5 +379,8 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
         .await
         .unwrap();
     let text = prompt.messages[0].content.as_text().unwrap().text.clone();
-    assert!(text.contains("When to save") && text.contains("tape_search"), "{text}");
+    assert!(
+        text.contains("When to save") && text.contains("tape_search"),
+        "{text}"
+    );
 }
