@@ -82,10 +82,11 @@ fn agent_and_user_come_from_the_query() {
         "the default agent's memory is another's: {other}"
     );
     runtime().block_on(async {
-        let bad = connect(&s.url("/mcp?agent=a%00b"), None).await;
-        if let Ok((client, _)) = bad {
-            assert!(client.list_all_tools().await.is_err(), "a bad agent name");
-        }
+        // A bad agent name: every call is refused, naming it.
+        let (client, _) = connect(&s.url("/mcp?agent=a%00b"), None).await.unwrap();
+        let err = client.list_all_tools().await.unwrap_err().to_string();
+        assert!(err.contains("agent"), "{err}");
+        client.cancel().await.unwrap();
     });
 }
 
