@@ -105,12 +105,6 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
 
         let (a, _) = connect(&url, Some(&acme)).await.unwrap();
         let (g, mut g_updates) = connect(&url, Some(&globex)).await.unwrap();
-        #[allow(deprecated)]
-        g.subscribe(rmcp::model::SubscribeRequestParams::new(
-            "memtape://memory/MEMORY.md",
-        ))
-        .await
-        .unwrap();
         ok(&a, "memory_save", json!({"content": "acme's secret plan"})).await;
         ok(
             &a,
@@ -118,55 +112,106 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
             json!({"command": "create", "path": "/memories/acme.md", "file_text": "acme only\n"}),
         )
         .await;
-        ok_json(
+        let appended = ok_json(
             &a,
             "tape_append",
             json!({"session": "chat", "messages": [{"role": "user", "content": "the acme launch code is 4711"}]}),
         )
         .await;
+        let acme_message = appended["ids"][0].as_u64().unwrap();
+        let found = ok_json(
+            &a,
+            "tape_search",
+            json!({"query": "secret plan", "mode": "bm25", "kind": "event"}),
+        )
+        .await;
+        let acme_change = found["hits"][0]["entry"]["id"].as_u64().unwrap();
 
-        // globex sees none of it, through any tool or resource.
-        let (text, _) = call(&g, "memory_show", json!({})).await;
-        assert!(!text.contains("MEMORY.md"), "{text}");
-        let (text, _) = call(&g, "memory_search", json!({"query": "secret plan"})).await;
-        assert!(!text.contains("secret"), "{text}");
-        let (text, _) = call(&g, "memory", json!({"command": "view", "path": "/memories/acme.md"})).await;
-        assert!(!text.contains("acme only"), "{text}");
-        let (text, error) = call(&g, "tape_history", json!({"session": "chat"})).await;
-        assert!(error && !text.contains("4711"), "{text}");
-        for scope in ["agent", "tenant"] {
-            let hits = ok_json(
-                &g,
-                "tape_search",
-                json!({"query": "launch code 4711", "mode": "bm25", "scope": scope}),
-            )
-            .await;
-            assert_eq!(hits["hits"], json!([]), "{hits}");
+        // globex calls every tool with acme's session, entry ids, paths and filters: nothing
+        // of acme's is returned, changed or named.
+        let calls = [
+            ("memory_save", json!({"content": "globex plan"})),
+            ("memory_daily", json!({"content": "globex day"})),
+            ("memory_recall", json!({"query": "secret plan"})),
+            ("memory_show", json!({})),
+            ("memory_forget", json!({"ids": [acme_change]})),
+            ("memory_forget", json!({"ids": [acme_message]})),
+            ("memory", json!({"command": "view", "path": "/memories/acme.md"})),
+            ("memory", json!({"command": "view", "path": "/memories"})),
+            ("memory", json!({"command": "delete", "path": "/memories/acme.md"})),
+            ("memory", json!({"command": "str_replace", "path": "/memories/acme.md", "old_str": "acme", "new_str": "x"})),
+            ("list_workspace_memory_files", json!({})),
+            ("read_workspace_memory_file", json!({"filename": "memories/acme.md"})),
+            ("edit_workspace_memory_file", json!({"filename": "MEMORY.md", "oldText": "secret", "newText": "public"})),
+            ("write_workspace_memory_file", json!({"filename": "memories/acme.md", "content": "globex was here"})),
+            ("memory_search", json!({"query": "secret plan launch code"})),
+            ("tape_history", json!({"session": "chat"})),
+            ("tape_append", json!({"session": "chat", "messages": [{"role": "user", "content": "globex hello"}]})),
+            ("tape_history", json!({"session": "chat"})),
+            ("tape_search", json!({"query": "launch code 4711", "mode": "bm25"})),
+            ("tape_search", json!({"query": "launch code 4711", "mode": "bm25", "scope": "tenant", "session": "chat"})),
+            ("tape_search", json!({"query": "secret plan", "mode": "bm25", "kind": "event", "scope": "tenant"})),
+            ("tape_context", json!({"session": "chat", "budget": 2000, "message": "what is the launch code?"})),
+            ("memory_clear", json!({})),
+        ];
+        let mut called: Vec<String> = calls.iter().map(|(t, _)| (*t).to_owned()).collect();
+        called.sort();
+        called.dedup();
+        let mut every: Vec<String> = g
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        every.sort();
+        assert_eq!(called, every, "every tool is called");
+        for (tool, args) in calls {
+            let (text, _) = call(&g, tool, args.clone()).await;
+            for acme_only in ["secret", "4711", "acme only", "acme's"] {
+                assert!(!text.contains(acme_only), "{tool} {args}: {text}");
+            }
         }
-        let (text, _) = call(&g, "read_workspace_memory_file", json!({"filename": "MEMORY.md"})).await;
-        assert!(!text.contains("secret"), "{text}");
-        assert!(g.list_all_resources().await.unwrap().is_empty());
+        let (text, error) = call(&g, "memory_forget", json!({"ids": [acme_change]})).await;
+        assert!(error, "another tenant's change is not globex's to forget: {text}");
+        for r in g.list_all_resources().await.unwrap() {
+            let content = read(&g, &r.uri).await;
+            assert!(!content.contains("secret") && !content.contains("acme only"), "{content}");
+        }
         assert!(
             g.read_resource(ReadResourceRequestParams::new("memtape://memory/MEMORY.md"))
                 .await
-                .is_err()
+                .is_err(),
+            "globex cleared its memory; acme's is not there"
         );
-        // ... and is not told about acme's changes.
+        // acme's memory and tape are as acme left them.
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        assert_eq!(read(&a, "memtape://memory/memories/acme.md").await, "acme only\n");
+        let history = ok_json(&a, "tape_history", json!({"session": "chat"})).await;
+        assert_eq!(history["messages"].as_array().unwrap().len(), 1, "{history}");
+
+        // globex's subscribers hear of globex's changes only.
+        #[allow(deprecated)]
+        g.subscribe(rmcp::model::SubscribeRequestParams::new(
+            "memtape://memory/MEMORY.md",
+        ))
+        .await
+        .unwrap();
+        ok(&a, "memory_save", json!({"content": "acme's second plan"})).await;
         ok(&g, "memory_save", json!({"content": "globex's own"})).await;
         let update = tokio::time::timeout(std::time::Duration::from_secs(30), g_updates.recv());
         assert_eq!(update.await.unwrap().unwrap(), "memtape://memory/MEMORY.md");
         assert!(g_updates.try_recv().is_err(), "only globex's own change");
         assert_eq!(read(&g, "memtape://memory/MEMORY.md").await, "globex's own");
-        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
 
         // A read key reads but cannot write.
         let (r, _) = connect(&url, Some(&reader)).await.unwrap();
         assert!(
             ok(&r, "memory_recall", json!({}))
                 .await
-                .contains("acme's secret plan")
+                .contains("acme's second plan")
         );
-        assert_eq!(read(&r, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        assert_eq!(read(&r, "memtape://memory/MEMORY.md").await, "acme's second plan");
         for (tool, args) in [
             ("memory_save", json!({"content": "overwritten"})),
             ("tape_append", json!({"session": "chat", "messages": [{"role": "user", "content": "x"}]})),
@@ -181,7 +226,21 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
             json!({"session": "chat", "budget": 1000, "record": false}),
         )
         .await;
-        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        // The read-only hint of each registry tool is what the server enforces.
+        for tool in r.list_all_tools().await.unwrap() {
+            if tool.name.starts_with("tape_") {
+                continue;
+            }
+            let read_only = tool.annotations.as_ref().unwrap().read_only_hint == Some(true);
+            let (text, _) = call(&r, &tool.name, json!({})).await;
+            assert_eq!(
+                !text.contains("needs a write key"),
+                read_only,
+                "{}: {text}",
+                tool.name
+            );
+        }
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's second plan");
         for c in [a, g, r] {
             c.cancel().await.unwrap();
         }
