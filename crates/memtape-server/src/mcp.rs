@@ -985,13 +985,44 @@ impl Memtape {
 /// sharing one subscription hub. Mount it behind the authentication middleware (the caller
 /// comes from the request's extensions). On loopback, the `Host` header must name loopback
 /// (DNS rebinding); beyond loopback every request carries a key, so any host is served.
+///
+/// A connected host keeps a stream open (server-to-client messages), which a graceful
+/// shutdown would wait for: use [`mcp_service_until`] to end the sessions at shutdown.
 pub fn mcp_service(state: AppState) -> StreamableHttpService<Memtape, LocalSessionManager> {
-    let hub = Arc::new(Hub::default());
-    let mut config = StreamableHttpServerConfig::default()
+    let config = config(&state);
+    build(state, config)
+}
+
+/// [`mcp_service`] whose sessions (and their open streams) end when `stop` completes, so
+/// a graceful shutdown does not wait for connected hosts. Call it on a tokio runtime.
+pub fn mcp_service_until(
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> StreamableHttpService<Memtape, LocalSessionManager> {
+    let config = config(&state);
+    let token = config.cancellation_token.clone();
+    tokio::spawn(async move {
+        stop.await;
+        token.cancel();
+    });
+    build(state, config)
+}
+
+fn config(state: &AppState) -> StreamableHttpServerConfig {
+    let config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(state.limits().body_bytes);
-    if !state.loopback() {
-        config = config.disable_allowed_hosts();
+    if state.loopback() {
+        config
+    } else {
+        config.disable_allowed_hosts()
     }
+}
+
+fn build(
+    state: AppState,
+    config: StreamableHttpServerConfig,
+) -> StreamableHttpService<Memtape, LocalSessionManager> {
+    let hub = Arc::new(Hub::default());
     StreamableHttpService::new(
         move || Ok(Memtape::new(state.clone(), hub.clone(), None)),
         Arc::new(LocalSessionManager::default()),

@@ -246,3 +246,47 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
         }
     });
 }
+
+#[test]
+fn stopping_ends_the_sessions_so_a_graceful_shutdown_does_not_wait_for_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = memtape::Engine::init(dir.path()).unwrap();
+    let state = memtape_server::AppState::new(
+        engine,
+        KeyStore::open(dir.path()),
+        memtape_server::Limits::default(),
+        true,
+    );
+    runtime().block_on(async {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let signal = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stopped| *stopped).await;
+        };
+        let app = axum::Router::new()
+            .route_service(
+                "/mcp",
+                memtape_server::mcp::mcp_service_until(state, signal(stop_rx.clone())),
+            )
+            // What the authentication middleware puts on a request.
+            .layer(axum::Extension(memtape_server::Caller {
+                tenant: "default".into(),
+                role: Role::Admin,
+            }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        // Graceful shutdown without a grace period: it waits for every connection.
+        let server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(signal(stop_rx))
+                .into_future(),
+        );
+        let (client, _) = connect(&url, None).await.unwrap();
+        ok(&client, "memory_show", json!({})).await;
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), server)
+            .await
+            .expect("the server stopped with a host still connected")
+            .unwrap()
+            .unwrap();
+    });
+}
