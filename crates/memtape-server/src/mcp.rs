@@ -30,7 +30,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::request::Parts;
 use memtape::{ContextConfig, ContextRequest, MateClaw, Message, Policy, Qanot, Scope};
-use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, JsonObject, ListPromptsResult,
@@ -643,14 +642,14 @@ pub fn tools() -> Vec<Tool> {
              are scanned first, and corrections, names, preferences, decisions, exact values \
              and 'remember ...' go to SESSION-STATE.md (and durable ones to MEMORY.md). \
              Returns the new entry ids and what was captured.",
-            schema_for_type::<AppendInput>(),
+            schema::<AppendInput>(),
             false,
         ),
         (
             TAPE_HISTORY,
             "The history a model would get for a session: its recent messages (those not yet \
              consolidated), as OpenAI chat messages, within max_messages and max_tokens.",
-            schema_for_type::<HistoryInput>(),
+            schema::<HistoryInput>(),
             true,
         ),
         (
@@ -658,7 +657,7 @@ pub fn tools() -> Vec<Tool> {
             "Search everything on the tape (messages, tool calls and results, memory changes) \
              by words and meaning; filters by session, kind, role and time. Returns the \
              entries found, best first, with scores.",
-            schema_for_type::<SearchInput>(),
+            schema::<SearchInput>(),
             true,
         ),
         (
@@ -666,7 +665,7 @@ pub fn tools() -> Vec<Tool> {
             "The prompt for a session within a token budget: the system message (system \
              prompt, agent files, memory), the compaction summary in effect, the history and \
              the current message. A new compaction is recorded unless record is false.",
-            schema_for_type::<ContextInput>(),
+            schema::<ContextInput>(),
             false,
         ),
     ];
@@ -674,6 +673,19 @@ pub fn tools() -> Vec<Tool> {
         out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
     }
     out
+}
+
+/// The JSON schema (2020-12) of a tool's input, with every subschema inline: hosts that
+/// do not follow `$ref` still see each field.
+fn schema<T: JsonSchema>() -> Arc<JsonObject> {
+    let schema = rmcp::schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>();
+    match serde_json::to_value(schema) {
+        Ok(Value::Object(o)) => Arc::new(o),
+        _ => Arc::new(JsonObject::new()),
+    }
 }
 
 fn annotations(read_only: bool) -> ToolAnnotations {

@@ -127,6 +127,12 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
             t.name
         );
         assert!(t.description.is_some(), "{}", t.name);
+        let schema = serde_json::to_string(&*t.input_schema).unwrap();
+        assert!(
+            !schema.contains("$ref"),
+            "{}: every field inline: {schema}",
+            t.name
+        );
     }
     names.sort();
     let mut expected: Vec<String> = memtape::tools::registry()
