@@ -32,11 +32,12 @@ use axum::http::request::Parts;
 use memtape::{ContextConfig, ContextRequest, MateClaw, Message, Policy, Qanot, Scope};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, Implementation, JsonObject, ListPromptsResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ResourceUpdatedNotificationParam, Role as McpRole, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
+    GetPromptResponse, GetPromptResult, Implementation, InitializeRequestParams, InitializeResult,
+    JsonObject, ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    Prompt, PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceUpdatedNotificationParam,
+    Role as McpRole, ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool,
+    ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::schemars::JsonSchema;
 use rmcp::service::{Peer, RequestContext};
@@ -132,6 +133,9 @@ pub struct Memtape {
     fixed: Option<Who>,
     /// This connection or session, for its subscriptions.
     id: u64,
+    /// Over HTTP: the tenant of the session's first request; a request of another tenant
+    /// (another key that got hold of the session id) is refused.
+    tenant: Mutex<Option<String>>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -143,6 +147,7 @@ impl Memtape {
             hub,
             fixed,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            tenant: Mutex::new(None),
         }
     }
 
@@ -173,6 +178,19 @@ impl Memtape {
             parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
                 ErrorData::internal_error("/mcp is not behind authentication", None)
             })?;
+        {
+            let mut tenant = self.tenant.lock().unwrap_or_else(|p| p.into_inner());
+            match tenant.as_deref() {
+                None => *tenant = Some(caller.tenant.clone()),
+                Some(t) if t == caller.tenant => {}
+                Some(_) => {
+                    return Err(ErrorData::invalid_request(
+                        "this MCP session was started with another key; start a new session",
+                        None,
+                    ));
+                }
+            }
+        }
         let axum::extract::Query(params) =
             axum::extract::Query::<ScopeParams>::try_from_uri(&parts.uri)
                 .map_err(|e| ErrorData::invalid_params(format!("/mcp query: {e}"), None))?;
@@ -735,6 +753,18 @@ impl ServerHandler for Memtape {
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
         .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        // The scope is checked (and, over HTTP, the session bound to the key's tenant)
+        // before anything else.
+        self.who(&context)?;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

@@ -82,11 +82,12 @@ fn agent_and_user_come_from_the_query() {
         "the default agent's memory is another's: {other}"
     );
     runtime().block_on(async {
-        // A bad agent name: every call is refused, naming it.
-        let (client, _) = connect(&s.url("/mcp?agent=a%00b"), None).await.unwrap();
-        let err = client.list_all_tools().await.unwrap_err().to_string();
+        // A bad agent name: refused at initialization, naming it.
+        let err = connect(&s.url("/mcp?agent=a%00b"), None)
+            .await
+            .err()
+            .unwrap();
         assert!(err.contains("agent"), "{err}");
-        client.cancel().await.unwrap();
     });
 }
 
@@ -289,4 +290,91 @@ fn stopping_ends_the_sessions_so_a_graceful_shutdown_does_not_wait_for_hosts() {
             .unwrap()
             .unwrap();
     });
+}
+
+#[test]
+fn a_session_belongs_to_the_tenant_that_started_it() {
+    let s = Server::start();
+    let keys = KeyStore::open(s.dir.path());
+    let (acme, _) = keys.create("acme", Role::Write).unwrap();
+    let (globex, _) = keys.create("globex", Role::Write).unwrap();
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let post = |key: &str, session: Option<&str>, body: serde_json::Value| {
+        let mut request = agent
+            .post(&s.url("/mcp"))
+            .header("Authorization", &format!("Bearer {key}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2025-06-18");
+        if let Some(id) = session {
+            request = request.header("Mcp-Session-Id", id);
+        }
+        let mut response = request.send_json(&body).unwrap();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (id, response.body_mut().read_to_string().unwrap_or_default())
+    };
+    let (id, body) = post(
+        &acme,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    let id = id.unwrap_or_else(|| panic!("no session id: {body}"));
+    post(
+        &acme,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    ok_raw(
+        &post(
+            &acme,
+            Some(&id),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "memory_save", "arguments": {"content": "acme's secret plan"}}}),
+        )
+        .1,
+    );
+    // globex's key with acme's session id is refused, and learns nothing.
+    let (_, body) = post(
+        &globex,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+            "params": {"uri": "memtape://memory/MEMORY.md"}}),
+    );
+    assert!(
+        body.contains("another key") && !body.contains("secret"),
+        "{body}"
+    );
+    let (_, body) = post(
+        &globex,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "memory_show", "arguments": {}}}),
+    );
+    assert!(
+        body.contains("another key") && !body.contains("MEMORY.md"),
+        "{body}"
+    );
+    // acme's own session goes on.
+    let (_, body) = post(
+        &acme,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+            "params": {"uri": "memtape://memory/MEMORY.md"}}),
+    );
+    assert!(body.contains("acme's secret plan"), "{body}");
+}
+
+/// A raw JSON-RPC answer (an SSE event or JSON) that is a result, not an error.
+fn ok_raw(body: &str) {
+    assert!(
+        body.contains("\"result\"") && !body.contains("\"error\""),
+        "{body}"
+    );
 }
