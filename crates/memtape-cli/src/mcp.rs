@@ -3,8 +3,6 @@
 //! come from the flags; the tools, resources and prompt are memtape-server's MCP (the same
 //! implementation `/mcp` serves over HTTP).
 
-use std::os::fd::AsFd;
-
 use anyhow::{Context as _, Result};
 use clap::Args;
 use memtape::Engine;
@@ -37,15 +35,15 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     let state = AppState::new(engine, KeyStore::open(&dir), Limits::default(), true);
     // The standard streams are duplicated: `main` holds the lock of Rust's stdout for the
     // other commands' output, and the MCP transport writes from other threads.
-    let input = std::io::stdin().as_fd().try_clone_to_owned()?;
-    let output = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let input = duplicate(&std::io::stdin())?;
+    let output = duplicate(&std::io::stdout())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let read = tokio::fs::File::from_std(std::fs::File::from(input));
-        let write = tokio::fs::File::from_std(std::fs::File::from(output));
+        let read = tokio::fs::File::from_std(input);
+        let write = tokio::fs::File::from_std(output);
         memtape_server::mcp::serve_stdio(
             state,
             (&ctx.tenant, &ctx.agent, ctx.user.as_deref()),
@@ -57,4 +55,16 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     // A read of stdin still pending on the blocking pool must not keep the process alive.
     runtime.shutdown_background();
     Ok(())
+}
+
+/// A new handle on a standard stream, as a file (reads and writes bypass Rust's lock).
+#[cfg(unix)]
+fn duplicate(stream: &impl std::os::fd::AsFd) -> std::io::Result<std::fs::File> {
+    Ok(stream.as_fd().try_clone_to_owned()?.into())
+}
+
+/// A new handle on a standard stream, as a file (reads and writes bypass Rust's lock).
+#[cfg(windows)]
+fn duplicate(stream: &impl std::os::windows::io::AsHandle) -> std::io::Result<std::fs::File> {
+    Ok(stream.as_handle().try_clone_to_owned()?.into())
 }
