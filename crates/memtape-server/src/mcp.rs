@@ -33,18 +33,15 @@ use memtape::{ContextConfig, ContextRequest, MateClaw, Message, Policy, Qanot, S
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, InitializeRequestParams, InitializeResult,
-    JsonObject, ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    Prompt, PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ResourceUpdatedNotificationParam,
-    Role as McpRole, ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool,
-    ToolAnnotations, UnsubscribeRequestParams,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, Role as McpRole, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::schemars::JsonSchema;
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -53,6 +50,16 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::rest;
 use crate::state::{AppState, Caller, Role};
 use crate::wire::{ChatMessage, ScopeParams};
+
+mod hub;
+mod tools;
+
+use hub::{Hub, Sub};
+pub use tools::tools;
+use tools::{
+    AppendInput, ContextInput, HistoryInput, PolicyInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT,
+    TAPE_HISTORY, TAPE_SEARCH, is_tool,
+};
 
 /// The memory skill: the `memory_skill` prompt.
 pub const SKILL: &str = include_str!("mcp/skill.md");
@@ -401,338 +408,6 @@ fn to_text(value: &impl serde::Serialize) -> Result<String, Refusal> {
     serde_json::to_string(value).map_err(|e| Refusal::Server(ApiError::internal(e.to_string())))
 }
 
-const TAPE_APPEND: &str = "tape_append";
-const TAPE_HISTORY: &str = "tape_history";
-const TAPE_SEARCH: &str = "tape_search";
-const TAPE_CONTEXT: &str = "tape_context";
-
-/// `tape_append`'s input.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(deny_unknown_fields)]
-struct AppendInput {
-    /// The session (conversation) to append to.
-    session: String,
-    /// The messages, in order (one transaction).
-    messages: Vec<MessageInput>,
-}
-
-/// A chat message (OpenAI's shape).
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(deny_unknown_fields)]
-struct MessageInput {
-    /// Who speaks.
-    role: MessageRole,
-    /// The text (none for an assistant message that only calls tools).
-    #[serde(default)]
-    content: Option<String>,
-    /// A participant or tool name.
-    #[serde(default)]
-    name: Option<String>,
-    /// The tools an assistant message calls.
-    #[serde(default)]
-    tool_calls: Vec<ToolCallInput>,
-    /// For a tool result: the id of the call it answers.
-    #[serde(default)]
-    tool_call_id: Option<String>,
-}
-
-impl MessageInput {
-    fn to_wire(&self) -> Value {
-        let mut o = serde_json::Map::new();
-        o.insert("role".into(), json!(self.role.as_str()));
-        o.insert("content".into(), json!(self.content));
-        if let Some(n) = &self.name {
-            o.insert("name".into(), json!(n));
-        }
-        if !self.tool_calls.is_empty() {
-            let calls: Vec<Value> = self
-                .tool_calls
-                .iter()
-                .map(|c| {
-                    json!({"id": c.id, "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments}})
-                })
-                .collect();
-            o.insert("tool_calls".into(), Value::Array(calls));
-        }
-        if let Some(id) = &self.tool_call_id {
-            o.insert("tool_call_id".into(), json!(id));
-        }
-        Value::Object(o)
-    }
-}
-
-/// A tool call made by the assistant.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-struct ToolCallInput {
-    /// The call's id.
-    id: String,
-    /// The function called.
-    function: FunctionInput,
-}
-
-/// The function of a tool call.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-struct FunctionInput {
-    /// Its name.
-    name: String,
-    /// Its arguments, JSON-encoded.
-    arguments: String,
-}
-
-/// A message's role.
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(rename_all = "lowercase")]
-enum MessageRole {
-    /// A system message.
-    System,
-    /// The user.
-    User,
-    /// The assistant.
-    Assistant,
-    /// A tool result.
-    Tool,
-}
-
-impl MessageRole {
-    fn as_str(self) -> &'static str {
-        match self {
-            MessageRole::System => "system",
-            MessageRole::User => "user",
-            MessageRole::Assistant => "assistant",
-            MessageRole::Tool => "tool",
-        }
-    }
-}
-
-/// `tape_history`'s input.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(deny_unknown_fields)]
-struct HistoryInput {
-    /// The session.
-    session: String,
-    /// At most this many messages (default 500).
-    #[serde(default)]
-    max_messages: Option<usize>,
-    /// At most this many tokens (cl100k).
-    #[serde(default)]
-    max_tokens: Option<usize>,
-}
-
-/// `tape_search`'s input.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(deny_unknown_fields)]
-struct SearchInput {
-    /// What to look for: a few distinctive words.
-    query: String,
-    /// At most this many hits (default 10, at most 100).
-    #[serde(default)]
-    limit: Option<usize>,
-    /// `hybrid` (default), `bm25` (words) or `vector` (meaning).
-    #[serde(default)]
-    mode: Option<SearchMode>,
-    /// Only this session.
-    #[serde(default)]
-    session: Option<String>,
-    /// Only entries of this kind (`message`, `tool_call`, `tool_result`, `system`,
-    /// `anchor`, `event`).
-    #[serde(default)]
-    kind: Option<String>,
-    /// Only messages with this role.
-    #[serde(default)]
-    role: Option<MessageRole>,
-    /// How wide: the agent (default), the user's sessions, or the whole tenant.
-    #[serde(default)]
-    scope: Option<SearchScope>,
-    /// Only entries from this time on (RFC 3339 or a date).
-    #[serde(default)]
-    since: Option<String>,
-    /// Only entries before this time.
-    #[serde(default)]
-    until: Option<String>,
-}
-
-/// How a search ranks.
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(rename_all = "lowercase")]
-enum SearchMode {
-    /// BM25 and embeddings, fused.
-    Hybrid,
-    /// Words only.
-    Bm25,
-    /// Embeddings only.
-    Vector,
-}
-
-impl SearchMode {
-    fn as_str(self) -> &'static str {
-        match self {
-            SearchMode::Hybrid => "hybrid",
-            SearchMode::Bm25 => "bm25",
-            SearchMode::Vector => "vector",
-        }
-    }
-}
-
-/// How wide a search looks.
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(rename_all = "lowercase")]
-enum SearchScope {
-    /// Every session of the agent.
-    Agent,
-    /// The user's sessions.
-    User,
-    /// Every agent of the tenant.
-    Tenant,
-}
-
-impl SearchScope {
-    fn as_str(self) -> &'static str {
-        match self {
-            SearchScope::Agent => "agent",
-            SearchScope::User => "user",
-            SearchScope::Tenant => "tenant",
-        }
-    }
-}
-
-/// `tape_context`'s input.
-#[derive(Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(deny_unknown_fields)]
-struct ContextInput {
-    /// The session.
-    session: String,
-    /// The token budget: the most tokens the prompt may have.
-    budget: usize,
-    /// How older messages are compacted: `mateclaw` (default) or `qanot`.
-    #[serde(default)]
-    policy: Option<PolicyInput>,
-    /// The agent's system prompt.
-    #[serde(default)]
-    system: Option<String>,
-    /// The message being answered, when it is not on the tape yet.
-    #[serde(default)]
-    message: Option<String>,
-    /// Record a new compaction on the tape (default true; false needs only a read key).
-    #[serde(default)]
-    record: Option<bool>,
-}
-
-/// A compaction policy.
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(rename_all = "lowercase")]
-enum PolicyInput {
-    /// MateClaw: summarize all but the most recent pairs.
-    Mateclaw,
-    /// Qanot: keep the first and last messages, summarize the middle.
-    Qanot,
-}
-
-/// Every tool: the registry's under their function names, then the tape tools.
-pub fn tools() -> Vec<Tool> {
-    let mut out: Vec<Tool> = memtape::tools::registry()
-        .into_iter()
-        .map(|spec| {
-            let schema = match &spec.input_schema {
-                Value::Object(o) => o.clone(),
-                _ => JsonObject::new(),
-            };
-            let read_only = reads_only(spec.name);
-            Tool::new(spec.function_name(), spec.description, Arc::new(schema))
-                .with_annotations(annotations(read_only))
-        })
-        .collect();
-    let tape: [(&str, &str, Arc<JsonObject>, bool); 4] = [
-        (
-            TAPE_APPEND,
-            "Append messages to a session of the tape (one transaction); the user's messages \
-             are scanned first, and corrections, names, preferences, decisions, exact values \
-             and 'remember ...' go to SESSION-STATE.md (and durable ones to MEMORY.md). \
-             Returns the new entry ids and what was captured.",
-            schema::<AppendInput>(),
-            false,
-        ),
-        (
-            TAPE_HISTORY,
-            "The history a model would get for a session: its recent messages (those not yet \
-             consolidated), as OpenAI chat messages, within max_messages and max_tokens.",
-            schema::<HistoryInput>(),
-            true,
-        ),
-        (
-            TAPE_SEARCH,
-            "Search everything on the tape (messages, tool calls and results, memory changes) \
-             by words and meaning; filters by session, kind, role and time. Returns the \
-             entries found, best first, with scores.",
-            schema::<SearchInput>(),
-            true,
-        ),
-        (
-            TAPE_CONTEXT,
-            "The prompt for a session within a token budget: the system message (system \
-             prompt, agent files, memory), the compaction summary in effect, the history and \
-             the current message. A new compaction is recorded unless record is false.",
-            schema::<ContextInput>(),
-            false,
-        ),
-    ];
-    for (name, description, schema, read_only) in tape {
-        out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
-    }
-    out
-}
-
-/// The JSON schema (2020-12) of a tool's input, with every subschema inline: hosts that
-/// do not follow `$ref` still see each field.
-fn schema<T: JsonSchema>() -> Arc<JsonObject> {
-    let schema = rmcp::schemars::generate::SchemaSettings::draft2020_12()
-        .with(|s| s.inline_subschemas = true)
-        .into_generator()
-        .into_root_schema_for::<T>();
-    match serde_json::to_value(schema) {
-        Ok(Value::Object(o)) => Arc::new(o),
-        _ => Arc::new(JsonObject::new()),
-    }
-}
-
-fn annotations(read_only: bool) -> ToolAnnotations {
-    ToolAnnotations::new()
-        .read_only(read_only)
-        .destructive(false)
-        .open_world(false)
-}
-
-/// Whether the registry tool `name` only reads memory. The server's `POST
-/// /v1/tools/{name}` decides what a key may call; this is only the hint hosts show.
-fn reads_only(name: &str) -> bool {
-    matches!(
-        name,
-        "memory.recall"
-            | "memory.show"
-            | "memory_search"
-            | "list_workspace_memory_files"
-            | "read_workspace_memory_file"
-    )
-}
-
-fn is_tool(name: &str) -> bool {
-    matches!(
-        name,
-        TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT
-    ) || memtape::tools::find(name).is_some()
-}
-
 fn server_error(e: ApiError) -> ErrorData {
     ErrorData::internal_error(e.message, None)
 }
@@ -911,80 +586,6 @@ impl ServerHandler for Memtape {
         let mut result = GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
         result.description = Some("memtape's memory skill".into());
         Ok(result.into())
-    }
-}
-
-/// One subscription to a memory file.
-struct Sub {
-    session: u64,
-    memory: Scope,
-    uri: String,
-    peer: Peer<RoleServer>,
-}
-
-/// The subscriptions of every connection of one server.
-#[derive(Default)]
-struct Hub {
-    subs: Mutex<Vec<Sub>>,
-}
-
-/// Whether a change of `changed`'s memory can change what `watched` sees: the same scope,
-/// or the agent's memory under one of its users' (a user's view layers the agent's files).
-fn affects(changed: &Scope, watched: &Scope) -> bool {
-    changed.tenant() == watched.tenant()
-        && changed.agent_name() == watched.agent_name()
-        && (changed.user().is_none() || changed.user() == watched.user())
-}
-
-impl Hub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sub>> {
-        self.subs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn subscribe(&self, sub: Sub) {
-        let mut subs = self.lock();
-        if !subs
-            .iter()
-            .any(|s| s.session == sub.session && s.uri == sub.uri && s.memory == sub.memory)
-        {
-            subs.push(sub);
-        }
-    }
-
-    fn unsubscribe(&self, session: u64, uri: &str) {
-        self.lock()
-            .retain(|s| !(s.session == session && s.uri == uri));
-    }
-
-    fn forget(&self, session: u64) {
-        self.lock().retain(|s| s.session != session);
-    }
-
-    fn watching(&self, memory: &Scope) -> bool {
-        self.lock().iter().any(|s| affects(memory, &s.memory))
-    }
-
-    /// Tells the subscribers of each of `paths` (files of `memory`) that it changed.
-    async fn notify(&self, memory: &Scope, paths: &[&String]) {
-        if paths.is_empty() {
-            return;
-        }
-        let uris: Vec<String> = paths.iter().map(|p| file_uri(p)).collect();
-        let targets: Vec<(u64, Peer<RoleServer>, String)> = self
-            .lock()
-            .iter()
-            .filter(|s| affects(memory, &s.memory) && uris.contains(&s.uri))
-            .map(|s| (s.session, s.peer.clone(), s.uri.clone()))
-            .collect();
-        for (session, peer, uri) in targets {
-            let sent = peer
-                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                .await;
-            if sent.is_err() {
-                // The connection is gone.
-                self.forget(session);
-            }
-        }
     }
 }
 
