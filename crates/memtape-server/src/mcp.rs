@@ -17,8 +17,8 @@
 //!
 //! Who calls: over stdio, the tenant, agent and user given on the command line; over HTTP,
 //! the tenant and role of the [`Caller`] the authentication middleware put on the request,
-//! and `agent`/`user` from the `/mcp` URL's query. A `read` key cannot call a tool that
-//! writes. The protocol versions offered are those with an `initialize` handshake (up to
+//! and `agent`/`user` from the `/mcp` URL's query; an HTTP session stays with the tenant
+//! that started it. A `read` key cannot call a tool that writes. The protocol versions offered are those with an `initialize` handshake (up to
 //! 2025-11-25): sessions, and so resource subscriptions, exist there.
 
 use std::borrow::Cow;
