@@ -9,6 +9,7 @@ mod context;
 mod ctx;
 mod dify;
 mod lifecycle;
+mod mcp;
 mod memory;
 mod node;
 mod output;
@@ -103,6 +104,8 @@ enum Command {
     /// API keys: each decides the tenant of the requests that carry it.
     #[command(subcommand)]
     Keys(serve::KeysCommand),
+    /// Serve MCP on stdin and stdout: memory tools, files and skill for an MCP host.
+    Mcp(mcp::McpArgs),
     /// Benchmarks (not tests): numbers for docs/benchmarks.md.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -154,6 +157,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,
         Command::Search(a) => retrieval::search(&ctx.scope(&a.scope).models(&a.models), a, out)?,
+        Command::Mcp(a) => mcp::mcp(&ctx.scope(&a.scope).models(&a.models), a)?,
         Command::Reindex(a) => retrieval::reindex(&ctx.store(&a.store).models(&a.models), a, out)?,
         Command::Memory(a) => memory::memory(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Files(a) => memory::files(&ctx.scope(&a.scope), &a.command, out)?,

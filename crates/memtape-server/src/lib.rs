@@ -9,6 +9,7 @@ mod auth;
 pub mod error;
 mod extract;
 pub mod keys;
+pub mod mcp;
 mod rest;
 mod state;
 pub mod wire;
@@ -145,9 +146,22 @@ pub fn openapi_json() -> String {
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// The HTTP service: the REST API, `/openapi.json` and `/healthz`.
+/// The HTTP service: the REST API, MCP at `/mcp`, `/openapi.json` and `/healthz`.
 pub fn app(state: AppState) -> Router {
+    let mcp = mcp::mcp_service(state.clone());
+    router(state, mcp)
+}
+
+/// [`app`] with `mcp` mounted at `/mcp`.
+fn router(
+    state: AppState,
+    mcp: rmcp::transport::streamable_http_server::StreamableHttpService<
+        mcp::Memtape,
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    >,
+) -> Router {
     let api = rest::routes()
+        .route_service("/mcp", mcp)
         .fallback(|| async { ApiError::not_found("no such route") })
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -186,8 +200,19 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+    // One signal, two listeners: the HTTP server stops accepting, and MCP ends its sessions
+    // (their open event streams would otherwise keep the graceful shutdown waiting).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
+    let server = axum::serve(listener, router(state, mcp)).with_graceful_shutdown(async move {
+        stopped(stop_rx).await;
         let _ = done_tx.send(());
     });
     let server = tokio::spawn(async move { server.await });

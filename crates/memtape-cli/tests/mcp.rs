@@ -1,0 +1,110 @@
+//! `memtape mcp` over stdio: the real binary spawned as a child process, as an MCP host
+//! launches it, driven by rmcp's client through the same walk as the HTTP test (every tool,
+//! the memory files as resources, an update notification, the prompt); the scope flags;
+//! what it wrote is the store the other commands read.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../memtape-server/tests/mcp/client.rs"]
+mod client;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use client::{Client, Connected, ok, read};
+use rmcp::ServiceExt;
+use rmcp::transport::TokioChildProcess;
+use serde_json::json;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `memtape mcp ARGS` on the store in `data`, BM25 only, connected.
+async fn launch(
+    data: &Path,
+    args: &[&str],
+) -> (Connected, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_memtape"));
+    command
+        .arg("mcp")
+        .args(args)
+        .args(["--model", "none"])
+        .env("MEMTAPE_DATA_DIR", data)
+        .env_remove("MEMTAPE_MODEL");
+    let (transport, _stderr) = TokioChildProcess::builder(command)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let (client, updates) = Client::new();
+    (client.serve(transport).await.unwrap(), updates)
+}
+
+#[test]
+fn every_tool_resource_notification_and_prompt_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    runtime().block_on(async {
+        // No `memtape init` first: a host's first launch creates the store.
+        let (client, mut updates) = launch(&data, &[]).await;
+        client::exercise(&client, &mut updates).await;
+        client.cancel().await.unwrap();
+    });
+    // The other commands read what MCP wrote.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["history", "chat", "--json"])
+        .env("MEMTAPE_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hello Ada!"));
+}
+
+#[test]
+fn the_scope_comes_from_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    runtime().block_on(async {
+        let (ada, _) = launch(&data, &["--agent", "helper", "--user", "ada"]).await;
+        ok(&ada, "memory_save", json!({"content": "Ada's own memory"})).await;
+        ada.cancel().await.unwrap();
+
+        // Another process with the same flags reads it back ...
+        let (again, _) = launch(&data, &["--agent", "helper", "--user", "ada"]).await;
+        assert_eq!(
+            read(&again, "memtape://memory/MEMORY.md").await,
+            "Ada's own memory"
+        );
+        again.cancel().await.unwrap();
+        // ... another agent, or another tenant, does not see it.
+        for flags in [
+            &["--agent", "other"][..],
+            &["--tenant", "acme", "--agent", "helper"][..],
+        ] {
+            let (other, _) = launch(&data, flags).await;
+            assert!(
+                other.list_all_resources().await.unwrap().is_empty(),
+                "{flags:?}"
+            );
+            other.cancel().await.unwrap();
+        }
+    });
+    // A bad scope is refused before MCP starts, naming what is wrong.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["mcp", "--model", "none", "--agent", ""])
+        .env("MEMTAPE_DATA_DIR", &data)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "nothing but MCP on stdout");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("agent"), "{err}");
+}

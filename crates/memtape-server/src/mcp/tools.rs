@@ -1,0 +1,341 @@
+//! The MCP tools: the registry's tools under their function names, the tape tools, their
+//! input types and JSON schemas.
+
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub(super) const TAPE_APPEND: &str = "tape_append";
+pub(super) const TAPE_HISTORY: &str = "tape_history";
+pub(super) const TAPE_SEARCH: &str = "tape_search";
+pub(super) const TAPE_CONTEXT: &str = "tape_context";
+
+/// `tape_append`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct AppendInput {
+    /// The session (conversation) to append to.
+    pub(super) session: String,
+    /// The messages, in order (one transaction).
+    pub(super) messages: Vec<MessageInput>,
+}
+
+/// A chat message (OpenAI's shape).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct MessageInput {
+    /// Who speaks.
+    pub(super) role: MessageRole,
+    /// The text (none for an assistant message that only calls tools).
+    #[serde(default)]
+    pub(super) content: Option<String>,
+    /// A participant or tool name.
+    #[serde(default)]
+    pub(super) name: Option<String>,
+    /// The tools an assistant message calls.
+    #[serde(default)]
+    pub(super) tool_calls: Vec<ToolCallInput>,
+    /// For a tool result: the id of the call it answers.
+    #[serde(default)]
+    pub(super) tool_call_id: Option<String>,
+}
+
+impl MessageInput {
+    pub(super) fn to_wire(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        o.insert("role".into(), json!(self.role.as_str()));
+        o.insert("content".into(), json!(self.content));
+        if let Some(n) = &self.name {
+            o.insert("name".into(), json!(n));
+        }
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments}})
+                })
+                .collect();
+            o.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if let Some(id) = &self.tool_call_id {
+            o.insert("tool_call_id".into(), json!(id));
+        }
+        Value::Object(o)
+    }
+}
+
+/// A tool call made by the assistant.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub(super) struct ToolCallInput {
+    /// The call's id.
+    pub(super) id: String,
+    /// The function called.
+    pub(super) function: FunctionInput,
+}
+
+/// The function of a tool call.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub(super) struct FunctionInput {
+    /// Its name.
+    pub(super) name: String,
+    /// Its arguments, JSON-encoded.
+    pub(super) arguments: String,
+}
+
+/// A message's role.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum MessageRole {
+    /// A system message.
+    System,
+    /// The user.
+    User,
+    /// The assistant.
+    Assistant,
+    /// A tool result.
+    Tool,
+}
+
+impl MessageRole {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            MessageRole::System => "system",
+            MessageRole::User => "user",
+            MessageRole::Assistant => "assistant",
+            MessageRole::Tool => "tool",
+        }
+    }
+}
+
+/// `tape_history`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct HistoryInput {
+    /// The session.
+    pub(super) session: String,
+    /// At most this many messages (default 500).
+    #[serde(default)]
+    pub(super) max_messages: Option<usize>,
+    /// At most this many tokens (cl100k).
+    #[serde(default)]
+    pub(super) max_tokens: Option<usize>,
+}
+
+/// `tape_search`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct SearchInput {
+    /// What to look for: a few distinctive words.
+    pub(super) query: String,
+    /// At most this many hits (default 10, at most 100).
+    #[serde(default)]
+    pub(super) limit: Option<usize>,
+    /// `hybrid` (default), `bm25` (words) or `vector` (meaning).
+    #[serde(default)]
+    pub(super) mode: Option<SearchMode>,
+    /// Only this session.
+    #[serde(default)]
+    pub(super) session: Option<String>,
+    /// Only entries of this kind (`message`, `tool_call`, `tool_result`, `system`,
+    /// `anchor`, `event`).
+    #[serde(default)]
+    pub(super) kind: Option<String>,
+    /// Only messages with this role.
+    #[serde(default)]
+    pub(super) role: Option<MessageRole>,
+    /// How wide: the agent (default), the user's sessions, or the whole tenant.
+    #[serde(default)]
+    pub(super) scope: Option<SearchScope>,
+    /// Only entries from this time on (RFC 3339 or a date).
+    #[serde(default)]
+    pub(super) since: Option<String>,
+    /// Only entries before this time.
+    #[serde(default)]
+    pub(super) until: Option<String>,
+}
+
+/// How a search ranks.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SearchMode {
+    /// BM25 and embeddings, fused.
+    Hybrid,
+    /// Words only.
+    Bm25,
+    /// Embeddings only.
+    Vector,
+}
+
+impl SearchMode {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Hybrid => "hybrid",
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Vector => "vector",
+        }
+    }
+}
+
+/// How wide a search looks.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SearchScope {
+    /// Every session of the agent.
+    Agent,
+    /// The user's sessions.
+    User,
+    /// Every agent of the tenant.
+    Tenant,
+}
+
+impl SearchScope {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            SearchScope::Agent => "agent",
+            SearchScope::User => "user",
+            SearchScope::Tenant => "tenant",
+        }
+    }
+}
+
+/// `tape_context`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContextInput {
+    /// The session.
+    pub(super) session: String,
+    /// The token budget: the most tokens the prompt may have.
+    pub(super) budget: usize,
+    /// How older messages are compacted: `mateclaw` (default) or `qanot`.
+    #[serde(default)]
+    pub(super) policy: Option<PolicyInput>,
+    /// The agent's system prompt.
+    #[serde(default)]
+    pub(super) system: Option<String>,
+    /// The message being answered, when it is not on the tape yet.
+    #[serde(default)]
+    pub(super) message: Option<String>,
+    /// Record a new compaction on the tape (default true; false needs only a read key).
+    #[serde(default)]
+    pub(super) record: Option<bool>,
+}
+
+/// A compaction policy.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum PolicyInput {
+    /// MateClaw: summarize all but the most recent pairs.
+    Mateclaw,
+    /// Qanot: keep the first and last messages, summarize the middle.
+    Qanot,
+}
+
+/// Every tool: the registry's under their function names, then the tape tools.
+pub fn tools() -> Vec<Tool> {
+    let mut out: Vec<Tool> = memtape::tools::registry()
+        .into_iter()
+        .map(|spec| {
+            let schema = match &spec.input_schema {
+                Value::Object(o) => o.clone(),
+                _ => JsonObject::new(),
+            };
+            let read_only = reads_only(spec.name);
+            Tool::new(spec.function_name(), spec.description, Arc::new(schema))
+                .with_annotations(annotations(read_only))
+        })
+        .collect();
+    let tape: [(&str, &str, Arc<JsonObject>, bool); 4] = [
+        (
+            TAPE_APPEND,
+            "Append messages to a session of the tape (one transaction); the user's messages \
+             are scanned first, and corrections, names, preferences, decisions, exact values \
+             and 'remember ...' go to SESSION-STATE.md (and durable ones to MEMORY.md). \
+             Returns the new entry ids and what was captured.",
+            schema::<AppendInput>(),
+            false,
+        ),
+        (
+            TAPE_HISTORY,
+            "The history a model would get for a session: its recent messages (those not yet \
+             consolidated), as OpenAI chat messages, within max_messages and max_tokens.",
+            schema::<HistoryInput>(),
+            true,
+        ),
+        (
+            TAPE_SEARCH,
+            "Search everything on the tape (messages, tool calls and results, memory changes) \
+             by words and meaning; filters by session, kind, role and time. Returns the \
+             entries found, best first, with scores.",
+            schema::<SearchInput>(),
+            true,
+        ),
+        (
+            TAPE_CONTEXT,
+            "The prompt for a session within a token budget: the system message (system \
+             prompt, agent files, memory), the compaction summary in effect, the history and \
+             the current message. A new compaction is recorded unless record is false.",
+            schema::<ContextInput>(),
+            false,
+        ),
+    ];
+    for (name, description, schema, read_only) in tape {
+        out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
+    }
+    out
+}
+
+/// The JSON schema (2020-12) of a tool's input, with every subschema inline: hosts that
+/// do not follow `$ref` still see each field.
+fn schema<T: JsonSchema>() -> Arc<JsonObject> {
+    let schema = rmcp::schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>();
+    match serde_json::to_value(schema) {
+        Ok(Value::Object(o)) => Arc::new(o),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn annotations(read_only: bool) -> ToolAnnotations {
+    ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(false)
+        .open_world(false)
+}
+
+/// Whether the registry tool `name` only reads memory. The server's `POST
+/// /v1/tools/{name}` decides what a key may call; this is only the hint hosts show.
+fn reads_only(name: &str) -> bool {
+    matches!(
+        name,
+        "memory.recall"
+            | "memory.show"
+            | "memory_search"
+            | "list_workspace_memory_files"
+            | "read_workspace_memory_file"
+    )
+}
+
+pub(super) fn is_tool(name: &str) -> bool {
+    matches!(
+        name,
+        TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT
+    ) || memtape::tools::find(name).is_some()
+}

@@ -1,0 +1,380 @@
+//! MCP over streamable HTTP at `/mcp` of a real server on 127.0.0.1, with rmcp's client:
+//! the whole walk (every tool, the memory files as resources, an update notification, the
+//! prompt), keys (none, a wrong one, a read key) and tenant isolation with two keys.
+#![allow(clippy::unwrap_used)]
+
+#[path = "mcp/client.rs"]
+mod client;
+mod common;
+
+use client::{Client, Connected, call, ok, ok_json, read};
+use common::Server;
+use memtape_server::{KeyStore, Role};
+use rmcp::ServiceExt;
+use rmcp::model::ReadResourceRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Connects to `url` with `key`, as a host would.
+async fn connect(
+    url: &str,
+    key: Option<&str>,
+) -> Result<(Connected, tokio::sync::mpsc::UnboundedReceiver<String>), String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(k) = key {
+        config = config.auth_header(k.to_owned());
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let (client, updates) = Client::new();
+    let connected = client.serve(transport).await.map_err(|e| e.to_string())?;
+    Ok((connected, updates))
+}
+
+#[test]
+fn every_tool_resource_notification_and_prompt_over_http() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (client, mut updates) = connect(&url, None).await.unwrap();
+        client::exercise(&client, &mut updates).await;
+        client.cancel().await.unwrap();
+    });
+    // What MCP wrote is what REST reads.
+    let (status, history) = s.get("/v1/sessions/chat/history");
+    assert_eq!(status, 200);
+    assert_eq!(history["messages"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn agent_and_user_come_from_the_query() {
+    let s = Server::start();
+    let url = s.url("/mcp?agent=helper&user=ada");
+    runtime().block_on(async {
+        let (client, _) = connect(&url, None).await.unwrap();
+        ok(
+            &client,
+            "memory_save",
+            json!({"content": "Ada's own memory"}),
+        )
+        .await;
+        client.cancel().await.unwrap();
+    });
+    let (_, shown) = s.post(
+        "/v1/tools/memory.show?agent=helper&user=ada",
+        &json!({"input": {}}),
+    );
+    assert!(
+        shown["text"].as_str().unwrap().contains("MEMORY.md"),
+        "{shown}"
+    );
+    let (_, other) = s.post("/v1/tools/memory.recall", &json!({"input": {}}));
+    assert!(
+        !other["text"].as_str().unwrap().contains("Ada's own memory"),
+        "the default agent's memory is another's: {other}"
+    );
+    runtime().block_on(async {
+        // A bad agent name: refused at initialization, naming it.
+        let err = connect(&s.url("/mcp?agent=a%00b"), None)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("agent"), "{err}");
+    });
+}
+
+#[test]
+fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
+    let s = Server::start();
+    let keys = KeyStore::open(s.dir.path());
+    let (acme, _) = keys.create("acme", Role::Write).unwrap();
+    let (globex, _) = keys.create("globex", Role::Write).unwrap();
+    let (reader, _) = keys.create("acme", Role::Read).unwrap();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        // No key, or a wrong one: refused before MCP starts.
+        assert!(connect(&url, None).await.is_err());
+        assert!(connect(&url, Some("mtk_nope_nope")).await.is_err());
+
+        let (a, _) = connect(&url, Some(&acme)).await.unwrap();
+        let (g, mut g_updates) = connect(&url, Some(&globex)).await.unwrap();
+        ok(&a, "memory_save", json!({"content": "acme's secret plan"})).await;
+        ok(
+            &a,
+            "memory",
+            json!({"command": "create", "path": "/memories/acme.md", "file_text": "acme only\n"}),
+        )
+        .await;
+        let appended = ok_json(
+            &a,
+            "tape_append",
+            json!({"session": "chat", "messages": [{"role": "user", "content": "the acme launch code is 4711"}]}),
+        )
+        .await;
+        let acme_message = appended["ids"][0].as_u64().unwrap();
+        let found = ok_json(
+            &a,
+            "tape_search",
+            json!({"query": "secret plan", "mode": "bm25", "kind": "event"}),
+        )
+        .await;
+        let acme_change = found["hits"][0]["entry"]["id"].as_u64().unwrap();
+
+        // globex calls every tool with acme's session, entry ids, paths and filters: nothing
+        // of acme's is returned, changed or named.
+        let calls = [
+            ("memory_save", json!({"content": "globex plan"})),
+            ("memory_daily", json!({"content": "globex day"})),
+            ("memory_recall", json!({"query": "secret plan"})),
+            ("memory_show", json!({})),
+            ("memory_forget", json!({"ids": [acme_change]})),
+            ("memory_forget", json!({"ids": [acme_message]})),
+            ("memory", json!({"command": "view", "path": "/memories/acme.md"})),
+            ("memory", json!({"command": "view", "path": "/memories"})),
+            ("memory", json!({"command": "delete", "path": "/memories/acme.md"})),
+            ("memory", json!({"command": "str_replace", "path": "/memories/acme.md", "old_str": "acme", "new_str": "x"})),
+            ("list_workspace_memory_files", json!({})),
+            ("read_workspace_memory_file", json!({"filename": "memories/acme.md"})),
+            ("edit_workspace_memory_file", json!({"filename": "MEMORY.md", "oldText": "secret", "newText": "public"})),
+            ("write_workspace_memory_file", json!({"filename": "memories/acme.md", "content": "globex was here"})),
+            ("memory_search", json!({"query": "secret plan launch code"})),
+            ("tape_history", json!({"session": "chat"})),
+            ("tape_append", json!({"session": "chat", "messages": [{"role": "user", "content": "globex hello"}]})),
+            ("tape_history", json!({"session": "chat"})),
+            ("tape_search", json!({"query": "launch code 4711", "mode": "bm25"})),
+            ("tape_search", json!({"query": "launch code 4711", "mode": "bm25", "scope": "tenant", "session": "chat"})),
+            ("tape_search", json!({"query": "secret plan", "mode": "bm25", "kind": "event", "scope": "tenant"})),
+            ("tape_context", json!({"session": "chat", "budget": 2000, "message": "what is the launch code?"})),
+            ("memory_clear", json!({})),
+        ];
+        let mut called: Vec<String> = calls.iter().map(|(t, _)| (*t).to_owned()).collect();
+        called.sort();
+        called.dedup();
+        let mut every: Vec<String> = g
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        every.sort();
+        assert_eq!(called, every, "every tool is called");
+        for (tool, args) in calls {
+            let (text, _) = call(&g, tool, args.clone()).await;
+            for acme_only in ["secret", "4711", "acme only", "acme's"] {
+                assert!(!text.contains(acme_only), "{tool} {args}: {text}");
+            }
+        }
+        let (text, error) = call(&g, "memory_forget", json!({"ids": [acme_change]})).await;
+        assert!(error, "another tenant's change is not globex's to forget: {text}");
+        for r in g.list_all_resources().await.unwrap() {
+            let content = read(&g, &r.uri).await;
+            assert!(!content.contains("secret") && !content.contains("acme only"), "{content}");
+        }
+        assert!(
+            g.read_resource(ReadResourceRequestParams::new("memtape://memory/MEMORY.md"))
+                .await
+                .is_err(),
+            "globex cleared its memory; acme's is not there"
+        );
+        // acme's memory and tape are as acme left them.
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's secret plan");
+        assert_eq!(read(&a, "memtape://memory/memories/acme.md").await, "acme only\n");
+        let history = ok_json(&a, "tape_history", json!({"session": "chat"})).await;
+        assert_eq!(history["messages"].as_array().unwrap().len(), 1, "{history}");
+
+        // globex's subscribers hear of globex's changes only.
+        #[allow(deprecated)]
+        g.subscribe(rmcp::model::SubscribeRequestParams::new(
+            "memtape://memory/MEMORY.md",
+        ))
+        .await
+        .unwrap();
+        ok(&a, "memory_save", json!({"content": "acme's second plan"})).await;
+        ok(&g, "memory_save", json!({"content": "globex's own"})).await;
+        let update = tokio::time::timeout(std::time::Duration::from_secs(30), g_updates.recv());
+        assert_eq!(update.await.unwrap().unwrap(), "memtape://memory/MEMORY.md");
+        assert!(g_updates.try_recv().is_err(), "only globex's own change");
+        assert_eq!(read(&g, "memtape://memory/MEMORY.md").await, "globex's own");
+
+        // A read key reads but cannot write.
+        let (r, _) = connect(&url, Some(&reader)).await.unwrap();
+        assert!(
+            ok(&r, "memory_recall", json!({}))
+                .await
+                .contains("acme's second plan")
+        );
+        assert_eq!(read(&r, "memtape://memory/MEMORY.md").await, "acme's second plan");
+        for (tool, args) in [
+            ("memory_save", json!({"content": "overwritten"})),
+            ("tape_append", json!({"session": "chat", "messages": [{"role": "user", "content": "x"}]})),
+            ("tape_context", json!({"session": "chat", "budget": 1000})),
+        ] {
+            let (text, error) = call(&r, tool, args).await;
+            assert!(error && text.contains("read"), "{tool}: {text}");
+        }
+        ok_json(
+            &r,
+            "tape_context",
+            json!({"session": "chat", "budget": 1000, "record": false}),
+        )
+        .await;
+        // The read-only hint of each registry tool is what the server enforces.
+        for tool in r.list_all_tools().await.unwrap() {
+            if tool.name.starts_with("tape_") {
+                continue;
+            }
+            let read_only = tool.annotations.as_ref().unwrap().read_only_hint == Some(true);
+            let (text, _) = call(&r, &tool.name, json!({})).await;
+            assert_eq!(
+                !text.contains("needs a write key"),
+                read_only,
+                "{}: {text}",
+                tool.name
+            );
+        }
+        assert_eq!(read(&a, "memtape://memory/MEMORY.md").await, "acme's second plan");
+        for c in [a, g, r] {
+            c.cancel().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn stopping_ends_the_sessions_so_a_graceful_shutdown_does_not_wait_for_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = memtape::Engine::init(dir.path()).unwrap();
+    let state = memtape_server::AppState::new(
+        engine,
+        KeyStore::open(dir.path()),
+        memtape_server::Limits::default(),
+        true,
+    );
+    runtime().block_on(async {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let signal = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stopped| *stopped).await;
+        };
+        let app = axum::Router::new()
+            .route_service(
+                "/mcp",
+                memtape_server::mcp::mcp_service_until(state, signal(stop_rx.clone())),
+            )
+            // What the authentication middleware puts on a request.
+            .layer(axum::Extension(memtape_server::Caller {
+                tenant: "default".into(),
+                role: Role::Admin,
+            }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        // Graceful shutdown without a grace period: it waits for every connection.
+        let server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(signal(stop_rx))
+                .into_future(),
+        );
+        let (client, _) = connect(&url, None).await.unwrap();
+        ok(&client, "memory_show", json!({})).await;
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), server)
+            .await
+            .expect("the server stopped with a host still connected")
+            .unwrap()
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_session_belongs_to_the_tenant_that_started_it() {
+    let s = Server::start();
+    let keys = KeyStore::open(s.dir.path());
+    let (acme, _) = keys.create("acme", Role::Write).unwrap();
+    let (globex, _) = keys.create("globex", Role::Write).unwrap();
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let post = |key: &str, session: Option<&str>, body: serde_json::Value| {
+        let mut request = agent
+            .post(&s.url("/mcp"))
+            .header("Authorization", &format!("Bearer {key}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2025-06-18");
+        if let Some(id) = session {
+            request = request.header("Mcp-Session-Id", id);
+        }
+        let mut response = request.send_json(&body).unwrap();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (id, response.body_mut().read_to_string().unwrap_or_default())
+    };
+    let (id, body) = post(
+        &acme,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    let id = id.unwrap_or_else(|| panic!("no session id: {body}"));
+    post(
+        &acme,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    ok_raw(
+        &post(
+            &acme,
+            Some(&id),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "memory_save", "arguments": {"content": "acme's secret plan"}}}),
+        )
+        .1,
+    );
+    // globex's key with acme's session id is refused, and learns nothing.
+    let (_, body) = post(
+        &globex,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+            "params": {"uri": "memtape://memory/MEMORY.md"}}),
+    );
+    assert!(
+        body.contains("another key") && !body.contains("secret"),
+        "{body}"
+    );
+    let (_, body) = post(
+        &globex,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "memory_show", "arguments": {}}}),
+    );
+    assert!(
+        body.contains("another key") && !body.contains("MEMORY.md"),
+        "{body}"
+    );
+    // acme's own session goes on.
+    let (_, body) = post(
+        &acme,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+            "params": {"uri": "memtape://memory/MEMORY.md"}}),
+    );
+    assert!(body.contains("acme's secret plan"), "{body}");
+}
+
+/// A raw JSON-RPC answer (an SSE event or JSON) that is a result, not an error.
+fn ok_raw(body: &str) {
+    assert!(
+        body.contains("\"result\"") && !body.contains("\"error\""),
+        "{body}"
+    );
+}
