@@ -49,11 +49,13 @@ fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<
             "this server needs an API key: send `Authorization: Bearer KEY`",
         ));
     };
+    // The scheme is case-insensitive (RFC 9110, 11.1).
     let key = header
         .to_str()
         .ok()
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim())
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be `Bearer KEY`"))?;
     state
         .keys()

@@ -145,3 +145,28 @@ fn the_body_limit_is_the_configured_one() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert_eq!(s.get("/v1/sessions/huge/history").0, 404, "nothing stored");
 }
+
+/// The authorization scheme is case-insensitive, as HTTP says; the key itself is exact.
+#[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let s = Server::start();
+    let (key, _) = memtape_server::KeyStore::open(s.dir.path())
+        .create("acme", memtape_server::Role::Read)
+        .unwrap();
+    let get = |auth: &str| {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
+        write!(
+            tcp,
+            "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(get(&format!("bearer {key}")).starts_with("HTTP/1.1 200"));
+    assert!(get(&format!("BEARER {key}")).starts_with("HTTP/1.1 200"));
+    assert!(get(&format!("Basic {key}")).starts_with("HTTP/1.1 401"));
+    assert!(get(&format!("Bearer {}", key.to_uppercase())).starts_with("HTTP/1.1 401"));
+}

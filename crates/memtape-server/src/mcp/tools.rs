@@ -255,7 +255,8 @@ pub fn tools() -> Vec<Tool> {
                 Value::Object(o) => o.clone(),
                 _ => JsonObject::new(),
             };
-            let read_only = reads_only(spec.name);
+            // The same rule `POST /v1/tools/{name}` enforces; for hosts it is a hint.
+            let read_only = crate::rest::reads_only(spec.name);
             Tool::new(spec.function_name(), spec.description, Arc::new(schema))
                 .with_annotations(annotations(read_only))
         })
@@ -318,19 +319,6 @@ fn annotations(read_only: bool) -> ToolAnnotations {
         .read_only(read_only)
         .destructive(false)
         .open_world(false)
-}
-
-/// Whether the registry tool `name` only reads memory. The server's `POST
-/// /v1/tools/{name}` decides what a key may call; this is only the hint hosts show.
-fn reads_only(name: &str) -> bool {
-    matches!(
-        name,
-        "memory.recall"
-            | "memory.show"
-            | "memory_search"
-            | "list_workspace_memory_files"
-            | "read_workspace_memory_file"
-    )
 }
 
 pub(super) fn is_tool(name: &str) -> bool {

@@ -619,8 +619,9 @@ pub async fn call_tool(
     }))
 }
 
-/// Whether the tool only reads memory (a `read` key may call it).
-fn reads_only(name: &str) -> bool {
+/// Whether the tool only reads memory (a `read` key may call it; MCP shows it as the
+/// tool's read-only hint).
+pub(crate) fn reads_only(name: &str) -> bool {
     matches!(
         name,
         "memory.recall"
