@@ -180,19 +180,7 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
                 a.dify.print(&config, &refs, a.json, out)?;
             } else {
                 let history = memory.get_history(&a.message_id, parent, a.max_tokens)?;
-                let refs: Vec<&Entry> = history.iter().map(|m| &m.entry).collect();
-                if a.json {
-                    let messages: Vec<output::ChatMessage<'_>> = refs
-                        .iter()
-                        .filter_map(|e| e.message())
-                        .map(output::ChatMessage::of)
-                        .collect();
-                    output::json(out, &messages)?;
-                } else {
-                    for e in refs {
-                        writeln!(out, "{}", output::entry_line(e))?;
-                    }
-                }
+                output::history(out, history.iter().map(|m| &m.entry), a.json)?;
             }
         }
         NodeCommand::Clear(r) => {

@@ -21,6 +21,27 @@ pub fn json(out: &mut impl Write, value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
+/// Prints a history: OpenAI chat messages as JSON, or one line per entry for people.
+pub fn history<'a>(
+    out: &mut impl Write,
+    entries: impl IntoIterator<Item = &'a Entry>,
+    as_json: bool,
+) -> Result<()> {
+    let entries: Vec<&Entry> = entries.into_iter().collect();
+    if as_json {
+        let messages: Vec<ChatMessage<'_>> = entries
+            .iter()
+            .filter_map(|e| e.message())
+            .map(ChatMessage::of)
+            .collect();
+        return json(out, &messages);
+    }
+    for e in entries {
+        writeln!(out, "{}", entry_line(e))?;
+    }
+    Ok(())
+}
+
 /// Whether an error is stdout's reader having gone away (`memtape … | head`).
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {

@@ -318,18 +318,7 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
         None => engine.history_view(&scope)?,
     };
     let history = engine.history_in(&scope, &limits, view)?;
-    if a.json {
-        let messages: Vec<output::ChatMessage<'_>> = history
-            .iter()
-            .filter_map(|e| e.message())
-            .map(output::ChatMessage::of)
-            .collect();
-        output::json(out, &messages)?;
-    } else {
-        for e in &history {
-            writeln!(out, "{}", output::entry_line(e))?;
-        }
-    }
+    output::history(out, &history, a.json)?;
     Ok(())
 }
 

@@ -93,8 +93,18 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The session `name` of the caller's tenant, agent and user.
 fn session(caller: &Caller, p: &ScopeParams, name: &str) -> Result<Scope> {
+    session_of(caller, p.agent.as_deref(), p.user.as_deref(), name)
+}
+
+/// The session `name` of the caller's tenant, of `agent` (default `default`) and `user`.
+fn session_of(
+    caller: &Caller,
+    agent: Option<&str>,
+    user: Option<&str>,
+    name: &str,
+) -> Result<Scope> {
     Ok(caller
-        .scope(p.agent(), p.user.as_deref())?
+        .scope(agent.unwrap_or("default"), user)?
         .with_session(name)?)
 }
 
@@ -242,11 +252,7 @@ pub async fn history(
     ApiQuery(p): ApiQuery<HistoryParams>,
 ) -> Result<Json<History>> {
     caller.require(KeyRole::Read)?;
-    let scope_params = ScopeParams {
-        agent: p.agent.clone(),
-        user: p.user.clone(),
-    };
-    let scope = session(&caller, &scope_params, &name)?;
+    let scope = session_of(&caller, p.agent.as_deref(), p.user.as_deref(), &name)?;
     let view = match p.view.as_deref() {
         None => None,
         Some("thread") => Some(HistoryView::Thread),
@@ -335,11 +341,7 @@ pub async fn entries(
     ApiQuery(p): ApiQuery<EntriesParams>,
 ) -> Result<Json<Entries>> {
     caller.require(KeyRole::Read)?;
-    let scope_params = ScopeParams {
-        agent: p.agent.clone(),
-        user: p.user.clone(),
-    };
-    let scope = session(&caller, &scope_params, &name)?;
+    let scope = session_of(&caller, p.agent.as_deref(), p.user.as_deref(), &name)?;
     let range = match (
         &p.after_anchor,
         p.from_last_anchor,
