@@ -6,6 +6,12 @@
 //! stalled server shows as latency instead of hiding as fewer requests). Reported per
 //! operation: throughput, p50/p95/p99 latency and errors; the caller adds the server's peak
 //! memory and checks that every acknowledged append is on the tape.
+//!
+//! The text is synthetic but shaped like conversation: each message strings stop words
+//! and eight content words drawn by Zipf's law from a 50,000-word vocabulary, so a few
+//! words are common and most are rare, and a search for two content words matches a small
+//! part of the store, as in a real one. (A store where every message holds every query
+//! word is BM25's worst case: each search scores the whole store.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,6 +99,54 @@ impl Samples {
     }
 }
 
+/// Content words in the vocabulary.
+const VOCABULARY: f64 = 50_000.0;
+/// The Zipf rank of the commonest content word: the ranks above it are stop words and the
+/// like, which queries drop.
+const FIRST_RANK: f64 = 100.0;
+const SYLLABLES: [&str; 18] = [
+    "ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo", "de", "pa", "zu", "ge", "bo", "fi", "ya",
+    "tor", "len", "mar",
+];
+const STOP: [&str; 12] = [
+    "the", "a", "i", "it", "is", "to", "and", "of", "in", "we", "that", "was",
+];
+
+/// A deterministic pseudo-random number from `n` and `salt` (splitmix64).
+fn mix(n: u64, salt: u64) -> u64 {
+    let mut z = n.wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A content word drawn by Zipf's law (frequency ∝ 1 / rank) over ranks 100 to 50,100:
+/// the commonest is in about one draw in 600, as a common content word is in English.
+fn word(n: u64, salt: u64) -> String {
+    let u = (mix(n, salt) >> 11) as f64 / (1u64 << 53) as f64;
+    let span = (VOCABULARY + FIRST_RANK) / FIRST_RANK;
+    let mut r = (FIRST_RANK * span.powf(u) - FIRST_RANK) as u64;
+    let mut w = String::new();
+    for _ in 0..4 {
+        w.push_str(SYLLABLES[(r % SYLLABLES.len() as u64) as usize]);
+        r /= SYLLABLES.len() as u64;
+    }
+    w
+}
+
+/// Message `n`: eight content words with stop words between them.
+fn message(n: u64) -> String {
+    (0..8)
+        .map(|i| format!("{} {}", STOP[(mix(n, 100 + i) % 12) as usize], word(n, i)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Search `n`: two content words, drawn like the messages'.
+fn query(n: u64) -> String {
+    format!("{} {}", word(n, 1_000), word(n, 1_001))
+}
+
 fn index(op: Op) -> usize {
     OPS.iter().position(|o| *o == op).unwrap_or(0)
 }
@@ -130,12 +184,11 @@ impl Client {
                 }
                 r.send_json(json!({
                     "role": "assistant",
-                    "content": format!("load message {n}: the weather in Tashkent is sunny, about {} degrees", n % 40),
+                    "content": message(n as u64),
                 }))
             }
             Op::Search => {
-                let words = ["weather", "Tashkent", "sunny", "degrees", "message"];
-                let q = words[n % words.len()];
+                let q = query(n as u64).replace(' ', "+");
                 let mut r = self.agent.get(&url(&format!("/v1/search?q={q}&limit=10")));
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
@@ -253,9 +306,10 @@ pub fn saturation(target: &Target, clients: usize, seconds: f64, mix: [usize; 3]
 }
 
 /// A fixed offered rate for `seconds`: `rates` requests per second of each operation,
-/// started on schedule by `workers` threads per operation (enough to keep the schedule
-/// while some requests are slow); latency counts from the scheduled start.
-pub fn fixed_rate(target: &Target, rates: [f64; 3], seconds: f64, workers: usize) -> RunReport {
+/// started on schedule; latency counts from the scheduled start. Each operation gets one
+/// sending thread per 10 requests a second (at least 4), so the loop stays open while
+/// requests take under 100 ms; a server slower than that shows as missed schedule.
+pub fn fixed_rate(target: &Target, rates: [f64; 3], seconds: f64) -> RunReport {
     let all = Arc::new(Mutex::new(Samples::new()));
     let start = Instant::now() + Duration::from_millis(200);
     let mut threads = Vec::new();
@@ -265,6 +319,7 @@ pub fn fixed_rate(target: &Target, rates: [f64; 3], seconds: f64, workers: usize
             continue;
         }
         let total = (rate * seconds) as usize;
+        let workers = ((rate / 10.0).ceil() as usize).clamp(4, 1_000);
         for w in 0..workers {
             let (all, target) = (all.clone(), target.clone());
             threads.push(std::thread::spawn(move || {

@@ -25,8 +25,8 @@ pub struct ServeBenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [16, 64])]
     clients: Vec<usize>,
     /// Saturation mix: appends, searches, context builds (weights).
-    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = [8, 1, 1])]
-    mix: Vec<usize>,
+    #[arg(long, value_parser = parse_mix, default_value = "8,1,1")]
+    mix: [usize; 3],
     /// Fixed-rate run: appends per second.
     #[arg(long, default_value_t = 1000.0)]
     rate_append: f64,
@@ -100,7 +100,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         sessions: a.sessions,
     };
     let seconds = f64::from(a.seconds);
-    let mix = [a.mix[0], a.mix[1], a.mix[2]];
+    let mix = a.mix;
     let mut runs = Vec::new();
     for &clients in &a.clients {
         let run = saturation(&target, clients, seconds, mix);
@@ -108,9 +108,11 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         runs.push(run);
     }
     let rates = [a.rate_append, a.rate_search, a.rate_context];
-    let run = fixed_rate(&target, rates, seconds, 32);
-    eprintln!("{}", summary(&run));
-    runs.push(run);
+    if rates.iter().any(|r| *r > 0.0) {
+        let run = fixed_rate(&target, rates, seconds);
+        eprintln!("{}", summary(&run));
+        runs.push(run);
+    }
     let acknowledged: Vec<u64> = runs.iter().flat_map(|r| r.acknowledged.clone()).collect();
     let mut report = Report {
         runs,
@@ -140,6 +142,24 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         );
     }
     write_report(&report, a.out.as_deref(), out)
+}
+
+/// `--mix A,S,C`: three weights, not all zero.
+fn parse_mix(s: &str) -> Result<[usize; 3], String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    let weights: Vec<usize> = parts
+        .iter()
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--mix takes three whole numbers like 8,1,1: {e}"))?;
+    match weights[..] {
+        [a, s, c] if a + s + c > 0 => Ok([a, s, c]),
+        [_, _, _] => Err("--mix needs at least one weight above 0".into()),
+        _ => Err(format!(
+            "--mix takes three weights (appends,searches,context builds), got {}",
+            weights.len()
+        )),
+    }
 }
 
 fn summary(r: &RunReport) -> String {

@@ -36,7 +36,7 @@ pub use history::{HistoryLimits, HistoryView, select_history};
 pub use query::{AnchorRange, Filter, Order, TapeQuery};
 pub use scope::Scope;
 pub use thread::walk_thread;
-pub use tokens::{Bpe, BpeEncoding, TokenCounter};
+pub use tokens::{Bpe, BpeEncoding, Cached, TokenCounter};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,5 +1,6 @@
 //! Token counting with a real BPE (cl100k / o200k, via tiktoken-rs), behind a trait so
-//! history and context code can be tested with any counter.
+//! history and context code can be tested with any counter, and a cache in front of it
+//! ([`Cached`]) so a message counted once is not counted again.
 
 use crate::Message;
 
@@ -72,9 +73,109 @@ impl TokenCounter for Bpe {
     }
 }
 
+/// Texts shorter than this are counted directly: hashing them costs about as much.
+const CACHE_MIN_LEN: usize = 32;
+
+/// A counter that remembers the counts of texts it has seen, keyed by a 64-bit hash of the
+/// text and its length, so the same stored message counted again by the next context
+/// build costs a hash instead of a BPE pass. The tape never changes a message, so the
+/// counts never go stale. Memory is bounded: two generations of at most `capacity` texts
+/// each; a text seen in the older one is carried into the newer.
+pub struct Cached<C> {
+    inner: C,
+    capacity: usize,
+    seen: std::sync::Mutex<[std::collections::HashMap<(u64, usize), usize>; 2]>,
+}
+
+impl<C> Cached<C> {
+    /// Wraps `inner`, remembering up to about `2 × capacity` texts.
+    pub fn new(inner: C, capacity: usize) -> Self {
+        Cached {
+            inner,
+            capacity: capacity.max(1),
+            seen: Default::default(),
+        }
+    }
+}
+
+impl<C> Cached<C> {
+    /// The two generations. A panic elsewhere cannot leave them inconsistent: each insert
+    /// is whole.
+    fn seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, [std::collections::HashMap<(u64, usize), usize>; 2]> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<C> std::fmt::Debug for Cached<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: TokenCounter> TokenCounter for Cached<C> {
+    fn count(&self, text: &str) -> usize {
+        if text.len() < CACHE_MIN_LEN {
+            return self.inner.count(text);
+        }
+        let key = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            let hasher: BuildHasherDefault<std::collections::hash_map::DefaultHasher> =
+                BuildHasherDefault::default();
+            (hasher.hash_one(text), text.len())
+        };
+        {
+            let mut seen = self.seen();
+            if let Some(n) = seen[0].get(&key).copied() {
+                return n;
+            }
+            if let Some(n) = seen[1].remove(&key) {
+                seen[0].insert(key, n);
+                return n;
+            }
+        }
+        let n = self.inner.count(text);
+        let mut seen = self.seen();
+        if seen[0].len() >= self.capacity {
+            seen.swap(0, 1);
+            seen[0].clear();
+        }
+        seen[0].insert(key, n);
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_counter_counts_like_the_counter_it_wraps() {
+        let bpe = Bpe::new(BpeEncoding::Cl100k);
+        // Capacity 2: the generations turn over while the texts repeat.
+        let cached = Cached::new(bpe.clone(), 2);
+        let texts: Vec<String> = (0..20)
+            .map(|i| {
+                format!(
+                    "message number {i}, long enough to be remembered: {}",
+                    "x".repeat(i)
+                )
+            })
+            .collect();
+        for _ in 0..3 {
+            for t in &texts {
+                assert_eq!(cached.count(t), bpe.count(t), "{t}");
+            }
+        }
+        assert_eq!(cached.count("short"), bpe.count("short"));
+        let seen = cached.seen.lock().unwrap();
+        assert!(seen[0].len() <= 2 && seen[1].len() <= 2);
+    }
 
     #[test]
     fn cl100k_counts_like_tiktoken() {

@@ -219,12 +219,18 @@ pub struct Index {
     embedder: Option<Arc<dyn Embedder>>,
     config: IndexConfig,
     writer: Mutex<Connection>,
-    reader: Mutex<Connection>,
+    /// Read-only connections for BM25 queries, one per search running at once (opened as
+    /// needed, kept for reuse), so searches do not wait for each other.
+    readers: Mutex<Vec<Connection>>,
     docs: RwLock<Docs>,
     /// Set by [`Index::rebuild`]: the next catch-up rebuilds the file from the whole tape.
     rebuild: Mutex<bool>,
     /// The last failed catch-up, for operators (see [`Index::last_failure`]).
     failure: Mutex<Option<String>>,
+    /// The tape the last successful catch-up found the file bound to ("" before one):
+    /// while the store is still that tape and has nothing after [`Index::covered`], a
+    /// catch-up has nothing to do and returns without taking the write lock.
+    tape: Mutex<String>,
 }
 
 impl std::fmt::Debug for Index {
@@ -235,6 +241,12 @@ impl std::fmt::Debug for Index {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+fn open_reader(path: &Path) -> Result<Connection> {
+    let reader = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    reader.busy_timeout(file::BUSY_TIMEOUT)?;
+    Ok(reader)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -306,17 +318,17 @@ impl Index {
             }
             file::load(&writer, dim, path)?
         };
-        let reader = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-        reader.busy_timeout(file::BUSY_TIMEOUT)?;
+        let reader = open_reader(path)?;
         Ok(Index {
             path: path.to_owned(),
             embedder,
             config,
             writer: Mutex::new(writer),
-            reader: Mutex::new(reader),
+            readers: Mutex::new(vec![reader]),
             docs: RwLock::new(docs),
             rebuild: Mutex::new(rebuild),
             failure: Mutex::new(None),
+            tape: Mutex::new(String::new()),
         })
     }
 
@@ -360,6 +372,18 @@ impl Index {
     /// those run by an engine's write hook, which never fail the append itself), if any.
     pub fn last_failure(&self) -> Option<String> {
         lock(&self.failure).clone()
+    }
+
+    /// Runs `f` on a read-only connection from the pool.
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = lock(&self.readers).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => open_reader(&self.path)?,
+        };
+        let out = f(&conn);
+        lock(&self.readers).push(conn);
+        out
     }
 
     fn read_docs(&self) -> RwLockReadGuard<'_, Docs> {

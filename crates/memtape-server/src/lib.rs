@@ -8,6 +8,7 @@ mod appender;
 mod auth;
 pub mod error;
 mod extract;
+mod indexer;
 pub mod keys;
 pub mod mcp;
 mod rest;

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use crate::appender::Appender;
 use crate::error::{ApiError, Result};
+use crate::indexer::Indexer;
 use crate::keys::KeyStore;
 
 /// What a key may do. Each role includes the ones before it.
@@ -114,6 +115,8 @@ struct Inner {
     // Declared first, so it is dropped first: its writer thread finishes the appends
     // queued and lets go of the engine before the store closes.
     appender: Appender,
+    // Then the indexer, stopped between two batches.
+    _indexer: Indexer,
     engine: Arc<Engine<SqliteStore>>,
     permits: Arc<Semaphore>,
     keys: KeyStore,
@@ -130,10 +133,11 @@ impl AppState {
         limits: Limits,
         loopback: bool,
     ) -> Self {
-        let engine = Arc::new(engine);
+        let (engine, indexer) = Indexer::start(engine);
         AppState {
             inner: Arc::new(Inner {
                 appender: Appender::start(engine.clone()),
+                _indexer: indexer,
                 engine,
                 permits: Arc::new(Semaphore::new(limits.engine_calls.max(1))),
                 keys,

@@ -60,3 +60,71 @@ fn concurrent_appends_are_all_acknowledged_durable_and_in_order() {
         assert_eq!(texts, want, "client {c}'s messages, in order");
     }
 }
+
+/// Appends are acknowledged before they are indexed (the indexer runs in the background),
+/// so this checks the promise that replaces indexing on the write path: a search finds
+/// every append acknowledged before it, while other clients keep writing.
+#[test]
+fn a_search_finds_every_append_acknowledged_before_it_while_others_write() {
+    let s = Arc::new(Server::start());
+    let threads: Vec<_> = (0..6)
+        .map(|c| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let word = format!("zq{c}x{i}marker");
+                    let (status, body) = s.post(
+                        &format!("/v1/sessions/w{c}/messages"),
+                        &json!({"role": "user", "content": format!("note {word} for later")}),
+                    );
+                    assert_eq!(status, 201, "{body}");
+                    let id = body["ids"][0].as_u64().unwrap();
+                    let (status, found) = s.get(&format!("/v1/search?q={word}&mode=bm25"));
+                    assert_eq!(status, 200, "{found}");
+                    let ids: Vec<u64> = found["hits"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|h| h["entry"]["id"].as_u64().unwrap())
+                        .collect();
+                    // Neighbour spreading may add the turn before it, below it.
+                    assert_eq!(ids.first(), Some(&id), "{word}: {found}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// The index follows the tape without any search asking it to: the index file (opened
+/// here as another process would) comes to cover every acknowledged append.
+#[test]
+fn the_background_indexer_catches_up_without_a_search() {
+    let s = Server::start();
+    let mut last = 0;
+    for i in 0..300 {
+        let (status, body) = s.post(
+            &format!("/v1/sessions/s{}/messages", i % 7),
+            &json!({"role": "assistant", "content": format!("message {i}")}),
+        );
+        assert_eq!(status, 201, "{body}");
+        last = body["ids"][0].as_u64().unwrap();
+    }
+    let path = s.dir.path().join("index.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let index = memtape::Index::open(&path, None, memtape::IndexConfig::default()).unwrap();
+        if index.covered().0 >= last {
+            assert!(index.len() >= 300, "{} documents", index.len());
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the index covers {} of {last} after 20 s",
+            index.covered().0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -106,9 +106,14 @@ impl<S: Store> Engine<S> {
         self.add_write_hook(MemoryHook(f));
     }
 
-    /// Runs the write hooks: the search index first, then the others in the order added.
+    /// Runs the write hooks: the search index first (unless it is left to a background
+    /// indexer, [`Engine::set_index_on_write`]), then the others in the order added.
     pub(crate) fn after_write(&self, written: &[Entry]) {
-        let index = self.index.iter().map(|i| i as &dyn WriteHook<S>);
+        let index = self
+            .index
+            .iter()
+            .filter(|_| self.index_on_write)
+            .map(|i| i as &dyn WriteHook<S>);
         for hook in index.chain(self.hooks.iter().map(|h| h.as_ref())) {
             let _ = catch_unwind(AssertUnwindSafe(|| hook.written(&self.store, written)));
         }

@@ -58,9 +58,9 @@ pub use memtape_core::context::{
     Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
 };
 pub use memtape_core::{
-    Anchor, AnchorRange, Bpe, BpeEncoding, Content, Entry, EntryId, Event, Filter, HistoryLimits,
-    HistoryView, Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter,
-    ToolCall, events,
+    Anchor, AnchorRange, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, Event, Filter,
+    HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery,
+    TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
     memory, summary, wal,
 };
@@ -91,9 +91,16 @@ pub struct Engine<S: Store = SqliteStore> {
     tokens: Box<dyn TokenCounter>,
     clock: Box<dyn Fn() -> DateTime<Utc> + Send + Sync>,
     index: Option<Index>,
+    /// Whether each write brings the index up to date on the writer's thread (the
+    /// default), or leaves it to [`Engine::catch_up_index_step`] and the next search.
+    index_on_write: bool,
     hooks: Vec<Box<dyn WriteHook<S>>>,
     consolidation: lifecycle::ConsolidationLocks,
 }
+
+/// How many counted texts the default token counter remembers per generation (about
+/// 100 bytes each): enough for the recent history of many sessions.
+pub const TOKEN_CACHE: usize = 50_000;
 
 impl Engine<SqliteStore> {
     /// Creates (or opens) the store in `dir`.
@@ -121,13 +128,15 @@ impl Engine<MemoryStore> {
 }
 
 impl<S: Store> Engine<S> {
-    /// An engine over `store`, counting tokens with cl100k and reading the system clock.
+    /// An engine over `store`, counting tokens with cl100k (remembering the counts of the
+    /// last [`TOKEN_CACHE`] to `2 × TOKEN_CACHE` texts) and reading the system clock.
     pub fn with_store(store: S) -> Self {
         Engine {
             store,
-            tokens: Box::new(Bpe::new(BpeEncoding::Cl100k)),
+            tokens: Box::new(Cached::new(Bpe::new(BpeEncoding::Cl100k), TOKEN_CACHE)),
             clock: Box::new(Utc::now),
             index: None,
+            index_on_write: true,
             hooks: Vec::new(),
             consolidation: Default::default(),
         }

@@ -1,5 +1,6 @@
 //! Search on the engine: the index as a projection of the tape, brought up to date by its
-//! write hook (`hooks.rs`) after every append and before every search. A failed catch-up
+//! write hook (`hooks.rs`) after every append (or by a background indexer, see
+//! [`Engine::set_index_on_write`]) and before every search. A failed catch-up
 //! never fails an append that is already durable: the index keeps its mark, logs the
 //! failure (a `tracing` warning) and keeps it for [`Engine::index_failure`], and the
 //! catch-up at the start of the next search retries and reports the error.
@@ -35,6 +36,26 @@ impl<S: Store> Engine<S> {
     /// The search index, if one is attached.
     pub fn index(&self) -> Option<&Index> {
         self.index.as_ref()
+    }
+
+    /// Whether every write brings the index up to date before it returns (`true`, the
+    /// default) or leaves that to a background indexer calling [`Engine::catch_up_index_step`]
+    /// (`false`, what a server does, so an append is acknowledged once it is durable
+    /// instead of once it is embedded). Either way a search first catches up, so it finds
+    /// every append acknowledged before it.
+    pub fn set_index_on_write(&mut self, on: bool) {
+        self.index_on_write = on;
+    }
+
+    /// One step of bringing the index up to date with the tape, for a background indexer
+    /// that must be able to stop between steps: indexes at most one batch of entries.
+    /// Returns whether the index is still behind the tape (`false` without an index).
+    pub fn catch_up_index_step(&self) -> Result<bool> {
+        let Some(index) = &self.index else {
+            return Ok(false);
+        };
+        index.catch_up_step(&self.store)?;
+        Ok(index.covered() < self.store.last_id()?)
     }
 
     /// The last failed catch-up of the attached index (the write hook's included), for a

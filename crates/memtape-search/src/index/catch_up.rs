@@ -75,7 +75,23 @@ impl Index {
     /// [`Index::catch_up`], calling `progress(done, total)` after each batch with the
     /// number of tape entries read so far and to read in all.
     pub fn catch_up_with(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
-        let out = self.try_catch_up(store, progress);
+        self.catch_up_pages(store, usize::MAX, progress)
+    }
+
+    /// One step of a catch-up, for a background indexer that must be able to stop between
+    /// steps: indexes at most one batch of tape entries ([`Index::covered`] then tells how
+    /// far it got). Returns how many documents were added.
+    pub fn catch_up_step(&self, store: &dyn Store) -> Result<usize> {
+        self.catch_up_pages(store, 1, &mut |_, _| {})
+    }
+
+    fn catch_up_pages(
+        &self,
+        store: &dyn Store,
+        max_pages: usize,
+        progress: Progress<'_>,
+    ) -> Result<usize> {
+        let out = self.try_catch_up(store, max_pages, progress);
         if let Err(e) = &out {
             tracing::warn!("search index {}: catch-up failed: {e}", self.path.display());
             *lock(&self.failure) = Some(e.to_string());
@@ -83,12 +99,43 @@ impl Index {
         out
     }
 
-    fn try_catch_up(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
-        let mut conn = lock(&self.writer);
+    fn try_catch_up(
+        &self,
+        store: &dyn Store,
+        max_pages: usize,
+        progress: Progress<'_>,
+    ) -> Result<usize> {
         let tape = store.tape_id()?;
+        // The last id is read after the caller (a search) started, so every append
+        // acknowledged before it is at or below it: once the index covers it, there is
+        // nothing to do. That is the fast path of most searches, and of the searches that
+        // waited below while another thread caught up for them.
+        let target = store.last_id()?;
+        let current =
+            || !*lock(&self.rebuild) && *lock(&self.tape) == tape && target <= self.covered();
+        if current() {
+            return Ok(0);
+        }
+        let mut conn = lock(&self.writer);
+        if current() {
+            return Ok(0);
+        }
+        let added = self.catch_up_locked(store, &mut conn, &tape, max_pages, progress)?;
+        *lock(&self.tape) = tape;
+        Ok(added)
+    }
+
+    fn catch_up_locked(
+        &self,
+        store: &dyn Store,
+        conn: &mut Connection,
+        tape: &str,
+        max_pages: usize,
+        progress: Progress<'_>,
+    ) -> Result<usize> {
         // Each round restarts after another process rebuilt or rebound the file.
         for _ in 0..4 {
-            let meta = file::meta(&conn)?;
+            let meta = file::meta(conn)?;
             let explicit = *lock(&self.rebuild);
             let foreign = meta.tape != tape && !(meta.tape.is_empty() && meta.covered.0 == 0);
             if explicit || foreign {
@@ -99,7 +146,7 @@ impl Index {
                         meta.covered.0
                     );
                 }
-                match self.rebuild_all(store, &mut conn, &tape, explicit, &mut *progress)? {
+                match self.rebuild_all(store, conn, tape, explicit, &mut *progress)? {
                     Outcome::Done(added) => {
                         *lock(&self.rebuild) = false;
                         return Ok(added);
@@ -107,9 +154,9 @@ impl Index {
                     Outcome::Restart => continue,
                 }
             }
-            self.sync(&mut conn)?;
+            self.sync(conn)?;
             let bound = !meta.tape.is_empty();
-            match self.follow(store, &mut conn, &tape, bound, &mut *progress)? {
+            match self.follow(store, conn, tape, bound, max_pages, &mut *progress)? {
                 Outcome::Done(added) => return Ok(added),
                 Outcome::Restart => continue,
             }
@@ -157,6 +204,7 @@ impl Index {
         conn: &mut Connection,
         tape: &str,
         bound: bool,
+        max_pages: usize,
         progress: Progress<'_>,
     ) -> Result<Outcome> {
         let start = self.covered();
@@ -175,6 +223,7 @@ impl Index {
         let total = (last.0 - start.0) as usize;
         let mut added = 0;
         let mut restart = false;
+        let mut left = max_pages;
         pages(store, start, |page| {
             match self.commit_batch(store, conn, tape, &page)? {
                 Outcome::Done(n) => added += n,
@@ -187,7 +236,8 @@ impl Index {
                 let done = (end.id.0 - start.0) as usize;
                 progress(done.min(total), total.max(done));
             }
-            Ok(true)
+            left -= 1;
+            Ok(left > 0)
         })?;
         Ok(if restart {
             Outcome::Restart

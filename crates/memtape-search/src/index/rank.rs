@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use memtape_core::EntryId;
 
-use super::{Docs, Index, lock};
+use super::{Docs, Index};
 use crate::fusion::{self, List};
 use crate::text::{cjk_query, fts_query};
 use crate::when::{self, Period};
@@ -158,22 +158,23 @@ impl Index {
         let sql = format!(
             "SELECT rowid, bm25(fts, 1.0, {weight}, 1.0) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s"
         );
-        let conn = lock(&self.reader);
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let mut rows = stmt.query([query])?;
-        let mut out = List::new();
-        while out.len() < depth {
-            let Some(r) = rows.next()? else { break };
-            let id: i64 = r.get(0)?;
-            let score: f64 = r.get(1)?;
-            // A document committed after this reader's snapshot of memory is skipped.
-            if let Some(row) = docs.row_of(id as u64)
-                && allowed(row)
-            {
-                out.push((row, -score as f32));
+        self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query([query])?;
+            let mut out = List::new();
+            while out.len() < depth {
+                let Some(r) = rows.next()? else { break };
+                let id: i64 = r.get(0)?;
+                let score: f64 = r.get(1)?;
+                // A document committed after this reader's snapshot of memory is skipped.
+                if let Some(row) = docs.row_of(id as u64)
+                    && allowed(row)
+                {
+                    out.push((row, -score as f32));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 }
 
