@@ -107,6 +107,9 @@ pub struct Models {
     pub model_dir: Option<PathBuf>,
     /// The model cache, when given.
     pub models_cache: Option<PathBuf>,
+    /// How many threads a batch of texts is embedded with (default 2; `memtape serve`
+    /// sets its own).
+    pub embed_threads: Option<usize>,
 }
 
 /// Everything a command runs with, resolved: a subcommand's own options, else the same
@@ -163,6 +166,7 @@ impl Ctx {
                     .models_cache
                     .clone()
                     .or_else(|| env(MODELS_ENV).map(PathBuf::from)),
+                embed_threads: None,
             },
         })
     }

@@ -64,10 +64,12 @@ fn config(ctx: &Ctx) -> Result<EmbedConfig> {
             "no platform data directory here: pass --models-cache or set MEMTAPE_MODELS",
         )?,
     };
+    let defaults = EmbedConfig::new(cache);
     Ok(EmbedConfig {
         model_dir: ctx.models.model_dir.clone(),
         verbose: ctx.verbose,
-        ..EmbedConfig::new(cache)
+        threads: ctx.models.embed_threads.unwrap_or(defaults.threads),
+        ..defaults
     })
 }
 

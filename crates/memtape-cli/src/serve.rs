@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// After SIGINT/SIGTERM, how long requests in flight may take to finish (seconds).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=600))]
     grace: u32,
+    /// Threads the background indexer embeds with. A search embeds its query on a
+    /// session of its own, so one thread leaves the other cores to requests.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    embed_threads: u32,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -58,7 +62,9 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     drop(memtape::Engine::init(&dir).with_context(|| format!("opening {}", dir.display()))?);
     // The model is loaded before the runtime starts any thread (ONNX Runtime's settings
     // are made through the environment, which must not change under other threads).
-    let engine = open_indexed(ctx, &a.tuning)?;
+    let mut ctx = ctx.clone();
+    ctx.models.embed_threads = Some(a.embed_threads as usize);
+    let engine = open_indexed(&ctx, &a.tuning)?;
     let limits = Limits {
         body_bytes: a.body_limit_mib as usize * 1024 * 1024,
         engine_calls: a.engine_calls as usize,

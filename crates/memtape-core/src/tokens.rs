@@ -73,9 +73,6 @@ impl TokenCounter for Bpe {
     }
 }
 
-/// Texts shorter than this are counted directly: hashing them costs about as much.
-const CACHE_MIN_LEN: usize = 32;
-
 /// A counter that remembers the counts of texts it has seen, keyed by a 64-bit hash of the
 /// text and its length, so the same stored message counted again by the next context
 /// build costs a hash instead of a BPE pass. The tape never changes a message, so the
@@ -120,8 +117,10 @@ impl<C> std::fmt::Debug for Cached<C> {
 
 impl<C: TokenCounter> TokenCounter for Cached<C> {
     fn count(&self, text: &str) -> usize {
-        if text.len() < CACHE_MIN_LEN {
-            return self.inner.count(text);
+        // Every text goes through the cache, short ones too: a BPE call has a fixed cost
+        // (its pre-tokenizing regex) far above a hash.
+        if text.is_empty() {
+            return 0;
         }
         let key = {
             use std::hash::{BuildHasher, BuildHasherDefault};

@@ -37,13 +37,19 @@ static ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
 /// single-threaded session per worker thread. Unpadded single runs also waste no compute on
 /// padding, so this is as fast as length-sorted batches (docs/benchmarks.md).
 pub struct OrtMiniLm {
-    /// One session per worker; each worker locks its own.
+    /// One session per worker; each worker locks its own for a whole batch.
     sessions: Vec<Mutex<Session>>,
+    /// Sessions kept for single texts (searches' queries, two at a time), so a query
+    /// never waits behind a background batch holding every worker session.
+    single: Vec<Mutex<Session>>,
     tokenizer: Tokenizer,
     inputs: Vec<(String, Input)>,
     output: String,
     id: String,
 }
+
+/// How many sessions are kept for single texts.
+const SINGLE_SESSIONS: usize = 2;
 
 /// A text's position in the input and its vector.
 type Indexed = (usize, Vec<f32>);
@@ -58,7 +64,8 @@ enum Input {
 
 impl OrtMiniLm {
     /// Loads the model from `files` (which must include the ONNX Runtime library) with
-    /// `threads` worker sessions, each running one text at a time on one thread.
+    /// `threads` worker sessions, each running one text at a time on one thread, and two
+    /// more for single texts (queries).
     ///
     /// The ONNX Runtime library is loaded on first use and stays loaded for the process; a
     /// later call with a different library path reuses the first one.
@@ -73,7 +80,7 @@ impl OrtMiniLm {
         let environment = environment(runtime)?;
         let bytes = std::fs::read(&files.weights).map_err(Error::io(&files.weights))?;
         let id = weights_id(Model::MiniLmInt8, &sha256_hex(&bytes));
-        let sessions = (0..threads.max(1))
+        let mut sessions = (0..threads.max(1) + SINGLE_SESSIONS)
             .map(|_| {
                 Session::builder(&environment)
                     .map_err(runtime_error)?
@@ -87,6 +94,11 @@ impl OrtMiniLm {
                     .map_err(|e| Error::Runtime(format!("{}: {e}", files.weights.display())))
             })
             .collect::<Result<Vec<Session>>>()?;
+        let single = sessions
+            .split_off(threads.max(1))
+            .into_iter()
+            .map(Mutex::new)
+            .collect();
         let session = &sessions[0];
 
         let inputs = session
@@ -134,6 +146,7 @@ impl OrtMiniLm {
 
         let embedder = Self {
             sessions: sessions.into_iter().map(Mutex::new).collect(),
+            single,
             tokenizer,
             inputs,
             output,
@@ -155,9 +168,29 @@ impl OrtMiniLm {
     /// Embeds `texts`: one unit vector per text, in order.
     ///
     /// Texts are handed out longest first to the worker sessions, which run side by side.
+    /// A single text runs on the session kept for single texts, or on a free worker
+    /// session if that one is busy.
     pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
+        }
+        if let [text] = texts {
+            let encoding = self
+                .tokenizer
+                .encode(*text, true)
+                .map_err(|e| Error::Embed(format!("tokenizing: {e}")))?;
+            let free = self
+                .single
+                .iter()
+                .chain(&self.sessions)
+                .find_map(|s| s.try_lock().ok());
+            let mut session = match free {
+                Some(s) => s,
+                None => self.single[text.len() % self.single.len()]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+            return Ok(vec![self.run(&mut session, &encoding)?]);
         }
         let encodings = self
             .tokenizer

@@ -124,6 +124,8 @@ struct Added {
     docs: Vec<(EntryId, DocMeta, Option<Quantized>)>,
     /// The covered mark after them.
     covered: EntryId,
+    /// The embedded mark after them.
+    embedded: EntryId,
 }
 
 impl Added {
@@ -132,6 +134,7 @@ impl Added {
         self.scopes.extend(later.scopes);
         self.docs.extend(later.docs);
         self.covered = self.covered.max(later.covered);
+        self.embedded = self.embedded.max(later.embedded);
     }
 }
 
@@ -145,8 +148,13 @@ struct Docs {
     meta: Vec<DocMeta>,
     scopes: Vec<Scope>,
     scope_rows: HashMap<Scope, u32>,
+    /// The vectors of the first rows: every document up to `embedded` has one, those
+    /// after it (indexed with vectors to follow, [`Index::set_vectors_behind`]) not yet.
+    /// So a vector's row is its document's row, and vector search sees a prefix.
     vectors: Vectors,
     covered: EntryId,
+    /// The last tape id whose document (if any) has its vector; at most `covered`.
+    embedded: EntryId,
     /// For each row: the conversational rows just before and after it in its scope.
     neighbours: Vec<[Option<u32>; 2]>,
     /// The latest conversational row of each scope row.
@@ -163,6 +171,7 @@ impl Docs {
             scope_rows: HashMap::new(),
             vectors: Vectors::new(dim),
             covered: EntryId(0),
+            embedded: EntryId(0),
             neighbours: Vec::new(),
             scope_tail: HashMap::new(),
         }
@@ -179,6 +188,18 @@ impl Docs {
             self.push(id, meta, vector.as_ref());
         }
         self.covered = self.covered.max(added.covered);
+        self.embedded = self.embedded.max(added.embedded);
+    }
+
+    /// Mirrors vectors committed for documents already mirrored without them: `vectors`
+    /// in id order, each for the first row still without one.
+    fn fill(&mut self, vectors: Vec<(EntryId, Quantized)>, embedded: EntryId) {
+        for (id, v) in vectors {
+            if self.ids.get(self.vectors.len()) == Some(&id.0) {
+                self.vectors.push(&v);
+            }
+        }
+        self.embedded = self.embedded.max(embedded);
     }
 
     /// Mirrors one committed document.
@@ -194,7 +215,10 @@ impl Docs {
         }
         self.neighbours.push(links);
         self.meta.push(meta);
-        if let Some(v) = vector {
+        // Only while every row before has its vector: vectors stay a prefix of the rows.
+        if let Some(v) = vector
+            && self.vectors.len() == row as usize
+        {
             self.vectors.push(v);
         }
     }
@@ -227,6 +251,9 @@ pub struct Index {
     rebuild: Mutex<bool>,
     /// The last failed catch-up, for operators (see [`Index::last_failure`]).
     failure: Mutex<Option<String>>,
+    /// Whether catch-ups leave embedding to [`Index::embed_step`]
+    /// ([`Index::set_vectors_behind`]).
+    vectors_behind: std::sync::atomic::AtomicBool,
     /// The tape the last successful catch-up found the file bound to ("" before one):
     /// while the store is still that tape and has nothing after [`Index::covered`], a
     /// catch-up has nothing to do and returns without taking the write lock.
@@ -328,6 +355,7 @@ impl Index {
             docs: RwLock::new(docs),
             rebuild: Mutex::new(rebuild),
             failure: Mutex::new(None),
+            vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
         })
     }
@@ -356,6 +384,30 @@ impl Index {
     /// to index), none after it is.
     pub fn covered(&self) -> EntryId {
         self.read_docs().covered
+    }
+
+    /// The last tape id whose document has its vector: [`Index::covered`] unless vectors
+    /// are behind ([`Index::set_vectors_behind`]).
+    pub fn embedded(&self) -> EntryId {
+        self.read_docs().embedded
+    }
+
+    /// Whether catch-ups index text only and leave vectors to [`Index::embed_step`]
+    /// (`true`), or embed as they go (`false`, the default). With vectors behind, a
+    /// catch-up costs no embedding, so a search that catches up first stays fast under a
+    /// stream of writes: every document is found by BM25 at once and by vector search
+    /// once a background pass has embedded it. A catch-up in the default mode (another
+    /// process, or this one after switching back) first embeds what was left behind.
+    pub fn set_vectors_behind(&self, behind: bool) {
+        self.vectors_behind
+            .store(behind, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn vectors_behind(&self) -> bool {
+        self.embedder.is_some()
+            && self
+                .vectors_behind
+                .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many documents the index holds.

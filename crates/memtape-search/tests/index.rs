@@ -573,3 +573,91 @@ fn a_date_in_the_query_favours_that_day() {
         .limit(1);
     assert_eq!(ids(&timed, &undated), [1], "no date, no change");
 }
+
+/// A server indexes text at once and vectors behind (`set_vectors_behind`): BM25 finds a
+/// document as soon as its catch-up commits, vector search once a pass has embedded it;
+/// another process mirrors those vectors; a catch-up that embeds as it goes fills what was
+/// left behind first. Every way ends in the index a rebuild makes.
+#[test]
+fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let config = IndexConfig {
+        context_weight: 0.3,
+        embed_context: true,
+        ..IndexConfig::plain()
+    };
+    let server = with(config, &dir.path().join("server.db"));
+    server.set_vectors_behind(true);
+    let filler_path = dir.path().join("filler.db");
+    let filler = with(config, &filler_path);
+    filler.set_vectors_behind(true);
+    let a = session("ann", "a");
+    let lines = [
+        "Where did you travel?",
+        "To Lisbon, by train",
+        "What did you eat?",
+        "Pastel de nata",
+        "And the weather?",
+        "Sunny and warm",
+    ];
+    let mut last = EntryId(0);
+    for line in lines {
+        last = say(&store, &a, Message::user(line), 0);
+        server.catch_up(&store).unwrap();
+        filler.catch_up(&store).unwrap();
+    }
+    assert_eq!((server.covered(), server.embedded()), (last, EntryId(0)));
+    let bm25 = SearchRequest::new("Lisbon", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    // (3 follows it, and so has it as context.)
+    assert_eq!(ids(&server, &bm25), [2, 3]);
+    let vector =
+        SearchRequest::new("Lisbon train", SearchFilter::tenant("acme")).mode(Mode::Vector);
+    assert!(
+        ids(&server, &vector).is_empty(),
+        "no vector is embedded yet"
+    );
+
+    // Another process opened the file before the vectors came.
+    let other = with(config, &dir.path().join("server.db"));
+    assert_eq!(other.embedded(), EntryId(0));
+    let mut steps = 0;
+    while server.embed_step(&store).unwrap() {
+        steps += 1;
+        assert!(steps < 10, "the embedding pass does not finish");
+    }
+    assert_eq!(server.embedded(), last);
+    other.catch_up(&store).unwrap();
+    assert_eq!(other.embedded(), last);
+
+    // A catch-up embedding as it goes (another process, default mode) fills the gap.
+    let inline = with(config, &filler_path);
+    say(&store, &a, Message::assistant("noted: Lisbon"), 0);
+    inline.catch_up(&store).unwrap();
+    assert_eq!(inline.embedded(), inline.covered());
+    server.catch_up(&store).unwrap();
+    while server.embed_step(&store).unwrap() {}
+
+    let whole = Index::rebuild(
+        &dir.path().join("whole.db"),
+        Some(Arc::new(Buckets)),
+        config,
+    )
+    .unwrap();
+    whole.catch_up(&store).unwrap();
+    for query in ["Lisbon train", "weather sunny", "eat nata", "travel"] {
+        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
+            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
+            let want = whole.search(&request).unwrap();
+            assert!(!want.is_empty(), "{query} {mode:?}");
+            other.catch_up(&store).unwrap();
+            for (name, index) in [("server", &server), ("other", &other), ("inline", &inline)] {
+                assert_eq!(
+                    index.search(&request).unwrap(),
+                    want,
+                    "{name}: {query} {mode:?}"
+                );
+            }
+        }
+    }
+}

@@ -65,7 +65,17 @@ impl Drop for Indexer {
     }
 }
 
+/// The niceness of the indexer thread: embedding a backlog may take a whole core for
+/// minutes, and requests (a search embeds its query too) come first.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const NICE: i32 = 10;
+
 fn follow(engine: &Engine<SqliteStore>, woken: &Receiver<()>, stop: &AtomicBool) {
+    // On Linux a thread id names one thread, so this lowers this thread alone.
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
+        tracing::debug!("could not lower the indexer thread's priority: {e}");
+    }
     while woken.recv().is_ok() {
         loop {
             if stop.load(Ordering::SeqCst) {

@@ -28,6 +28,7 @@ impl<S: Store> Engine<S> {
     /// Attaches a search index and brings it up to date with the tape at once, so an index
     /// left behind by a crash catches up before it answers anything.
     pub fn with_index(mut self, index: Index) -> Result<Self> {
+        index.set_vectors_behind(!self.index_on_write);
         index.catch_up(&self.store)?;
         self.index = Some(index);
         Ok(self)
@@ -39,23 +40,31 @@ impl<S: Store> Engine<S> {
     }
 
     /// Whether every write brings the index up to date before it returns (`true`, the
-    /// default) or leaves that to a background indexer calling [`Engine::catch_up_index_step`]
-    /// (`false`, what a server does, so an append is acknowledged once it is durable
-    /// instead of once it is embedded). Either way a search first catches up, so it finds
-    /// every append acknowledged before it.
+    /// default) or leaves that to a background indexer calling
+    /// [`Engine::catch_up_index_step`] (`false`, what a server does, so an append is
+    /// acknowledged once it is durable instead of once it is embedded). Either way a
+    /// search first catches up, so BM25 finds every append acknowledged before it; with
+    /// `false` that catch-up indexes text only ([`Index::set_vectors_behind`]) and vector
+    /// search finds an append once the indexer has embedded it.
     pub fn set_index_on_write(&mut self, on: bool) {
         self.index_on_write = on;
+        if let Some(index) = &self.index {
+            index.set_vectors_behind(!on);
+        }
     }
 
     /// One step of bringing the index up to date with the tape, for a background indexer
-    /// that must be able to stop between steps: indexes at most one batch of entries.
-    /// Returns whether the index is still behind the tape (`false` without an index).
+    /// that must be able to stop between steps: indexes the text of at most one batch of
+    /// entries, then embeds at most one batch of those whose vectors are behind (so a
+    /// stream of writes never starves the vectors). Returns whether the index is still
+    /// behind the tape (`false` without an index).
     pub fn catch_up_index_step(&self) -> Result<bool> {
         let Some(index) = &self.index else {
             return Ok(false);
         };
         index.catch_up_step(&self.store)?;
-        Ok(index.covered() < self.store.last_id()?)
+        let vectors_behind = index.embed_step(&self.store)?;
+        Ok(vectors_behind || index.covered() < self.store.last_id()?)
     }
 
     /// The last failed catch-up of the attached index (the write hook's included), for a

@@ -51,6 +51,15 @@ impl NewDoc {
     }
 }
 
+/// A batch of vectors embedded for documents left without them.
+struct Embedded {
+    /// The last tape entry the batch read.
+    last: EntryId,
+    /// Whether the batch stopped before the covered mark it was asked to reach.
+    more: bool,
+    vectors: Vec<(EntryId, crate::vectors::Quantized)>,
+}
+
 /// What a batch found when it took the write lock.
 enum Outcome {
     /// Committed; this many documents were added by this process.
@@ -157,7 +166,14 @@ impl Index {
             self.sync(conn)?;
             let bound = !meta.tape.is_empty();
             match self.follow(store, conn, tape, bound, max_pages, &mut *progress)? {
-                Outcome::Done(added) => return Ok(added),
+                Outcome::Done(added) => {
+                    // Embedding as it goes, a catch-up first embeds what was left behind
+                    // (by this index earlier, or by another process).
+                    if !self.vectors_behind() && self.embedder.is_some() {
+                        while self.embed_batch(store, conn)? {}
+                    }
+                    return Ok(added);
+                }
                 Outcome::Restart => continue,
             }
         }
@@ -183,10 +199,22 @@ impl Index {
             let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
             let fresh = file::load(&tx, dim, &self.path)?;
             *self.write_docs() = fresh;
-        } else if meta.covered > docs.covered {
-            let added = file::load_after(&tx, &docs, meta.covered, &self.path)?;
-            drop(docs);
-            self.write_docs().extend(added);
+        } else {
+            // Vectors for documents mirrored without them first, so that the documents
+            // after them can bring their own.
+            if meta.embedded > docs.embedded {
+                let vectors = file::load_vectors(&tx, &docs, meta.embedded, &self.path)?;
+                drop(docs);
+                self.write_docs().fill(vectors, meta.embedded);
+            } else {
+                drop(docs);
+            }
+            let docs = self.read_docs();
+            if meta.covered > docs.covered {
+                let added = file::load_after(&tx, &docs, &meta, &self.path)?;
+                drop(docs);
+                self.write_docs().extend(added);
+            }
         }
         Ok(())
     }
@@ -261,6 +289,10 @@ impl Index {
         if meta.build != docs.build {
             return Ok(Outcome::Restart);
         }
+        if meta.embedded > docs.embedded {
+            // Another process embedded meanwhile: mirror its vectors first.
+            return Ok(Outcome::Restart);
+        }
         if meta.tape != tape {
             if !meta.tape.is_empty() {
                 return Ok(Outcome::Restart);
@@ -272,16 +304,23 @@ impl Index {
             ..Added::default()
         };
         if meta.covered > docs.covered {
-            pending = file::load_after(&tx, &docs, meta.covered, &self.path)?;
+            pending = file::load_after(&tx, &docs, &meta, &self.path)?;
         }
         let first = entries.partition_point(|e| e.id <= meta.covered);
         let fresh = &entries[first..];
         let mut count = 0;
+        // Vectors go in with the text only while none are behind: the documents with
+        // vectors stay a prefix of the file's documents.
+        let embed = !self.vectors_behind() && meta.embedded >= meta.covered;
         if let Some(last) = fresh.last().map(|e| e.id) {
-            let batch = self.write_batch(store, &tx, &docs, &pending, fresh)?;
+            let batch = self.write_batch(store, &tx, &docs, &pending, fresh, embed)?;
             count = batch.docs.len();
             pending.append(batch);
             file::set_meta(&tx, "covered", &last.0.to_string())?;
+            // Written either way: a file without the key counts everything covered as
+            // embedded.
+            let embedded = if embed { last } else { meta.embedded };
+            file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
         }
         drop(docs);
         tx.commit()?;
@@ -315,7 +354,7 @@ impl Index {
         let mut fresh = Docs::empty(dim, build);
         let total = store.last_id()?.0 as usize;
         pages(store, EntryId(0), |page| {
-            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page)?;
+            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, true)?;
             fresh.extend(batch);
             if let Some(end) = page.last() {
                 let done = end.id.0 as usize;
@@ -324,6 +363,7 @@ impl Index {
             Ok(true)
         })?;
         file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
+        file::set_meta(&tx, "embedded", &fresh.covered.0.to_string())?;
         tx.commit()?;
         let added = fresh.ids.len();
         *self.write_docs() = fresh;
@@ -339,23 +379,14 @@ impl Index {
         base: &Docs,
         pending: &Added,
         entries: &[Entry],
+        embed: bool,
     ) -> Result<Added> {
-        let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
-        add_context(store, entries, &mut docs)?;
-        let inputs: Vec<Cow<'_, str>> = docs
-            .iter()
-            .map(
-                |d| match (self.config.embed_context, d.context.is_empty()) {
-                    (true, false) => Cow::Owned(format!("{}\n{}", d.context, d.text)),
-                    _ => Cow::Borrowed(d.text.as_str()),
-                },
-            )
-            .collect();
-        let vectors = self
-            .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
-            .map(|vs| vs.iter().map(|v| quantize(v)).collect::<Vec<_>>());
+        let docs = new_docs(store, entries)?;
+        let vectors = if embed { self.embed_docs(&docs)? } else { None };
+        let covered = entries.last().map_or(base.covered, |e| e.id);
         let mut out = Added {
-            covered: entries.last().map_or(base.covered, |e| e.id),
+            covered,
+            embedded: if embed { covered } else { EntryId(0) },
             ..Added::default()
         };
         let mut rows: HashMap<&Scope, u32> = pending
@@ -414,6 +445,127 @@ impl Index {
         }
         Ok(out)
     }
+}
+
+impl Index {
+    /// One batch of the pass that embeds what catch-ups left behind
+    /// ([`Index::set_vectors_behind`]): embeds the documents after the embedded mark and
+    /// stores their vectors. The embedding runs without the write lock, so searches and
+    /// catch-ups go on meanwhile; if another thread or process embedded the same documents
+    /// first, this batch is dropped. Returns whether vectors are still behind.
+    pub fn embed_step(&self, store: &dyn Store) -> Result<bool> {
+        if self.embedder.is_none() {
+            return Ok(false);
+        }
+        let (from, until, build) = {
+            let mut conn = lock(&self.writer);
+            self.sync(&mut conn)?;
+            let docs = self.read_docs();
+            (docs.embedded, docs.covered, docs.build.clone())
+        };
+        let Some(batch) = self.embed_after(store, from, until)? else {
+            return Ok(false);
+        };
+        let mut conn = lock(&self.writer);
+        Ok(self
+            .store_vectors(&mut conn, from, &build, batch)?
+            .unwrap_or(true))
+    }
+
+    /// One batch of [`Index::embed_step`] for a caller that holds the write lock (a
+    /// catch-up filling the gap before it returns).
+    fn embed_batch(&self, store: &dyn Store, conn: &mut Connection) -> Result<bool> {
+        // Another process may have embedded meanwhile.
+        self.sync(conn)?;
+        let (from, until, build) = {
+            let docs = self.read_docs();
+            (docs.embedded, docs.covered, docs.build.clone())
+        };
+        let Some(batch) = self.embed_after(store, from, until)? else {
+            return Ok(false);
+        };
+        Ok(self
+            .store_vectors(conn, from, &build, batch)?
+            .unwrap_or(true))
+    }
+
+    /// Reads and embeds the next batch of documents after `from` (up to `until`); `None`
+    /// when there is none.
+    fn embed_after(
+        &self,
+        store: &dyn Store,
+        from: EntryId,
+        until: EntryId,
+    ) -> Result<Option<Embedded>> {
+        if from >= until {
+            return Ok(None);
+        }
+        let mut entries = store.entries_after(from, BATCH)?;
+        entries.retain(|e| e.id <= until);
+        // An empty page means the tape was replaced under the index, which the next
+        // catch-up notices and rebuilds.
+        let Some(last) = entries.last().map(|e| e.id) else {
+            return Ok(None);
+        };
+        let docs = new_docs(store, &entries)?;
+        let vectors = self.embed_docs(&docs)?.unwrap_or_default();
+        Ok(Some(Embedded {
+            last,
+            more: last < until,
+            vectors: docs.iter().map(|d| d.id).zip(vectors).collect(),
+        }))
+    }
+
+    /// Stores `batch`, embedded after `from` in build `build`, in one transaction and
+    /// mirrors it after the commit; `None` (and nothing stored) if the file moved on
+    /// meanwhile: another build, or another writer embedded after `from`. Otherwise
+    /// whether vectors are still behind.
+    fn store_vectors(
+        &self,
+        conn: &mut Connection,
+        from: EntryId,
+        build: &str,
+        batch: Embedded,
+    ) -> Result<Option<bool>> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let meta = file::meta(&tx)?;
+        if meta.build != build || meta.embedded != from || self.embedded() != from {
+            return Ok(None);
+        }
+        let mut update = tx.prepare_cached("UPDATE docs SET vec = ?2 WHERE id = ?1")?;
+        for (id, v) in &batch.vectors {
+            update.execute(params![id.0 as i64, v.to_bytes()])?;
+        }
+        drop(update);
+        file::set_meta(&tx, "embedded", &batch.last.0.to_string())?;
+        tx.commit()?;
+        self.write_docs().fill(batch.vectors, batch.last);
+        Ok(Some(batch.more || batch.last < meta.covered))
+    }
+
+    /// The vectors of `docs` (each with its context when the config says so), quantized;
+    /// `None` without an embedder.
+    fn embed_docs(&self, docs: &[NewDoc]) -> Result<Option<Vec<crate::vectors::Quantized>>> {
+        let inputs: Vec<Cow<'_, str>> = docs
+            .iter()
+            .map(
+                |d| match (self.config.embed_context, d.context.is_empty()) {
+                    (true, false) => Cow::Owned(format!("{}\n{}", d.context, d.text)),
+                    _ => Cow::Borrowed(d.text.as_str()),
+                },
+            )
+            .collect();
+        Ok(self
+            .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
+            .map(|vs| vs.iter().map(|v| quantize(v)).collect()))
+    }
+}
+
+/// The documents `entries` make, each with its context.
+fn new_docs(store: &dyn Store, entries: &[Entry]) -> Result<Vec<NewDoc>> {
+    let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
+    add_context(store, entries, &mut docs)?;
+    Ok(docs)
 }
 
 /// Pages through the tape after `start` on a reader thread, feeding `f` one page at a time

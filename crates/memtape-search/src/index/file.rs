@@ -58,6 +58,9 @@ pub(crate) struct Meta {
     pub build: String,
     /// The last tape id covered.
     pub covered: EntryId,
+    /// The last tape id whose document has its vector (files from before vectors could
+    /// be behind have no such key: everything covered is embedded).
+    pub embedded: EntryId,
 }
 
 /// Reads the meta table.
@@ -67,11 +70,17 @@ pub(crate) fn meta(conn: &Connection) -> Result<Meta> {
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     let get = |k: &str| pairs.get(k).cloned().unwrap_or_default();
+    let covered = EntryId(get("covered").parse().unwrap_or(0));
+    let embedded = pairs
+        .get("embedded")
+        .and_then(|v| v.parse().ok())
+        .map_or(covered, EntryId);
     Ok(Meta {
         embedder: get("embedder"),
         tape: get("tape"),
         build: get("build"),
-        covered: EntryId(get("covered").parse().unwrap_or(0)),
+        covered,
+        embedded: embedded.min(covered),
     })
 }
 
@@ -244,22 +253,25 @@ fn bad(path: &Path, why: String) -> Error {
 /// Reads the whole index file into memory.
 pub(crate) fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
     let meta = meta(conn)?;
-    let mut docs = Docs::empty(dim, meta.build);
-    let added = load_after(conn, &docs, meta.covered, path)?;
+    let mut docs = Docs::empty(dim, meta.build.clone());
+    let added = load_after(conn, &docs, &meta, path)?;
     docs.extend(added);
     Ok(docs)
 }
 
 /// Documents and scopes another process committed since `docs` was read: scopes after
-/// its last one, documents after its covered mark up to `covered`.
+/// its last one, documents after its covered mark up to `meta`'s. A document after
+/// `meta`'s embedded mark may lack its vector.
 pub(crate) fn load_after(
     conn: &Connection,
     docs: &Docs,
-    covered: EntryId,
+    meta: &Meta,
     path: &Path,
 ) -> Result<super::Added> {
+    let (covered, embedded) = (meta.covered, meta.embedded);
     let mut added = super::Added {
         covered,
+        embedded,
         ..Default::default()
     };
     let mut stmt = conn.prepare_cached(
@@ -303,6 +315,7 @@ pub(crate) fn load_after(
         }
         let vector = match (dim, r.get::<_, Option<Vec<u8>>>(5)?) {
             (0, _) => None,
+            (_, None) if id as u64 > embedded.0 => None,
             (_, Some(b)) => match Quantized::from_bytes(&b, dim) {
                 Some(q) => Some(q),
                 None => {
@@ -322,4 +335,39 @@ pub(crate) fn load_after(
         added.docs.push((EntryId(id as u64), meta, vector));
     }
     Ok(added)
+}
+
+/// The vectors committed (by a pass embedding what catch-ups left behind) for documents
+/// `docs` mirrors without one, up to `embedded`, in id order.
+pub(crate) fn load_vectors(
+    conn: &Connection,
+    docs: &Docs,
+    embedded: EntryId,
+    path: &Path,
+) -> Result<Vec<(EntryId, Quantized)>> {
+    let dim = docs.vectors.dim();
+    let Some(first) = docs.ids.get(docs.vectors.len()) else {
+        return Ok(Vec::new());
+    };
+    if dim == 0 {
+        return Ok(Vec::new());
+    }
+    let mut stmt =
+        conn.prepare_cached("SELECT id, vec FROM docs WHERE id >= ?1 AND id <= ?2 ORDER BY id")?;
+    let mut rows = stmt.query([*first as i64, embedded.0 as i64])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let bytes: Option<Vec<u8>> = r.get(1)?;
+        match bytes.and_then(|b| Quantized::from_bytes(&b, dim)) {
+            Some(q) => out.push((EntryId(id as u64), q)),
+            None => {
+                return Err(bad(
+                    path,
+                    format!("document {id} has no vector of length {dim}"),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
