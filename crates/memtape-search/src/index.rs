@@ -126,6 +126,9 @@ struct Added {
     covered: EntryId,
     /// The embedded mark after them.
     embedded: EntryId,
+    /// Vectors committed for documents the mirror holds without one, in id order
+    /// (mirrored before `docs`).
+    filled: Vec<(EntryId, Quantized)>,
 }
 
 impl Added {
@@ -135,6 +138,7 @@ impl Added {
         self.docs.extend(later.docs);
         self.covered = self.covered.max(later.covered);
         self.embedded = self.embedded.max(later.embedded);
+        self.filled.extend(later.filled);
     }
 }
 
@@ -179,6 +183,8 @@ impl Docs {
 
     /// Mirrors what was committed: only ever called after the commit.
     fn extend(&mut self, added: Added) {
+        // Vectors of rows already mirrored first, so new rows can bring their own.
+        self.fill(added.filled, EntryId(0));
         for scope in added.scopes {
             self.scope_rows
                 .insert(scope.clone(), self.scopes.len() as u32);

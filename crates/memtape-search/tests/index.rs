@@ -661,3 +661,90 @@ fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() 
         }
     }
 }
+
+/// Two processes' worth of indexes on one file, all at once: one indexes text and leaves
+/// vectors behind while a second thread embeds them, another embeds as it goes, and the
+/// tape keeps growing. Whatever the interleaving, each ends equal to a rebuild.
+#[test]
+fn text_first_and_embedding_indexes_share_a_file_under_concurrent_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::create(dir.path()).unwrap());
+    let config = IndexConfig {
+        embed_context: true,
+        ..IndexConfig::plain()
+    };
+    let path = dir.path().join("shared.db");
+    let behind = Arc::new(with(config, &path));
+    behind.set_vectors_behind(true);
+    let inline = Arc::new(with(config, &path));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, behind) = (store.clone(), behind.clone());
+        std::thread::spawn(move || {
+            for i in 0..300 {
+                let scope = session("ann", &format!("s{}", i % 5));
+                say(
+                    &store,
+                    &scope,
+                    Message::user(format!("turn {i} about topic{}", i % 17)),
+                    0,
+                );
+                behind.catch_up(store.as_ref()).unwrap();
+            }
+        })
+    };
+    let embedder = {
+        let (store, behind, done) = (store.clone(), behind.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                behind.embed_step(store.as_ref()).unwrap();
+            }
+        })
+    };
+    let other = {
+        let (store, inline, done) = (store.clone(), inline.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                inline.catch_up(store.as_ref()).unwrap();
+            }
+        })
+    };
+    writer.join().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    embedder.join().unwrap();
+    other.join().unwrap();
+    behind.catch_up(store.as_ref()).unwrap();
+    while behind.embed_step(store.as_ref()).unwrap() {}
+    inline.catch_up(store.as_ref()).unwrap();
+    let whole = Index::rebuild(
+        &dir.path().join("whole.db"),
+        Some(Arc::new(Buckets)),
+        config,
+    )
+    .unwrap();
+    whole.catch_up(store.as_ref()).unwrap();
+    assert_eq!(whole.len(), 300);
+    for index in [&behind, &inline] {
+        assert_eq!(
+            (index.covered(), index.embedded()),
+            (whole.covered(), whole.covered())
+        );
+    }
+    for query in ["topic3", "turn 299", "topic16 turn"] {
+        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
+            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
+            let want = whole.search(&request).unwrap();
+            assert!(!want.is_empty(), "{query} {mode:?}");
+            assert_eq!(
+                behind.search(&request).unwrap(),
+                want,
+                "behind: {query} {mode:?}"
+            );
+            assert_eq!(
+                inline.search(&request).unwrap(),
+                want,
+                "inline: {query} {mode:?}"
+            );
+        }
+    }
+}

@@ -120,8 +120,12 @@ impl Index {
         // nothing to do. That is the fast path of most searches, and of the searches that
         // waited below while another thread caught up for them.
         let target = store.last_id()?;
-        let current =
-            || !*lock(&self.rebuild) && *lock(&self.tape) == tape && target <= self.covered();
+        let current = || {
+            let docs = self.read_docs();
+            // Embedding as it goes, a catch-up is also due while vectors are behind.
+            let vectors = self.vectors_behind() || docs.embedded >= docs.covered;
+            !*lock(&self.rebuild) && *lock(&self.tape) == tape && target <= docs.covered && vectors
+        };
         if current() {
             return Ok(0);
         }
@@ -199,22 +203,11 @@ impl Index {
             let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
             let fresh = file::load(&tx, dim, &self.path)?;
             *self.write_docs() = fresh;
-        } else {
-            // Vectors for documents mirrored without them first, so that the documents
-            // after them can bring their own.
-            if meta.embedded > docs.embedded {
-                let vectors = file::load_vectors(&tx, &docs, meta.embedded, &self.path)?;
-                drop(docs);
-                self.write_docs().fill(vectors, meta.embedded);
-            } else {
-                drop(docs);
-            }
-            let docs = self.read_docs();
-            if meta.covered > docs.covered {
-                let added = file::load_after(&tx, &docs, &meta, &self.path)?;
-                drop(docs);
-                self.write_docs().extend(added);
-            }
+        } else if meta.covered > docs.covered || meta.embedded > docs.embedded {
+            let mut added = file::load_after(&tx, &docs, &meta, &self.path)?;
+            added.filled = file::load_vectors(&tx, &docs, meta.embedded, &self.path)?;
+            drop(docs);
+            self.write_docs().extend(added);
         }
         Ok(())
     }
@@ -289,10 +282,6 @@ impl Index {
         if meta.build != docs.build {
             return Ok(Outcome::Restart);
         }
-        if meta.embedded > docs.embedded {
-            // Another process embedded meanwhile: mirror its vectors first.
-            return Ok(Outcome::Restart);
-        }
         if meta.tape != tape {
             if !meta.tape.is_empty() {
                 return Ok(Outcome::Restart);
@@ -303,8 +292,11 @@ impl Index {
             covered: docs.covered,
             ..Added::default()
         };
-        if meta.covered > docs.covered {
+        if meta.covered > docs.covered || meta.embedded > docs.embedded {
+            // What another process committed meanwhile: documents, and vectors embedded
+            // for documents this mirror holds without them.
             pending = file::load_after(&tx, &docs, &meta, &self.path)?;
+            pending.filled = file::load_vectors(&tx, &docs, meta.embedded, &self.path)?;
         }
         let first = entries.partition_point(|e| e.id <= meta.covered);
         let fresh = &entries[first..];

@@ -354,7 +354,9 @@ pub(crate) fn load_vectors(
     }
     let mut stmt =
         conn.prepare_cached("SELECT id, vec FROM docs WHERE id >= ?1 AND id <= ?2 ORDER BY id")?;
-    let mut rows = stmt.query([*first as i64, embedded.0 as i64])?;
+    // Documents after the mirror's covered mark come with their vectors (load_after).
+    let upto = embedded.min(docs.covered);
+    let mut rows = stmt.query([*first as i64, upto.0 as i64])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
         let id: i64 = r.get(0)?;
