@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// How long a request may take (seconds), slow clients included.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
     request_timeout: u32,
+    /// How long a client may take to send a request's headers, and an idle connection may
+    /// wait for its next request (seconds).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    header_timeout: u32,
     /// After SIGINT/SIGTERM, how long requests in flight may take to finish (seconds).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=600))]
     grace: u32,
@@ -69,6 +73,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         body_bytes: a.body_limit_mib as usize * 1024 * 1024,
         engine_calls: a.engine_calls as usize,
         request_timeout: Duration::from_secs(a.request_timeout.into()),
+        header_timeout: Duration::from_secs(a.header_timeout.into()),
     };
     let state = AppState::new(engine, keys, limits, loopback);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -194,15 +194,18 @@ fn router(
 /// Serves `app(state)` on `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for the requests in flight. Returns once they are done (or the
 /// grace ran out); the caller then drops the state, which closes the store.
+///
+/// Connections are served by hyper directly (what `axum::serve` does inside) so that a
+/// header read timeout can be set: a client that sends its headers slower than
+/// [`Limits::header_timeout`] is disconnected; the body is bounded by the request timeout.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    // One signal, two listeners: the HTTP server stops accepting, and MCP ends its sessions
-    // (their open event streams would otherwise keep the graceful shutdown waiting).
+    // One signal, two listeners: the accept loop stops, and MCP ends its sessions (their
+    // open event streams would otherwise keep the graceful shutdown waiting).
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -211,19 +214,43 @@ pub async fn serve(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let header_timeout = state.limits().header_timeout;
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
-    let server = axum::serve(listener, router(state, mcp)).with_graceful_shutdown(async move {
-        stopped(stop_rx).await;
-        let _ = done_tx.send(());
-    });
-    let server = tokio::spawn(async move { server.await });
+    let app = router(state, mcp);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop = stopped(stop_rx);
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: wait a moment rather than spin.
+                Err(e) => {
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection closed: {e}");
+            }
+        });
+    }
+    drop(listener);
     // After the signal, the in-flight requests get `grace` to finish.
     tokio::select! {
-        result = server => result.map_err(std::io::Error::other)?,
-        () = async {
-            let _ = done_rx.await;
-            tokio::time::sleep(grace).await;
-        } => {
+        () = graceful.shutdown() => Ok(()),
+        () = tokio::time::sleep(grace) => {
             tracing::warn!("requests still running after {grace:?}; stopping anyway");
             Ok(())
         }

@@ -90,9 +90,13 @@ pub struct Limits {
     pub body_bytes: usize,
     /// How many engine calls run at once on the blocking pool; the others wait.
     pub engine_calls: usize,
-    /// How long a request may take, headers and body included, before it is dropped
-    /// (slow clients).
+    /// How long a request may take once its headers are in, body included, before it is
+    /// answered 408 (slow clients).
     pub request_timeout: std::time::Duration,
+    /// How long a client may take to send a request's headers (and an idle keep-alive
+    /// connection may wait for the next request) before the connection is closed: a
+    /// slowloris client cannot hold connections open.
+    pub header_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -101,6 +105,7 @@ impl Default for Limits {
             body_bytes: 8 * 1024 * 1024,
             engine_calls: 32,
             request_timeout: std::time::Duration::from_secs(30),
+            header_timeout: std::time::Duration::from_secs(10),
         }
     }
 }

@@ -251,6 +251,8 @@ fn bad_transfer_requests_are_4xx() {
         ("/v1/export?session=nope", 404),
         ("/v1/export?session=a%00b", 400),
         ("/v1/export?agent=", 400),
+        ("/v1/sessions?user=a%00b", 400),
+        ("/v1/sessions?user=", 400),
     ] {
         let (status, body) = s.get(path);
         assert_eq!(status, want, "{path}: {body}");
@@ -262,6 +264,8 @@ fn bad_transfer_requests_are_4xx() {
         ("/v1/import?format=nanobot", b"not json\n".to_vec(), 400),
         ("/v1/import?session=x", b"\xff\xfe\n".to_vec(), 400),
         ("/v1/import?session=x", vec![b' '; 5000], 413),
+        ("/v1/import?session=x", Vec::new(), 400),
+        ("/v1/import?session=x", b" \n\n".to_vec(), 400),
     ] {
         let (status, answer) = post_lines(&s, path, &body, None);
         assert_eq!(status, want, "{path}: {answer}");

@@ -140,7 +140,11 @@ pub async fn sessions(
 ) -> Result<Json<Sessions>> {
     caller.require(KeyRole::Read)?;
     let tenant = caller.tenant.clone();
-    let agent = caller.scope(p.agent(), None)?.agent_name().to_owned();
+    // Builds (and so validates) the user as well: a malformed name is a 400 here too.
+    let agent = caller
+        .scope(p.agent(), p.user.as_deref())?
+        .agent_name()
+        .to_owned();
     let list = state
         .run(move |engine| Ok(engine.sessions(&tenant)?))
         .await?

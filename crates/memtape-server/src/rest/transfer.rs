@@ -322,6 +322,12 @@ pub async fn import(
         })?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|e| ApiError::bad_request(format!("the body is not UTF-8: {e}")))?;
+    if text.trim().is_empty() {
+        // Most likely a client that lost its body on the way; a 201 would hide that.
+        return Err(ApiError::bad_request(
+            "the body is empty: send the file to import as the request body",
+        ));
+    }
     let session = p.session.clone();
     let report = state
         .run(move |engine| Ok(engine.import(format, &text, &base, session.as_deref())?))
