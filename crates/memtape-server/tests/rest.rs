@@ -107,6 +107,11 @@ fn bad_input_is_a_clear_4xx() {
     );
     let (status, _) = s.get("/v1/search?q=x&mode=psychic");
     assert_eq!(status, 400);
+    let (status, body) = s.get("/v1/search?q=x&session=a%01b");
+    assert_eq!(
+        status, 400,
+        "a control character in a session filter: {body}"
+    );
     let (status, body) = s.post(
         "/v1/sessions/chat/messages",
         &json!({"role": "user", "content": "x", "parent": 9007199254740993u64}),

@@ -467,6 +467,10 @@ pub async fn search(
     if p.scope.as_deref() != Some("tenant") {
         filter.user = p.user.clone().or(filter.user);
     }
+    if let Some(name) = &p.session {
+        // A name the store could never hold is a mistake to report, not an empty result.
+        agent_scope.clone().with_session(name)?;
+    }
     filter.session = p.session.clone();
     if let Some(k) = &p.kind {
         filter.kinds = vec![k.parse::<Kind>()?];
