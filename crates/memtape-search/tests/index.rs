@@ -444,23 +444,13 @@ fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
         );
         pieces.catch_up(&store).unwrap();
     }
-    let whole = Index::rebuild(
-        &dir.path().join("whole.db"),
-        Some(Arc::new(Buckets)),
+    assert_like_a_rebuild(
+        &store,
+        dir.path(),
         config,
-    )
-    .unwrap();
-    whole.catch_up(&store).unwrap();
-    for query in ["Lisbon train", "weather sunny", "eat nata", "travel"] {
-        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
-            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
-            assert_eq!(
-                pieces.search(&request).unwrap(),
-                whole.search(&request).unwrap(),
-                "{query} {mode:?}"
-            );
-        }
-    }
+        &["Lisbon train", "weather sunny", "eat nata", "travel"],
+        &[("pieces", &pieces)],
+    );
 }
 
 #[test]
@@ -638,28 +628,14 @@ fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() 
     server.catch_up(&store).unwrap();
     while server.embed_step(&store).unwrap() {}
 
-    let whole = Index::rebuild(
-        &dir.path().join("whole.db"),
-        Some(Arc::new(Buckets)),
+    other.catch_up(&store).unwrap();
+    assert_like_a_rebuild(
+        &store,
+        dir.path(),
         config,
-    )
-    .unwrap();
-    whole.catch_up(&store).unwrap();
-    for query in ["Lisbon train", "weather sunny", "eat nata", "travel"] {
-        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
-            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
-            let want = whole.search(&request).unwrap();
-            assert!(!want.is_empty(), "{query} {mode:?}");
-            other.catch_up(&store).unwrap();
-            for (name, index) in [("server", &server), ("other", &other), ("inline", &inline)] {
-                assert_eq!(
-                    index.search(&request).unwrap(),
-                    want,
-                    "{name}: {query} {mode:?}"
-                );
-            }
-        }
-    }
+        &["Lisbon train", "weather sunny", "eat nata", "travel"],
+        &[("server", &server), ("other", &other), ("inline", &inline)],
+    );
 }
 
 /// Two processes' worth of indexes on one file, all at once: one indexes text and leaves
@@ -716,13 +692,13 @@ fn text_first_and_embedding_indexes_share_a_file_under_concurrent_writes() {
     behind.catch_up(store.as_ref()).unwrap();
     while behind.embed_step(store.as_ref()).unwrap() {}
     inline.catch_up(store.as_ref()).unwrap();
-    let whole = Index::rebuild(
-        &dir.path().join("whole.db"),
-        Some(Arc::new(Buckets)),
+    let whole = assert_like_a_rebuild(
+        store.as_ref(),
+        dir.path(),
         config,
-    )
-    .unwrap();
-    whole.catch_up(store.as_ref()).unwrap();
+        &["topic3", "turn 299", "topic16 turn"],
+        &[("behind", &behind), ("inline", &inline)],
+    );
     assert_eq!(whole.len(), 300);
     for index in [&behind, &inline] {
         assert_eq!(
@@ -730,21 +706,29 @@ fn text_first_and_embedding_indexes_share_a_file_under_concurrent_writes() {
             (whole.covered(), whole.covered())
         );
     }
-    for query in ["topic3", "turn 299", "topic16 turn"] {
+}
+
+/// Rebuilds an index of `store` with `config` in `dir` and checks that each of `indexes`
+/// answers every query in every mode exactly as the rebuild does; returns the rebuild.
+fn assert_like_a_rebuild(
+    store: &SqliteStore,
+    dir: &Path,
+    config: IndexConfig,
+    queries: &[&str],
+    indexes: &[(&str, &Index)],
+) -> Index {
+    let whole = Index::rebuild(&dir.join("whole.db"), Some(Arc::new(Buckets)), config).unwrap();
+    whole.catch_up(store).unwrap();
+    for query in queries {
         for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
-            let request = SearchRequest::new(query, SearchFilter::tenant("acme")).mode(mode);
+            let request = SearchRequest::new(*query, SearchFilter::tenant("acme")).mode(mode);
             let want = whole.search(&request).unwrap();
             assert!(!want.is_empty(), "{query} {mode:?}");
-            assert_eq!(
-                behind.search(&request).unwrap(),
-                want,
-                "behind: {query} {mode:?}"
-            );
-            assert_eq!(
-                inline.search(&request).unwrap(),
-                want,
-                "inline: {query} {mode:?}"
-            );
+            for (name, index) in indexes {
+                let got = index.search(&request).unwrap();
+                assert_eq!(got, want, "{name}: {query} {mode:?}");
+            }
         }
     }
+    whole
 }
