@@ -419,14 +419,7 @@ fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
     let pieces = with(config, &dir.path().join("pieces.db"));
     let a = session("ann", "a");
     let b = session("bob", "b");
-    let lines = [
-        "Where did you travel?",
-        "To Lisbon, by train",
-        "What did you eat?",
-        "Pastel de nata",
-        "And the weather?",
-        "Sunny and warm",
-    ];
+    let lines = TRIP;
     for (i, line) in lines.iter().enumerate() {
         // Two sessions interleave, and every append is caught up on its own, so each
         // context comes from the tape rather than from the same batch.
@@ -448,7 +441,7 @@ fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
         &store,
         dir.path(),
         config,
-        &["Lisbon train", "weather sunny", "eat nata", "travel"],
+        &TRIP_QUERIES,
         &[("pieces", &pieces)],
     );
 }
@@ -583,14 +576,7 @@ fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() 
     let filler = with(config, &filler_path);
     filler.set_vectors_behind(true);
     let a = session("ann", "a");
-    let lines = [
-        "Where did you travel?",
-        "To Lisbon, by train",
-        "What did you eat?",
-        "Pastel de nata",
-        "And the weather?",
-        "Sunny and warm",
-    ];
+    let lines = TRIP;
     let mut last = EntryId(0);
     for line in lines {
         last = say(&store, &a, Message::user(line), 0);
@@ -633,7 +619,7 @@ fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() 
         &store,
         dir.path(),
         config,
-        &["Lisbon train", "weather sunny", "eat nata", "travel"],
+        &TRIP_QUERIES,
         &[("server", &server), ("other", &other), ("inline", &inline)],
     );
 }
@@ -707,6 +693,17 @@ fn text_first_and_embedding_indexes_share_a_file_under_concurrent_writes() {
         );
     }
 }
+
+/// A short conversation about a trip, and questions about it.
+const TRIP: [&str; 6] = [
+    "Where did you travel?",
+    "To Lisbon, by train",
+    "What did you eat?",
+    "Pastel de nata",
+    "And the weather?",
+    "Sunny and warm",
+];
+const TRIP_QUERIES: [&str; 4] = ["Lisbon train", "weather sunny", "eat nata", "travel"];
 
 /// Rebuilds an index of `store` with `config` in `dir` and checks that each of `indexes`
 /// answers every query in every mode exactly as the rebuild does; returns the rebuild.
