@@ -20,6 +20,11 @@ pub struct ScopeParams {
 }
 
 impl ScopeParams {
+    /// The agent and user of a route whose parameters carry them beside others.
+    pub fn new(agent: Option<String>, user: Option<String>) -> Self {
+        ScopeParams { agent, user }
+    }
+
     /// The agent named, or `default`.
     pub fn agent(&self) -> &str {
         self.agent.as_deref().unwrap_or("default")

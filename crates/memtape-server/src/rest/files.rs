@@ -117,10 +117,7 @@ pub async fn view(
         (Some(s), Some(e)) => input["view_range"] = json!([s, e]),
         _ => return Err(ApiError::bad_request("give start and end together")),
     }
-    let scope = ScopeParams {
-        agent: p.agent,
-        user: p.user,
-    };
+    let scope = ScopeParams::new(p.agent, p.user);
     let text = run_tool(&state, &caller, &scope, "memory", input).await?;
     Ok(Json(FileText { text }))
 }
@@ -231,10 +228,7 @@ pub async fn delete(
 ) -> Result<Json<FileText>> {
     caller.require(KeyRole::Write)?;
     let input = json!({"command": "delete", "path": p.path});
-    let scope = ScopeParams {
-        agent: p.agent,
-        user: p.user,
-    };
+    let scope = ScopeParams::new(p.agent, p.user);
     let text = run_tool(&state, &caller, &scope, "memory", input).await?;
     Ok(Json(FileText { text }))
 }
@@ -297,10 +291,7 @@ pub async fn list(
 ) -> Result<Json<WorkspaceAnswer>> {
     caller.require(KeyRole::Read)?;
     let input = json!({"filenamePrefix": p.prefix.as_deref().map(workspace_path)});
-    let scope = ScopeParams {
-        agent: p.agent,
-        user: p.user,
-    };
+    let scope = ScopeParams::new(p.agent, p.user);
     answer(
         &run_tool(
             &state,
@@ -324,10 +315,7 @@ pub async fn read(
 ) -> Result<Json<WorkspaceAnswer>> {
     caller.require(KeyRole::Read)?;
     let input = json!({"filename": workspace_path(&p.path)});
-    let scope = ScopeParams {
-        agent: p.agent,
-        user: p.user,
-    };
+    let scope = ScopeParams::new(p.agent, p.user);
     answer(&run_tool(&state, &caller, &scope, "read_workspace_memory_file", input).await?)
 }
 

@@ -152,10 +152,7 @@ pub async fn new_session(
     ApiQuery(p): ApiQuery<NewParams>,
 ) -> Result<Json<NewWire>> {
     caller.require(KeyRole::Write)?;
-    let scope_params = ScopeParams {
-        agent: p.agent.clone(),
-        user: p.user.clone(),
-    };
+    let scope_params = ScopeParams::new(p.agent.clone(), p.user.clone());
     let scope = session(&caller, &scope_params, &name)?;
     let days = p.retention_days.unwrap_or(memtape::DEFAULT_RETENTION_DAYS);
     let out = state
