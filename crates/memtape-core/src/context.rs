@@ -527,10 +527,8 @@ pub fn build(
 
     // MateClaw's trimToFit: drop from the front until the prompt fits, keeping the last
     // few messages.
-    while tokens_of(&conv, &current) > max && conv.len() > config.min_kept_messages {
-        conv.remove(0);
-        conv = repair(conv, counter);
-    }
+    let fixed = tokens_of(&[], &current);
+    let conv = trim_to_fit(conv, fixed, max, config.min_kept_messages, counter);
     let trimmed = assembled - conv.len();
 
     // Still over: the conversation is down to its last few messages, so memory gives way.
@@ -697,6 +695,47 @@ fn compact_qanot(conv: &mut Conversation, q: &Qanot) {
     conv.history = history;
     conv.record = Some(made.clone());
     conv.compaction = Some(made);
+}
+
+/// MateClaw's trimToFit on a repaired conversation: while the prompt (`fixed` tokens
+/// besides the conversation) is over `max` and more than `min_kept` messages are left,
+/// drop the oldest message and repair again.
+///
+/// Done literally that is quadratic (a 500-message history trimmed to a budget ran
+/// hundreds of repairs). Most steps need no repair at all: when the dropped messages
+/// hold no tool call, dropping up to the next user message is exactly what the repair
+/// would do (no result loses its call; no call loses a result), and with no user message
+/// after it, so is dropping that one message. Only the other steps run the full repair.
+fn trim_to_fit(
+    mut conv: Vec<Part>,
+    fixed: usize,
+    max: usize,
+    min_kept: usize,
+    counter: &dyn TokenCounter,
+) -> Vec<Part> {
+    let mut total = fixed + conv.iter().map(|p| p.cost).sum::<usize>();
+    let mut start = 0;
+    while total > max && conv.len() - start > min_kept {
+        // The repair drops what leads up to the next user message (if there is one).
+        let upto = conv[start + 1..]
+            .iter()
+            .position(|p| p.message.role == Role::User)
+            .map_or(start + 1, |i| start + 1 + i);
+        if conv[start..upto]
+            .iter()
+            .all(|p| p.message.tool_calls.is_empty())
+        {
+            total -= conv[start..upto].iter().map(|p| p.cost).sum::<usize>();
+            start = upto;
+        } else {
+            conv.drain(..=start);
+            start = 0;
+            conv = repair(conv, counter);
+            total = fixed + conv.iter().map(|p| p.cost).sum::<usize>();
+        }
+    }
+    conv.drain(..start);
+    conv
 }
 
 /// Keeps the conversation valid for an LLM API (nanobot's history rules, without a

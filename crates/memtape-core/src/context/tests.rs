@@ -702,3 +702,64 @@ fn a_huge_memory_is_truncated_to_keep_the_budget() {
     assert!(!ctx.memory_truncated);
     assert!(!ctx.messages[0].content_text().contains("[truncated]"));
 }
+
+/// MateClaw's trimToFit taken literally: drop the oldest message, repair, repeat.
+fn trim_literally(
+    mut conv: Vec<Part>,
+    fixed: usize,
+    max: usize,
+    min_kept: usize,
+    counter: &dyn TokenCounter,
+) -> Vec<Part> {
+    let total = |conv: &[Part]| fixed + conv.iter().map(|p| p.cost).sum::<usize>();
+    while total(&conv) > max && conv.len() > min_kept {
+        conv.remove(0);
+        conv = repair(conv, counter);
+    }
+    conv
+}
+
+/// A message of a random conversation: user, assistant (text or calling tools among a few
+/// ids), or a tool result for one of those ids; repeated ids and orphans included.
+fn arbitrary_message() -> impl proptest::strategy::Strategy<Value = Message> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => Just(Message::user("u")),
+        2 => Just(Message::assistant("a")),
+        2 => proptest::collection::vec(0..4u8, 1..3).prop_map(|ids| {
+            Message::assistant_tool_calls(
+                ids.into_iter()
+                    .map(|i| ToolCall::function(format!("c{i}"), "f", "{}"))
+                    .collect(),
+            )
+        }),
+        2 => (0..4u8).prop_map(|i| Message::tool_result(format!("c{i}"), "r")),
+    ]
+}
+
+proptest::proptest! {
+    /// The linear trim drops exactly the messages the literal one does.
+    #[test]
+    fn trim_to_fit_matches_dropping_one_message_at_a_time(
+        messages in proptest::collection::vec((arbitrary_message(), 1..20usize), 0..40),
+        fixed in 0..50usize,
+        max in 0..400usize,
+        min_kept in 0..4usize,
+    ) {
+        let parts: Vec<Part> = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, (message, cost))| Part {
+                id: Some(EntryId(i as u64 + 1)),
+                message,
+                cost,
+                truncated: false,
+            })
+            .collect();
+        let conv = repair(parts, &Words);
+        let ids = |conv: &[Part]| conv.iter().map(|p| p.id).collect::<Vec<_>>();
+        let want = trim_literally(conv.clone(), fixed, max, min_kept, &Words);
+        let got = trim_to_fit(conv, fixed, max, min_kept, &Words);
+        proptest::prop_assert_eq!(ids(&got), ids(&want));
+    }
+}
