@@ -5,7 +5,9 @@
 //! failure (a `tracing` warning) and keeps it for [`Engine::index_failure`], and the
 //! catch-up at the start of the next search retries and reports the error.
 
-use memtape_core::Entry;
+use std::collections::HashMap;
+
+use memtape_core::{Entry, EntryId};
 use memtape_search::{Index, Progress, Ranked, SearchRequest};
 use memtape_store::Store;
 
@@ -79,20 +81,24 @@ impl<S: Store> Engine<S> {
         let index = self.index.as_ref().ok_or(Error::NoIndex)?;
         index.catch_up(&self.store)?;
         let hits = index.search(request)?;
-        let mut out = Vec::with_capacity(hits.len());
-        for hit in hits {
-            let entry = self
-                .store
-                .get(&request.filter.tenant, hit.id)?
-                .ok_or(Error::NoEntry(hit.id))?;
-            out.push(SearchHit {
-                entry,
-                score: hit.score,
-                bm25: hit.bm25,
-                vector: hit.vector,
-            });
-        }
-        Ok(out)
+        let ids: Vec<EntryId> = hits.iter().map(|h| h.id).collect();
+        let mut entries: HashMap<EntryId, Entry> = self
+            .store
+            .get_many(&request.filter.tenant, &ids)?
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect();
+        hits.into_iter()
+            .map(|hit| {
+                let entry = entries.remove(&hit.id).ok_or(Error::NoEntry(hit.id))?;
+                Ok(SearchHit {
+                    entry,
+                    score: hit.score,
+                    bm25: hit.bm25,
+                    vector: hit.vector,
+                })
+            })
+            .collect()
     }
 
     /// Throws the index away and builds it again from the whole tape, with the same model

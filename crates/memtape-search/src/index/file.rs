@@ -27,6 +27,10 @@ pub(crate) const FORMAT_VERSION: i64 = 3;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How much of the index file readers map into memory: a BM25 query reads a document
+/// length for every match, and mapped pages skip SQLite's page cache and a copy per read.
+pub(crate) const MMAP_SIZE: i64 = 1 << 30;
+
 const SCHEMA: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE scopes (

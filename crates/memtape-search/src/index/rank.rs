@@ -40,6 +40,34 @@ impl Index {
         if request.limit == 0 {
             return Ok(Vec::new());
         }
+        let sql = match request.mode {
+            Mode::Vector => None,
+            Mode::Bm25 | Mode::Hybrid => self.bm25_query(&request.text),
+        };
+        let Some((sql, query)) = sql else {
+            return self.rank(request, None);
+        };
+        self.with_reader(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query([query])?;
+            // The first step ranks every match (FTS5 sorts them all): done before the
+            // mirror is read-locked, so a catch-up's commit never waits behind it, and
+            // searches never queue behind that commit.
+            let mut matches = Matches {
+                read: Vec::new(),
+                rows: Some(&mut rows),
+            };
+            matches.get(0)?;
+            self.rank(request, Some(&mut matches))
+        })
+    }
+
+    /// The rest of [`Index::search`], over the mirror, with the BM25 matches (if any).
+    fn rank(
+        &self,
+        request: &SearchRequest,
+        mut matches: Option<&mut Matches<'_, '_>>,
+    ) -> Result<Vec<Hit>> {
         let query_vector = match request.mode {
             Mode::Bm25 => None,
             Mode::Vector | Mode::Hybrid => {
@@ -74,8 +102,8 @@ impl Index {
         let mut bm25 = List::new();
         let mut vector = List::new();
         for pass in passes {
-            if request.mode != Mode::Vector {
-                bm25 = fusion::union(bm25, self.bm25(&docs, &request.text, depth, pass)?);
+            if let Some(matches) = matches.as_deref_mut() {
+                bm25 = fusion::union(bm25, bm25_best(&docs, matches, depth, pass)?);
             }
             if let Some(q) = &query_vector {
                 let mut found = docs.vectors.search(
@@ -130,15 +158,9 @@ impl Index {
         self.embedder.as_ref().map_or(0.0, |e| e.min_similarity())
     }
 
-    /// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher
-    /// scores better.
-    fn bm25(
-        &self,
-        docs: &Docs,
-        text: &str,
-        depth: usize,
-        allowed: &impl Fn(usize) -> bool,
-    ) -> Result<List> {
+    /// The FTS5 query for `text` (and its parameter), or `None` when it has no words to
+    /// search for.
+    fn bm25_query(&self, text: &str) -> Option<(String, String)> {
         let words = fts_query(text);
         let cjk = cjk_query(text).map(|q| format!("cjk : ({q})"));
         let weight = self.config.context_weight;
@@ -153,29 +175,62 @@ impl Index {
         let query = match (words, cjk) {
             (Some(w), Some(c)) => format!("{w} OR {c}"),
             (Some(q), None) | (None, Some(q)) => q,
-            (None, None) => return Ok(List::new()),
+            (None, None) => return None,
         };
         let sql = format!(
             "SELECT rowid, bm25(fts, 1.0, {weight}, 1.0) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s"
         );
-        self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query([query])?;
-            let mut out = List::new();
-            while out.len() < depth {
-                let Some(r) = rows.next()? else { break };
-                let id: i64 = r.get(0)?;
-                let score: f64 = r.get(1)?;
-                // A document committed after this reader's snapshot of memory is skipped.
-                if let Some(row) = docs.row_of(id as u64)
-                    && allowed(row)
-                {
-                    out.push((row, -score as f32));
-                }
-            }
-            Ok(out)
-        })
+        Some((sql, query))
     }
+}
+
+/// The BM25 matches of a query, best first, read from the statement as far as needed.
+struct Matches<'s, 'c> {
+    /// `(rowid, score)` of the matches read so far.
+    read: Vec<(i64, f64)>,
+    /// The rest, until they run out.
+    rows: Option<&'s mut rusqlite::Rows<'c>>,
+}
+
+impl Matches<'_, '_> {
+    /// The `i`th best match, if there are that many.
+    fn get(&mut self, i: usize) -> Result<Option<(i64, f64)>> {
+        while self.read.len() <= i {
+            let Some(rows) = self.rows.as_mut() else {
+                return Ok(None);
+            };
+            match rows.next()? {
+                Some(r) => self.read.push((r.get(0)?, r.get(1)?)),
+                None => self.rows = None,
+            }
+        }
+        Ok(Some(self.read[i]))
+    }
+}
+
+/// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher scores
+/// better.
+fn bm25_best(
+    docs: &Docs,
+    matches: &mut Matches<'_, '_>,
+    depth: usize,
+    allowed: &impl Fn(usize) -> bool,
+) -> Result<List> {
+    let mut out = List::new();
+    let mut i = 0;
+    while out.len() < depth {
+        let Some((id, score)) = matches.get(i)? else {
+            break;
+        };
+        i += 1;
+        // A document committed after the mirror was last updated is skipped.
+        if let Some(row) = docs.row_of(id as u64)
+            && allowed(row)
+        {
+            out.push((row, -score as f32));
+        }
+    }
+    Ok(out)
 }
 
 /// Adds `weight` × the strength of each hit's scope (the sum of the scope's three best hit
