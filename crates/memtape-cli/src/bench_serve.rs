@@ -56,8 +56,12 @@ pub struct ServeBenchArgs {
 #[derive(Serialize)]
 struct Report {
     runs: Vec<RunReport>,
-    /// The server's peak resident memory, MB.
+    /// The server's peak resident memory, MB. It counts the pages of the search index
+    /// that each reader connection maps, once per connection, so it overstates.
     server_peak_rss_mb: Option<f64>,
+    /// The server's anonymous resident memory (heap, stacks) at the end of the runs, MB:
+    /// what it holds beside the page cache.
+    server_anon_rss_mb: Option<f64>,
     /// Appends acknowledged over all runs.
     acknowledged: usize,
     /// Of those, how many are not on the tape after the server stopped (must be 0).
@@ -117,11 +121,13 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
     let mut report = Report {
         runs,
         server_peak_rss_mb: None,
+        server_anon_rss_mb: None,
         acknowledged: acknowledged.len(),
         lost: None,
     };
     if let Some(mut c) = child {
-        report.server_peak_rss_mb = peak_rss_mb(c.id());
+        report.server_peak_rss_mb = status_mb(c.id(), "VmHWM:");
+        report.server_anon_rss_mb = status_mb(c.id(), "RssAnon:");
         let pid = c.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status()?;
         let status = c.wait()?;
@@ -136,8 +142,9 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         }
         report.lost = Some(lost);
         eprintln!(
-            "server peak RSS {:.0} MB; {} appends acknowledged, {lost} missing from the tape",
+            "server peak RSS {:.0} MB (anonymous at the end {:.0} MB); {} appends acknowledged, {lost} missing from the tape",
             report.server_peak_rss_mb.unwrap_or(0.0),
+            report.server_anon_rss_mb.unwrap_or(0.0),
             report.acknowledged
         );
     }
@@ -179,9 +186,10 @@ fn summary(r: &RunReport) -> String {
     )
 }
 
-/// A process's peak resident memory in MB (Linux).
-fn peak_rss_mb(pid: u32) -> Option<f64> {
+/// A memory figure of a process's status in MB (Linux): `VmHWM:` the peak resident
+/// memory, `RssAnon:` the anonymous part of the resident memory now.
+fn status_mb(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
 }
