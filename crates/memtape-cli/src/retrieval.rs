@@ -270,10 +270,22 @@ pub struct FetchArgs {
 
 /// Opens the store with its search index, caught up with the tape.
 pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+    open_index(ctx, tuning, false)
+}
+
+/// [`open_indexed`] for a server, whose background indexer embeds: the index is caught up
+/// with the tape's text, and vectors left behind (after a crash under load, say) wait for
+/// the indexer instead of holding up the start.
+pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+    open_index(ctx, tuning, true)
+}
+
+fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<SqliteStore>> {
     let dir = ctx.data_dir()?;
     let engine = crate::ctx::open(ctx)?;
     let embedder = embedder(ctx)?;
     let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
+    index.set_vectors_behind(text_first);
     // The first search after a big import catches up with many entries: show how far.
     let progress = Progress::spinner(ctx, "bringing the search index up to date");
     index.catch_up_with(engine.store(), &mut |done, total| {

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use memtape_server::{AppState, KeyStore, Limits, Role};
 
 use crate::ctx::{Ctx, ModelArgs, StoreArgs};
-use crate::retrieval::{Tuning, open_indexed};
+use crate::retrieval::{Tuning, open_indexed_text_first};
 
 /// `memtape serve`.
 #[derive(Args, Debug)]
@@ -68,7 +68,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     // are made through the environment, which must not change under other threads).
     let mut ctx = ctx.clone();
     ctx.models.embed_threads = Some(a.embed_threads as usize);
-    let engine = open_indexed(&ctx, &a.tuning)?;
+    let engine = open_indexed_text_first(&ctx, &a.tuning)?;
     let limits = Limits {
         body_bytes: a.body_limit_mib as usize * 1024 * 1024,
         engine_calls: a.engine_calls as usize,

@@ -13,6 +13,7 @@
 //! fusion and the ranking boosts).
 
 mod catch_up;
+pub use catch_up::PendingVectors;
 mod file;
 mod rank;
 

@@ -34,6 +34,6 @@ pub mod when;
 
 pub use embed::{EmbedError, Embedder};
 pub use error::Error;
-pub use index::{Index, IndexConfig, Progress, Result};
+pub use index::{Index, IndexConfig, PendingVectors, Progress, Result};
 pub use request::{Fusion, Hit, Mode, Ranked, SearchFilter, SearchRequest};
 pub use vectors::dot;

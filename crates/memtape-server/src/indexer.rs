@@ -8,88 +8,180 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{Engine, Entry, SqliteStore, WriteHook};
+use memtape::{Engine, Entry, PendingVectors, SqliteStore, WriteHook};
+
+/// What wakes the indexer thread.
+enum Wake {
+    /// A durable write (or shutdown): index the text behind it.
+    Written,
+    /// Vectors from the embedder thread, to store; it waits for the answer (whether
+    /// vectors are still behind) before it embeds the next batch.
+    Embedded(PendingVectors, SyncSender<bool>),
+}
 
 /// The write hook that wakes the indexer after every durable write. The channel holds one
 /// wake-up: writes that come while one is pending share it.
-struct Wake(SyncSender<()>);
+struct OnWrite(SyncSender<Wake>);
 
-impl WriteHook<SqliteStore> for Wake {
+impl WriteHook<SqliteStore> for OnWrite {
     fn written(&self, _store: &SqliteStore, _entries: &[Entry]) {
-        match self.0.try_send(()) {
-            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        match self.0.try_send(Wake::Written) {
+            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
         }
     }
 }
 
-/// The indexer thread and the way to stop it.
+/// The indexer's threads and the way to stop them.
 pub struct Indexer {
     stop: Arc<AtomicBool>,
-    wake: SyncSender<()>,
-    thread: Option<JoinHandle<()>>,
+    wake: SyncSender<Wake>,
+    wake_embedder: SyncSender<()>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Indexer {
-    /// Takes the index off `engine`'s write path and starts the thread that follows the
-    /// tape instead. Returns the engine, ready to share, and the indexer.
+    /// Takes the index off `engine`'s write path and starts the threads that follow the
+    /// tape instead: one indexes text and stores vectors, at the priority of requests,
+    /// since searches wait for the locks it takes; with a model, another embeds, at a low
+    /// priority and holding no lock. Returns the engine, ready to share, and the indexer.
     pub fn start(mut engine: Engine<SqliteStore>) -> (Arc<Engine<SqliteStore>>, Indexer) {
         let (wake, woken) = sync_channel(1);
+        let (wake_embedder, embedder_woken) = sync_channel(1);
         engine.set_index_on_write(false);
-        engine.add_write_hook(Wake(wake.clone()));
+        engine.add_write_hook(OnWrite(wake.clone()));
+        let embeds = engine.index().is_some_and(|i| i.embedder().is_some());
         let engine = Arc::new(engine);
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (engine, stop) = (engine.clone(), stop.clone());
+        let mut threads = Vec::new();
+        let spawned = {
+            let (engine, stop, embedder) = (engine.clone(), stop.clone(), wake_embedder.clone());
             std::thread::Builder::new()
                 .name("memtape-indexer".into())
-                .spawn(move || follow(&engine, &woken, &stop))
-                .ok()
+                .spawn(move || follow(&engine, &woken, &embedder, &stop))
         };
-        if thread.is_none() {
+        match spawned {
+            Ok(t) => threads.push(t),
             // Without the thread every search still catches up on its own.
-            tracing::warn!("could not start the indexer thread; searches will index");
+            Err(e) => {
+                tracing::warn!("could not start the indexer thread ({e}); searches will index")
+            }
         }
-        (engine, Indexer { stop, wake, thread })
+        if embeds && !threads.is_empty() {
+            let (engine, stop, indexer) = (engine.clone(), stop.clone(), wake.clone());
+            match std::thread::Builder::new()
+                .name("memtape-embedder".into())
+                .spawn(move || embed(&engine, &embedder_woken, &indexer, &stop))
+            {
+                Ok(t) => threads.push(t),
+                Err(e) => tracing::warn!(
+                    "could not start the embedding thread ({e}); new entries are found by BM25 only"
+                ),
+            }
+        }
+        let indexer = Indexer {
+            stop,
+            wake,
+            wake_embedder,
+            threads,
+        };
+        // Vectors left behind by the last run are embedded from the start.
+        let _ = indexer.wake_embedder.try_send(());
+        (engine, indexer)
     }
 }
 
 impl Drop for Indexer {
-    /// Stops the thread between two batches and waits for it: what is left is indexed by
-    /// the next catch-up (a search, or the next start).
+    /// Stops the threads between two batches and waits for them: what is left is indexed
+    /// by the next catch-up (a search, or the next start).
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.wake.try_send(());
-        if let Some(thread) = self.thread.take() {
+        let _ = self.wake.try_send(Wake::Written);
+        let _ = self.wake_embedder.try_send(());
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
-/// The niceness of the indexer thread: embedding a backlog may take a whole core for
+/// The niceness of the embedding thread: embedding a backlog may take a whole core for
 /// minutes, and requests (a search embeds its query too) come first.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const NICE: i32 = 10;
 
-fn follow(engine: &Engine<SqliteStore>, woken: &Receiver<()>, stop: &AtomicBool) {
+/// The indexer thread: indexes text behind the writes, stores the embedder's vectors.
+fn follow(
+    engine: &Engine<SqliteStore>,
+    woken: &Receiver<Wake>,
+    embedder: &SyncSender<()>,
+    stop: &AtomicBool,
+) {
+    let Some(index) = engine.index() else {
+        return;
+    };
+    while let Ok(wake) = woken.recv() {
+        if let Wake::Embedded(pending, reply) = wake {
+            let behind = index.store_embedded(pending).unwrap_or_else(|e| {
+                tracing::warn!("storing vectors failed: {e}");
+                false
+            });
+            let _ = reply.send(behind);
+        }
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            // Recorded by the index (Engine::index_failure) and retried by the next search
+            // or write.
+            match engine.catch_up_index_step() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!("background indexing failed: {e}");
+                    break;
+                }
+            }
+        }
+        // New text is new documents to embed.
+        let _ = embedder.try_send(());
+    }
+}
+
+/// The embedding thread: embeds the documents whose vectors are behind, a batch at a
+/// time, and hands each batch to the indexer thread to store.
+fn embed(
+    engine: &Engine<SqliteStore>,
+    woken: &Receiver<()>,
+    indexer: &SyncSender<Wake>,
+    stop: &AtomicBool,
+) {
     // On Linux a thread id names one thread, so this lowers this thread alone.
     #[cfg(target_os = "linux")]
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
-        tracing::debug!("could not lower the indexer thread's priority: {e}");
+        tracing::debug!("could not lower the embedding thread's priority: {e}");
     }
+    let Some(index) = engine.index() else {
+        return;
+    };
     while woken.recv().is_ok() {
         loop {
             if stop.load(Ordering::SeqCst) {
                 return;
             }
-            match engine.catch_up_index_step() {
-                Ok(true) => continue,
-                Ok(false) => break,
-                // Recorded by the index (Engine::index_failure) and retried by the next
-                // search or write.
+            let pending = match index.embed_next(engine.store()) {
+                Ok(Some(pending)) => pending,
+                Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!("background indexing failed: {e}");
+                    tracing::warn!("background embedding failed: {e}");
                     break;
                 }
+            };
+            let (reply, answer) = sync_channel(1);
+            if indexer.send(Wake::Embedded(pending, reply)).is_err() {
+                return;
+            }
+            match answer.recv() {
+                Ok(true) => continue,
+                Ok(false) | Err(_) => break,
             }
         }
     }

@@ -128,3 +128,83 @@ fn the_background_indexer_catches_up_without_a_search() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A deterministic stand-in model: words hashed into 1,024 buckets, so texts sharing words
+/// are close (real models are tested in memtape-embed and through the CLI).
+struct Buckets;
+
+impl memtape::Embedder for Buckets {
+    fn id(&self) -> &str {
+        "test-buckets-1024"
+    }
+    fn dim(&self) -> usize {
+        1024
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memtape::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 1024];
+                for w in t.split_whitespace() {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 1024) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+/// With a model, an append is acknowledged before it is embedded: the embedding thread
+/// embeds behind the writes and the indexer thread stores the vectors, so a vector search
+/// comes to find every append, and the index file (opened as another process would)
+/// comes to hold a vector for each.
+#[test]
+fn the_background_embedder_embeds_every_append() {
+    let embedder: Arc<dyn memtape::Embedder> = Arc::new(Buckets);
+    let s = Server::start_embedding(embedder.clone());
+    let mut last = 0;
+    for i in 0..300 {
+        // The last one shares no word with the others.
+        let content = match i {
+            299 => "zebra quokka narwhal".to_owned(),
+            _ => format!("note {i} about the weather"),
+        };
+        let (status, body) = s.post(
+            &format!("/v1/sessions/s{}/messages", i % 7),
+            &json!({"role": "assistant", "content": content}),
+        );
+        assert_eq!(status, 201, "{body}");
+        last = body["ids"][0].as_u64().unwrap();
+    }
+    let path = s.dir.path().join("index.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let index = memtape::Index::open(
+            &path,
+            Some(embedder.clone()),
+            memtape::IndexConfig::default(),
+        )
+        .unwrap();
+        if index.embedded().0 >= last {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {last} embedded after 30 s",
+            index.embedded().0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The last append, found by its vector alone.
+    let (status, body) = s.get("/v1/search?q=quokka+narwhal+zebra&mode=vector&limit=1");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["hits"][0]["entry"]["id"].as_u64(),
+        Some(last),
+        "{body}"
+    );
+}

@@ -65,8 +65,8 @@ pub use memtape_core::{
     memory, summary, wal,
 };
 pub use memtape_search::{
-    EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, Ranked, SearchFilter,
-    SearchRequest,
+    EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, PendingVectors, Ranked,
+    SearchFilter, SearchRequest,
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
 

@@ -43,8 +43,9 @@ impl<S: Store> Engine<S> {
 
     /// Whether every write brings the index up to date before it returns (`true`, the
     /// default) or leaves that to a background indexer calling
-    /// [`Engine::catch_up_index_step`] (`false`, what a server does, so an append is
-    /// acknowledged once it is durable instead of once it is embedded). Either way a
+    /// [`Engine::catch_up_index_step`] and embedding with [`Index::embed_step`] (`false`,
+    /// what a server does, so an append is acknowledged once it is durable instead of once
+    /// it is embedded). Either way a
     /// search first catches up, so BM25 finds every append acknowledged before it; with
     /// `false` that catch-up indexes text only ([`Index::set_vectors_behind`]) and vector
     /// search finds an append once the indexer has embedded it.
@@ -55,18 +56,18 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// One step of bringing the index up to date with the tape, for a background indexer
-    /// that must be able to stop between steps: indexes the text of at most one batch of
-    /// entries, then embeds at most one batch of those whose vectors are behind (so a
-    /// stream of writes never starves the vectors). Returns whether the index is still
-    /// behind the tape (`false` without an index).
+    /// One step of bringing the index's text up to date with the tape, for a background
+    /// indexer that must be able to stop between steps: indexes the text of at most one
+    /// batch of entries. Returns whether the text is still behind the tape (`false`
+    /// without an index). Vectors left behind are the embedding pass's
+    /// ([`Index::embed_step`], or [`Index::embed_next`] and [`Index::store_embedded`] on
+    /// two threads).
     pub fn catch_up_index_step(&self) -> Result<bool> {
         let Some(index) = &self.index else {
             return Ok(false);
         };
         index.catch_up_step(&self.store)?;
-        let vectors_behind = index.embed_step(&self.store)?;
-        Ok(vectors_behind || index.covered() < self.store.last_id()?)
+        Ok(index.covered() < self.store.last_id()?)
     }
 
     /// The last failed catch-up of the attached index (the write hook's included), for a

@@ -52,6 +52,7 @@ impl NewDoc {
 }
 
 /// A batch of vectors embedded for documents left without them.
+#[derive(Debug)]
 struct Embedded {
     /// The last tape entry the batch read.
     last: EntryId,
@@ -439,6 +440,17 @@ impl Index {
     }
 }
 
+/// Vectors embedded for a batch of documents, waiting to be stored
+/// ([`Index::embed_next`], [`Index::store_embedded`]).
+#[derive(Debug)]
+pub struct PendingVectors {
+    /// The embedded mark the batch starts after.
+    from: EntryId,
+    /// The build of the file the batch was read from.
+    build: String,
+    batch: Embedded,
+}
+
 impl Index {
     /// One batch of the pass that embeds what catch-ups left behind
     /// ([`Index::set_vectors_behind`]): embeds the documents after the embedded mark and
@@ -449,18 +461,40 @@ impl Index {
         if self.embedder.is_none() {
             return Ok(false);
         }
+        self.sync(&mut lock(&self.writer))?;
+        match self.embed_next(store)? {
+            Some(pending) => self.store_embedded(pending),
+            None => Ok(false),
+        }
+    }
+
+    /// The first half of [`Index::embed_step`], for a thread that embeds at a low
+    /// priority: reads and embeds the next batch of documents without vectors, taking no
+    /// lock but a moment's read of the in-memory marks, so a thread starved of CPU never
+    /// holds up searches. `None` when no vectors are behind (as far as this process has
+    /// seen) or there is no embedder.
+    pub fn embed_next(&self, store: &dyn Store) -> Result<Option<PendingVectors>> {
+        if self.embedder.is_none() {
+            return Ok(None);
+        }
         let (from, until, build) = {
-            let mut conn = lock(&self.writer);
-            self.sync(&mut conn)?;
             let docs = self.read_docs();
             (docs.embedded, docs.covered, docs.build.clone())
         };
-        let Some(batch) = self.embed_after(store, from, until)? else {
-            return Ok(false);
-        };
-        let mut conn = lock(&self.writer);
         Ok(self
-            .store_vectors(&mut conn, from, &build, batch)?
+            .embed_after(store, from, until)?
+            .map(|batch| PendingVectors { from, build, batch }))
+    }
+
+    /// The second half of [`Index::embed_step`]: stores a batch from
+    /// [`Index::embed_next`] under the write lock, after mirroring what other processes
+    /// committed; a batch that another thread or process embedded first is dropped.
+    /// Returns whether vectors are still behind.
+    pub fn store_embedded(&self, pending: PendingVectors) -> Result<bool> {
+        let mut conn = lock(&self.writer);
+        self.sync(&mut conn)?;
+        Ok(self
+            .store_vectors(&mut conn, pending.from, &pending.build, pending.batch)?
             .unwrap_or(true))
     }
 

@@ -35,9 +35,31 @@ impl Server {
 
     /// A server over the store in `dir` (created if missing).
     pub fn start_in(dir: tempfile::TempDir, limits: Limits) -> Self {
+        Self::start_indexed(dir, limits, None)
+    }
+
+    /// A server over a fresh store whose index embeds with `embedder`.
+    #[allow(dead_code)] // Not every test file embeds.
+    pub fn start_embedding(embedder: std::sync::Arc<dyn memtape::Embedder>) -> Self {
+        Self::start_indexed(
+            tempfile::tempdir().unwrap(),
+            Limits::default(),
+            Some(embedder),
+        )
+    }
+
+    fn start_indexed(
+        dir: tempfile::TempDir,
+        limits: Limits,
+        embedder: Option<std::sync::Arc<dyn memtape::Embedder>>,
+    ) -> Self {
         let engine = Engine::init(dir.path()).unwrap();
-        let index =
-            Index::open(&dir.path().join("index.db"), None, IndexConfig::default()).unwrap();
+        let index = Index::open(
+            &dir.path().join("index.db"),
+            embedder,
+            IndexConfig::default(),
+        )
+        .unwrap();
         let engine = engine.with_index(index).unwrap();
         let keys = KeyStore::open(dir.path());
         let state = AppState::new(engine, keys, limits, true);
