@@ -39,7 +39,17 @@ pub use state::{AppState, Caller, Limits, Role};
         license(name = "Apache-2.0")
     ),
     paths(rest::healthz),
-    components(schemas(error::ErrorBody, wire::ChatMessage, wire::AppendBody)),
+    components(schemas(
+        error::ErrorBody,
+        wire::ChatMessage,
+        wire::AppendBody,
+        wire::names::RoleName,
+        wire::names::KindName,
+        wire::names::ScopeName,
+        wire::names::ModeName,
+        wire::names::ViewName,
+        wire::names::FormatName
+    )),
     modifiers(&BearerAuth, &Conventions),
     security(("bearer" = []))
 )]

@@ -61,6 +61,7 @@ pub struct FunctionWire {
 #[serde(deny_unknown_fields)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant` or `tool`.
+    #[schema(value_type = names::RoleName)]
     pub role: String,
     /// The text, or OpenAI content parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +139,7 @@ pub enum AppendBody {
     /// Several messages.
     Many {
         /// The messages, in order.
+        #[schema(min_items = 1)]
         messages: Vec<NewMessage>,
     },
     /// One message.
@@ -239,5 +241,96 @@ impl SessionWire {
             last_consolidated: i.last_consolidated.0,
             updated_at: i.last_at.map(|t| t.to_rfc3339()),
         }
+    }
+}
+
+/// Names the API accepts for a closed set of values, as the OpenAPI document spells them.
+/// The handlers parse the strings themselves (and answer a 400 naming the choices); these
+/// types only tell clients the choices up front.
+pub mod names {
+    use utoipa::ToSchema;
+
+    /// A message's role.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum RoleName {
+        /// The system prompt or a system notice.
+        System,
+        /// The human (or calling program).
+        User,
+        /// The model.
+        Assistant,
+        /// A tool's result.
+        Tool,
+    }
+
+    /// An entry's kind.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum KindName {
+        /// A chat message.
+        Message,
+        /// A tool call.
+        ToolCall,
+        /// A tool's result.
+        ToolResult,
+        /// An anchor.
+        Anchor,
+        /// An event.
+        Event,
+        /// A system entry.
+        System,
+    }
+
+    /// Whose entries a search covers.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum ScopeName {
+        /// The agent's entries (the default).
+        Agent,
+        /// One user's.
+        User,
+        /// The whole tenant's.
+        Tenant,
+    }
+
+    /// How a search ranks.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum ModeName {
+        /// BM25 and vectors fused.
+        Hybrid,
+        /// BM25 only.
+        Bm25,
+        /// Vectors only.
+        Vector,
+    }
+
+    /// Which history view.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum ViewName {
+        /// memtape's thread view.
+        Thread,
+        /// Bub's view: the tape after the last anchor.
+        Bub,
+    }
+
+    /// An export or import format.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum FormatName {
+        /// memtape's own JSONL.
+        Memtape,
+        /// Bub's tape JSONL.
+        Bub,
+        /// nanobot's session JSONL.
+        Nanobot,
     }
 }

@@ -94,6 +94,7 @@ pub struct ViewParams {
     /// The user.
     pub user: Option<String>,
     /// A path under /memories (default `/memories`, the folder).
+    #[param(pattern = "^/memories(/[^\\u0000-\\u001F\\u007F-\\u009F]*)?$")]
     pub path: Option<String>,
     /// The first line to show (from 1; with `end`).
     pub start: Option<i64>,
@@ -127,6 +128,7 @@ pub async fn view(
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     /// A path under /memories.
+    #[schema(pattern = "^/memories/[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     pub path: String,
     /// The file's content.
     pub file_text: String,
@@ -156,6 +158,7 @@ pub enum EditBody {
     /// Replaces the one occurrence of `old_str` with `new_str`.
     StrReplace {
         /// A path under /memories.
+        #[schema(pattern = "^/memories/[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
         path: String,
         /// The exact text to replace.
         old_str: String,
@@ -166,6 +169,7 @@ pub enum EditBody {
     /// Inserts `insert_text` after line `insert_line` (0: before the first line).
     Insert {
         /// A path under /memories.
+        #[schema(pattern = "^/memories/[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
         path: String,
         /// The line after which to insert.
         insert_line: i64,
@@ -205,7 +209,7 @@ pub async fn edit(
     Ok(Json(FileText { text }))
 }
 
-/// What to delete.
+/// Which file or folder under /memories to delete.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PathParams {
@@ -214,6 +218,7 @@ pub struct PathParams {
     /// The user.
     pub user: Option<String>,
     /// The path.
+    #[param(pattern = "^/memories(/[^\\u0000-\\u001F\\u007F-\\u009F]*)?$")]
     pub path: String,
 }
 
@@ -238,8 +243,10 @@ pub async fn delete(
 #[serde(deny_unknown_fields)]
 pub struct RenameBody {
     /// The current path under /memories.
+    #[schema(pattern = "^/memories/[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     pub old_path: String,
     /// The new path under /memories.
+    #[schema(pattern = "^/memories/[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     pub new_path: String,
 }
 
@@ -304,14 +311,27 @@ pub async fn list(
     )
 }
 
+/// Which workspace file to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FileParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// A .md path (MEMORY.md, memory/2026-04-01.md, /memories/notes.md).
+    #[param(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+\\.md$")]
+    pub path: String,
+}
+
 /// MateClaw `read_workspace_memory_file`: a file's content, size, flag and update time.
-#[utoipa::path(get, path = "/v1/workspace/file", tag = "files", params(PathParams),
+#[utoipa::path(get, path = "/v1/workspace/file", tag = "files", params(FileParams),
     responses((status = 200, body = WorkspaceAnswer), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<PathParams>,
+    ApiQuery(p): ApiQuery<FileParams>,
 ) -> Result<Json<WorkspaceAnswer>> {
     caller.require(KeyRole::Read)?;
     let input = json!({"filename": workspace_path(&p.path)});
@@ -324,6 +344,7 @@ pub async fn read(
 #[serde(deny_unknown_fields)]
 pub struct WriteBody {
     /// A .md path (MEMORY.md, memory/2026-04-01.md, /memories/notes.md).
+    #[schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+\\.md$")]
     pub path: String,
     /// The file's content.
     pub content: String,
@@ -350,6 +371,7 @@ pub async fn write(
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceEditBody {
     /// A .md path.
+    #[schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+\\.md$")]
     pub path: String,
     /// The exact text to replace.
     pub old_text: String,

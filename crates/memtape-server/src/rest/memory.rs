@@ -226,6 +226,7 @@ pub struct DailyBody {
     pub content: String,
     /// The day (YYYY-MM-DD; default today).
     #[serde(default)]
+    #[schema(format = Date)]
     pub date: Option<String>,
 }
 
@@ -267,6 +268,7 @@ pub struct RecallParams {
     /// What to look for (default: everything of the window).
     pub query: Option<String>,
     /// How many days of daily notes (default 7).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 4294967295_u64)]
     pub days: Option<u32>,
 }
 
@@ -338,6 +340,7 @@ pub struct VersionsParams {
     /// The user.
     pub user: Option<String>,
     /// Only the versions that touched this file (or folder).
+    #[param(min_length = 1)]
     pub path: Option<String>,
 }
 
@@ -515,6 +518,7 @@ pub async fn clear(
 pub struct PruneBody {
     /// Keep this many days (default 30).
     #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_u64)]
     pub days: Option<u32>,
 }
 
@@ -550,6 +554,7 @@ pub async fn prune(
 #[serde(deny_unknown_fields)]
 pub struct FlagsBody {
     /// The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`).
+    #[schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+\\.md$")]
     pub path: String,
     /// Whether it is injected into the system prompt.
     #[serde(default)]

@@ -234,6 +234,7 @@ pub struct HistoryParams {
     /// At most this many tokens (cl100k).
     pub max_tokens: Option<usize>,
     /// `thread` (memtape's) or `bub` (Bub's); default: the session's own.
+    #[param(value_type = Option<crate::wire::names::ViewName>)]
     pub view: Option<String>,
 }
 
@@ -316,6 +317,7 @@ pub struct EntriesParams {
     /// ... up to the first anchor named so after it.
     pub between_end: Option<String>,
     /// Only entries of this kind.
+    #[param(value_type = Option<crate::wire::names::KindName>)]
     pub kind: Option<String>,
     /// Only entries with a greater id (the cursor of the previous page).
     pub after: Option<u64>,
@@ -404,12 +406,15 @@ pub struct SearchParams {
     /// The user.
     pub user: Option<String>,
     /// `agent` (default: the agent's entries), `user` (one user's) or `tenant`.
+    #[param(value_type = Option<crate::wire::names::ScopeName>)]
     pub scope: Option<String>,
     /// Only this session.
     pub session: Option<String>,
     /// Only this kind.
+    #[param(value_type = Option<crate::wire::names::KindName>)]
     pub kind: Option<String>,
     /// Only messages with this role.
+    #[param(value_type = Option<crate::wire::names::RoleName>)]
     pub role: Option<String>,
     /// Only entries from this time on (RFC 3339).
     pub since: Option<String>,
@@ -417,6 +422,7 @@ pub struct SearchParams {
     pub until: Option<String>,
     /// `hybrid`, `bm25` or `vector` (default: hybrid when the server has an embedding
     /// model, else bm25).
+    #[param(value_type = Option<crate::wire::names::ModeName>)]
     pub mode: Option<String>,
     /// At most this many hits (default 10, at most 100).
     pub limit: Option<usize>,
@@ -611,6 +617,11 @@ pub async fn call_tool(
     let Some(spec) = memtape::tools::find(&name) else {
         return Err(ApiError::not_found(format!("no tool {name}")));
     };
+    if !body.input.is_object() {
+        return Err(ApiError::unprocessable(
+            "input: a tool's input is a JSON object",
+        ));
+    }
     caller.require(if reads_only(spec.name) {
         KeyRole::Read
     } else {

@@ -37,6 +37,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct AnchorBody {
     /// Its name (`handoff`, `phase/2`, ...).
+    #[schema(min_length = 1)]
     pub name: String,
     /// What it carries (Bub's handoff state), a JSON object.
     #[serde(default)]
@@ -81,6 +82,7 @@ pub async fn anchor(
 pub struct ConsolidateBody {
     /// The last consolidated entry (0 to consolidate nothing): it and everything before it
     /// leave the history.
+    #[schema(maximum = 9007199254740991_u64)]
     pub through: u64,
 }
 
@@ -218,7 +220,7 @@ pub struct Thread {
 /// The thread that ends at an entry, root first (Dify's extract_thread_messages). An entry
 /// of another agent, user or tenant is not found, exactly like one that does not exist.
 #[utoipa::path(get, path = "/v1/entries/{id}/thread", tag = "tape",
-    params(("id" = u64, Path, description = "The thread's last entry"), ScopeParams),
+    params(("id" = u64, Path, maximum = 9007199254740991_u64, description = "The thread's last entry"), ScopeParams),
     responses((status = 200, body = Thread), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn thread(
@@ -268,6 +270,7 @@ pub enum PrecisionWire {
 pub struct ContextBody {
     /// The token budget: the most tokens the prompt may have (default 128000).
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub budget: Option<usize>,
     /// The compaction policy (default `mateclaw`).
     #[serde(default)]

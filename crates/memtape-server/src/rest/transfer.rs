@@ -55,6 +55,7 @@ pub struct TransferParams {
     /// The user.
     pub user: Option<String>,
     /// `memtape` (default, lossless), `bub` or `nanobot`.
+    #[param(value_type = Option<crate::wire::names::FormatName>)]
     pub format: Option<String>,
     /// The session. Export: only this session (required for `bub` and `nanobot`; without
     /// it, memtape's format carries everything of the agent, or of the user). Import: the
