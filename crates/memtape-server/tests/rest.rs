@@ -83,6 +83,11 @@ fn tools_are_listed_and_called() {
     );
     let (status, _) = s.post("/v1/tools/nope", &json!({"input": {}}));
     assert_eq!(status, 404);
+    // An input that is not an object is the wrong shape, not the tool's refusal.
+    for input in [json!([null, null]), json!("Ada"), json!(null)] {
+        let (status, out) = s.post("/v1/tools/memory.save", &json!({ "input": input }));
+        assert_eq!(status, 422, "{input}: {out}");
+    }
 }
 
 #[test]
