@@ -169,7 +169,8 @@ impl Memtape {
             agent: agent.to_owned(),
             user: user.map(str::to_owned),
         };
-        Self::new(state, Arc::default(), Some(who))
+        let hub = Hub::started(&state);
+        Self::new(state, hub, Some(who))
     }
 
     /// Who `context`'s request is for.
@@ -211,42 +212,9 @@ impl Memtape {
         Ok(who)
     }
 
-    /// Runs `call` and notifies the subscribers of every memory file of `who` it changed.
-    async fn watched<T>(
-        &self,
-        who: &Who,
-        call: impl Future<Output = Result<T, ApiError>>,
-    ) -> Result<T, ApiError> {
-        let memory = who.memory()?;
-        if !self.hub.watching(&memory) {
-            return call.await;
-        }
-        let before = self.files(&memory).await?;
-        let out = call.await?;
-        let after = self.files(&memory).await?;
-        let mut changed: Vec<&String> = after
-            .iter()
-            .filter(|(p, c)| before.get(*p) != Some(*c))
-            .map(|(p, _)| p)
-            .collect();
-        changed.extend(before.keys().filter(|p| !after.contains_key(*p)));
-        self.hub.notify(&memory, &changed).await;
-        Ok(out)
-    }
-
     /// The memory files of `scope`, path to content.
     async fn files(&self, scope: &Scope) -> Result<BTreeMap<String, String>, ApiError> {
-        let scope = scope.clone();
-        self.state
-            .run(move |engine| {
-                Ok(engine
-                    .memory(&scope)?
-                    .files
-                    .into_iter()
-                    .map(|(p, f)| (p, f.content))
-                    .collect())
-            })
-            .await
+        memory_files(&self.state, scope).await
     }
 
     /// Runs the tool `name` for `who`.
@@ -270,7 +238,7 @@ impl Memtape {
                     ApiQuery(who.params()),
                     ApiJson(body),
                 );
-                let (_, Json(out)) = self.watched(who, call).await?;
+                let (_, Json(out)) = call.await?;
                 to_text(&out)
             }
             TAPE_HISTORY => {
@@ -335,7 +303,7 @@ impl Memtape {
                         .run(move |engine| Ok(engine.context(&session, &request)?))
                         .await
                 };
-                let built = self.watched(who, call).await?;
+                let built = call.await?;
                 to_text(&json!({
                     "messages": built.messages.iter().map(ChatMessage::of).collect::<Vec<_>>(),
                     "tokens": built.tokens,
@@ -358,7 +326,7 @@ impl Memtape {
                     ApiQuery(who.params()),
                     ApiJson(body),
                 );
-                let Json(out) = self.watched(who, call).await?;
+                let Json(out) = call.await?;
                 if out.is_error {
                     Err(Refusal::Tool(out.text))
                 } else {
@@ -419,6 +387,7 @@ impl ServerHandler for Memtape {
                 .enable_tools()
                 .enable_resources()
                 .enable_resources_subscribe()
+                .enable_resources_list_changed()
                 .enable_prompts()
                 .build(),
         )
@@ -489,6 +458,8 @@ impl ServerHandler for Memtape {
             .map_err(|e| ErrorData::invalid_request(e.message, None))?;
         let memory = who.memory().map_err(server_error)?;
         let files = self.files(&memory).await.map_err(server_error)?;
+        self.hub
+            .listed(self.id, &memory, context.peer.clone(), &files);
         let resources = files
             .iter()
             .map(|(path, content)| {
@@ -540,12 +511,16 @@ impl ServerHandler for Memtape {
             ));
         }
         let memory = who.memory().map_err(server_error)?;
-        self.hub.subscribe(Sub {
-            session: self.id,
-            memory,
-            uri: request.uri,
-            peer: context.peer.clone(),
-        });
+        let files = self.files(&memory).await.map_err(server_error)?;
+        self.hub.subscribe(
+            Sub {
+                session: self.id,
+                memory,
+                uri: request.uri,
+                peer: context.peer.clone(),
+            },
+            files,
+        );
         Ok(())
     }
 
@@ -665,10 +640,28 @@ fn build(
     state: AppState,
     config: StreamableHttpServerConfig,
 ) -> StreamableHttpService<Memtape, LocalSessionManager> {
-    let hub = Arc::new(Hub::default());
+    let hub = Hub::started(&state);
     StreamableHttpService::new(
         move || Ok(Memtape::new(state.clone(), hub.clone(), None)),
         Arc::new(LocalSessionManager::default()),
         config,
     )
+}
+
+/// The memory files of `scope`, path to content.
+async fn memory_files(
+    state: &AppState,
+    scope: &Scope,
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let scope = scope.clone();
+    state
+        .run(move |engine| {
+            Ok(engine
+                .memory(&scope)?
+                .files
+                .into_iter()
+                .map(|(p, f)| (p, f.content))
+                .collect())
+        })
+        .await
 }

@@ -2,11 +2,12 @@
 //! engine is synchronous and never runs on the async runtime's threads), the API keys, the
 //! limits, and who is calling.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use memtape::{Engine, Entry, NewEntry, Scope, SqliteStore};
+use memtape::events::BuiltinEvent;
+use memtape::{Engine, Entry, NewEntry, Scope, SqliteStore, WriteHook};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, broadcast};
 use utoipa::ToSchema;
 
 use crate::appender::Appender;
@@ -127,6 +128,39 @@ struct Inner {
     keys: KeyStore,
     limits: Limits,
     loopback: bool,
+    memory_changed: broadcast::Sender<Scope>,
+}
+
+/// How many memory changes wait for a slow listener before it is told it missed some.
+const CHANGES_QUEUED: usize = 256;
+
+/// The write hook that announces every memory change written (by any route), with the
+/// memory scope it changed.
+struct OnMemoryChange(broadcast::Sender<Scope>);
+
+impl WriteHook<SqliteStore> for OnMemoryChange {
+    fn written(&self, _store: &SqliteStore, entries: &[Entry]) {
+        for entry in entries {
+            if let Ok(Some(BuiltinEvent::MemoryChange(_))) =
+                BuiltinEvent::from_payload(&entry.payload)
+            {
+                // No receiver is fine: no MCP session is listening.
+                let _ = self.0.send(entry.scope.clone());
+            }
+        }
+    }
+}
+
+/// A handle on the state that does not keep it (and so the engine) alive: for background
+/// tasks that must end when the server does.
+#[derive(Clone)]
+pub struct WeakState(Weak<Inner>);
+
+impl WeakState {
+    /// The state, while the server still holds it.
+    pub fn upgrade(&self) -> Option<AppState> {
+        self.0.upgrade().map(|inner| AppState { inner })
+    }
 }
 
 impl AppState {
@@ -138,6 +172,9 @@ impl AppState {
         limits: Limits,
         loopback: bool,
     ) -> Self {
+        let mut engine = engine;
+        let (memory_changed, _) = broadcast::channel(CHANGES_QUEUED);
+        engine.add_write_hook(OnMemoryChange(memory_changed.clone()));
         let (engine, indexer) = Indexer::start(engine);
         AppState {
             inner: Arc::new(Inner {
@@ -148,8 +185,20 @@ impl AppState {
                 keys,
                 limits,
                 loopback,
+                memory_changed,
             }),
         }
+    }
+
+    /// The memory scopes of the memory changes written from now on (by this process), as
+    /// they are written.
+    pub fn memory_changes(&self) -> broadcast::Receiver<Scope> {
+        self.inner.memory_changed.subscribe()
+    }
+
+    /// A handle that does not keep the state alive.
+    pub fn downgrade(&self) -> WeakState {
+        WeakState(Arc::downgrade(&self.inner))
     }
 
     /// Whether the server listens only on loopback.

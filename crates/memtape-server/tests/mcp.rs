@@ -378,3 +378,64 @@ fn ok_raw(body: &str) {
         "{body}"
     );
 }
+
+/// Memory changed through REST reaches MCP sessions: a subscriber of MEMORY.md hears of a
+/// save made through `/v1`, and a session that listed the memory files hears when a file
+/// appears, and not when one only changes.
+#[test]
+fn changes_made_over_rest_are_notified_over_mcp() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.clone()),
+        );
+        let (client, mut updates, mut lists) = Client::listening();
+        let client = client.serve(transport).await.unwrap();
+        assert!(client.list_all_resources().await.unwrap().is_empty());
+        #[allow(deprecated)]
+        client
+            .subscribe(rmcp::model::SubscribeRequestParams::new(
+                "memtape://memory/MEMORY.md",
+            ))
+            .await
+            .unwrap();
+        let wait = std::time::Duration::from_secs(30);
+
+        // A new MEMORY.md: updated, and the list changed.
+        let (status, body) = s.post("/v1/memory/save", &json!({"content": "Ada likes tea"}));
+        assert_eq!(status, 201, "{body}");
+        let uri = tokio::time::timeout(wait, updates.recv()).await.unwrap();
+        assert_eq!(uri.as_deref(), Some("memtape://memory/MEMORY.md"));
+        tokio::time::timeout(wait, lists.recv())
+            .await
+            .unwrap()
+            .unwrap();
+
+        // MEMORY.md changes again: updated only. Then a new file: the list changed once.
+        let (status, body) = s.post(
+            "/v1/memory/save",
+            &json!({"content": "Ada likes green tea"}),
+        );
+        assert_eq!(status, 201, "{body}");
+        let uri = tokio::time::timeout(wait, updates.recv()).await.unwrap();
+        assert_eq!(uri.as_deref(), Some("memtape://memory/MEMORY.md"));
+        let (status, body) = s.call(
+            "PUT",
+            "/v1/memories",
+            Some(&json!({"path": "/memories/notes.md", "file_text": "a note"})),
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+        tokio::time::timeout(wait, lists.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            lists.try_recv().is_err(),
+            "an edit does not change the list"
+        );
+        assert!(updates.try_recv().is_err(), "notes.md has no subscriber");
+        client.cancel().await.unwrap();
+    });
+}

@@ -17,16 +17,38 @@ use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-/// The client: it records the resource-updated notifications it receives.
+/// The client: it records the resource-updated notifications it receives (and, when
+/// asked, the resource-list-changed ones).
 pub struct Client {
     updates: UnboundedSender<String>,
+    lists: Option<UnboundedSender<()>>,
 }
 
 impl Client {
-    /// A client and the receiving end of its notifications.
+    /// A client and the receiving end of its update notifications.
     pub fn new() -> (Self, UnboundedReceiver<String>) {
         let (tx, rx) = unbounded_channel();
-        (Client { updates: tx }, rx)
+        (
+            Client {
+                updates: tx,
+                lists: None,
+            },
+            rx,
+        )
+    }
+
+    /// A client and the receiving ends of its update and list-changed notifications.
+    pub fn listening() -> (Self, UnboundedReceiver<String>, UnboundedReceiver<()>) {
+        let (tx, rx) = unbounded_channel();
+        let (ltx, lrx) = unbounded_channel();
+        (
+            Client {
+                updates: tx,
+                lists: Some(ltx),
+            },
+            rx,
+            lrx,
+        )
     }
 }
 
@@ -41,6 +63,12 @@ impl ClientHandler for Client {
         _context: NotificationContext<RoleClient>,
     ) {
         let _ = self.updates.send(params.uri);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(lists) = &self.lists {
+            let _ = lists.send(());
+        }
     }
 }
 
