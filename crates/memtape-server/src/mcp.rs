@@ -315,10 +315,17 @@ impl Memtape {
                 }))
             }
             _ => {
-                let body = rest::ToolCallBody {
-                    input: args,
-                    session: None,
+                let mut input = args;
+                let session = match input.as_object_mut().and_then(|o| o.remove(tools::SESSION)) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s),
+                    Some(other) => {
+                        return Err(Refusal::Tool(format!(
+                            "Error: session must be a string, not {other}"
+                        )));
+                    }
                 };
+                let body = rest::ToolCallBody { input, session };
                 let call = rest::call_tool(
                     state,
                     caller,

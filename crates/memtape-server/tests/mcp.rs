@@ -439,3 +439,51 @@ fn changes_made_over_rest_are_notified_over_mcp() {
         client.cancel().await.unwrap();
     });
 }
+
+/// A registry tool called over MCP can name its session, as `POST /v1/tools` can: in a
+/// session with Bub's view, a memory change then writes the session's memory zone on its
+/// tape. A session that is not a string, or not a valid name, is the tool's refusal.
+#[test]
+fn registry_tools_take_a_session() {
+    let s = Server::start();
+    let (status, started) = s.post("/v1/sessions/bub/start", &json!({}));
+    assert_eq!(status, 200, "{started}");
+    let entries = |s: &Server| {
+        let (status, page) = s.get("/v1/sessions/bub/entries?limit=1000");
+        assert_eq!(status, 200, "{page}");
+        page["entries"].as_array().unwrap().len()
+    };
+    let before = entries(&s);
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (c, _) = connect(&url, None).await.unwrap();
+        let tools = c.list_all_tools().await.unwrap();
+        let save = tools.iter().find(|t| t.name == "memory_save").unwrap();
+        assert!(save.input_schema["properties"]["session"].is_object());
+
+        ok(&c, "memory_save", json!({"content": "Ada likes tea"})).await;
+        assert_eq!(
+            entries(&s),
+            before,
+            "no session named: bub's tape is untouched"
+        );
+        ok(
+            &c,
+            "memory_save",
+            json!({"content": "Ada likes green tea", "session": "bub"}),
+        )
+        .await;
+        assert!(entries(&s) > before, "the new zone is on bub's tape");
+
+        let (text, error) = call(&c, "memory_save", json!({"content": "x", "session": 5})).await;
+        assert!(error && text.contains("session"), "{text}");
+        let (text, error) = call(
+            &c,
+            "memory_save",
+            json!({"content": "y", "session": "a\u{1}b"}),
+        )
+        .await;
+        assert!(error && text.contains("control character"), "{text}");
+        c.cancel().await.unwrap();
+    });
+}

@@ -246,15 +246,30 @@ pub(super) enum PolicyInput {
     Qanot,
 }
 
+/// The argument every registry tool takes besides its own: the session it is called in.
+pub(super) const SESSION: &str = "session";
+
 /// Every tool: the registry's under their function names, then the tape tools.
 pub fn tools() -> Vec<Tool> {
     let mut out: Vec<Tool> = memtape::tools::registry()
         .into_iter()
         .map(|spec| {
-            let schema = match &spec.input_schema {
+            let mut schema = match &spec.input_schema {
                 Value::Object(o) => o.clone(),
                 _ => JsonObject::new(),
             };
+            // Which session the call is made in: what `session` is to `POST /v1/tools`.
+            if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+                properties.insert(
+                    SESSION.to_owned(),
+                    json!({
+                        "type": "string",
+                        "description": "The session the call is made in (optional). In a \
+                            session with Bub's view, a change of memory also writes the \
+                            session's memory zone on its tape."
+                    }),
+                );
+            }
             // The same rule `POST /v1/tools/{name}` enforces; for hosts it is a hint.
             let read_only = crate::rest::reads_only(spec.name);
             Tool::new(spec.function_name(), spec.description, Arc::new(schema))
