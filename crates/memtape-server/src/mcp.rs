@@ -212,11 +212,6 @@ impl Memtape {
         Ok(who)
     }
 
-    /// The memory files of `scope`, path to content.
-    async fn files(&self, scope: &Scope) -> Result<BTreeMap<String, String>, ApiError> {
-        memory_files(&self.state, scope).await
-    }
-
     /// Runs the tool `name` for `who`.
     async fn run_tool(&self, who: &Who, name: &str, args: Value) -> Result<String, Refusal> {
         let state = State(self.state.clone());
@@ -464,7 +459,9 @@ impl ServerHandler for Memtape {
             .require(Role::Read)
             .map_err(|e| ErrorData::invalid_request(e.message, None))?;
         let memory = who.memory().map_err(server_error)?;
-        let files = self.files(&memory).await.map_err(server_error)?;
+        let files = memory_files(&self.state, &memory)
+            .await
+            .map_err(server_error)?;
         self.hub
             .listed(self.id, &memory, context.peer.clone(), &files);
         let resources = files
@@ -491,7 +488,9 @@ impl ServerHandler for Memtape {
             || ErrorData::resource_not_found(format!("no memory file {}", request.uri), None);
         let path = uri_path(&request.uri).ok_or_else(not_found)?;
         let memory = who.memory().map_err(server_error)?;
-        let mut files = self.files(&memory).await.map_err(server_error)?;
+        let mut files = memory_files(&self.state, &memory)
+            .await
+            .map_err(server_error)?;
         let content = files.remove(&path).ok_or_else(not_found)?;
         let contents =
             ResourceContents::text(content, request.uri.clone()).with_mime_type("text/markdown");
@@ -518,7 +517,9 @@ impl ServerHandler for Memtape {
             ));
         }
         let memory = who.memory().map_err(server_error)?;
-        let files = self.files(&memory).await.map_err(server_error)?;
+        let files = memory_files(&self.state, &memory)
+            .await
+            .map_err(server_error)?;
         self.hub.subscribe(
             Sub {
                 session: self.id,

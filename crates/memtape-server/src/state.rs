@@ -4,8 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use memtape::events::BuiltinEvent;
-use memtape::{Engine, Entry, NewEntry, Scope, SqliteStore, WriteHook};
+use memtape::{Engine, Entry, NewEntry, Payload, Scope, SqliteStore, WriteHook, events};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast};
 use utoipa::ToSchema;
@@ -141,9 +140,7 @@ struct OnMemoryChange(broadcast::Sender<Scope>);
 impl WriteHook<SqliteStore> for OnMemoryChange {
     fn written(&self, _store: &SqliteStore, entries: &[Entry]) {
         for entry in entries {
-            if let Ok(Some(BuiltinEvent::MemoryChange(_))) =
-                BuiltinEvent::from_payload(&entry.payload)
-            {
+            if matches!(&entry.payload, Payload::Event(e) if e.name == events::MEMORY_CHANGE) {
                 // No receiver is fine: no MCP session is listening.
                 let _ = self.0.send(entry.scope.clone());
             }

@@ -40,12 +40,23 @@ impl Index {
         if request.limit == 0 {
             return Ok(Vec::new());
         }
+        // The query's embedding first: it is the slow part, and needs no connection.
+        let query_vector = match request.mode {
+            Mode::Bm25 => None,
+            Mode::Vector | Mode::Hybrid => {
+                if self.embedder.is_none() {
+                    return Err(Error::NoEmbedder(request.mode.as_str()));
+                }
+                self.embed(&[request.text.as_str()])?
+                    .and_then(|mut v| v.pop())
+            }
+        };
         let sql = match request.mode {
             Mode::Vector => None,
             Mode::Bm25 | Mode::Hybrid => self.bm25_query(&request.text),
         };
         let Some((sql, query)) = sql else {
-            return self.rank(request, None);
+            return self.rank(request, query_vector, None);
         };
         self.with_reader(|conn| {
             let mut stmt = conn.prepare_cached(&sql)?;
@@ -58,26 +69,18 @@ impl Index {
                 rows: Some(&mut rows),
             };
             matches.get(0)?;
-            self.rank(request, Some(&mut matches))
+            self.rank(request, query_vector, Some(&mut matches))
         })
     }
 
-    /// The rest of [`Index::search`], over the mirror, with the BM25 matches (if any).
+    /// The rest of [`Index::search`], over the mirror, with the query's vector and BM25
+    /// matches (if any).
     fn rank(
         &self,
         request: &SearchRequest,
+        query_vector: Option<Vec<f32>>,
         mut matches: Option<&mut Matches<'_, '_>>,
     ) -> Result<Vec<Hit>> {
-        let query_vector = match request.mode {
-            Mode::Bm25 => None,
-            Mode::Vector | Mode::Hybrid => {
-                if self.embedder.is_none() {
-                    return Err(Error::NoEmbedder(request.mode.as_str()));
-                }
-                self.embed(&[request.text.as_str()])?
-                    .and_then(|mut v| v.pop())
-            }
-        };
         let depth = match request.mode {
             Mode::Hybrid => self.config.candidates.max(request.limit),
             _ => request.limit,
