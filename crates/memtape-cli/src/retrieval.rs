@@ -282,7 +282,10 @@ pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<Sqli
 
 fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<SqliteStore>> {
     let dir = ctx.data_dir()?;
-    let engine = crate::ctx::open(ctx)?;
+    let mut engine = crate::ctx::open(ctx)?;
+    // Attaching the index follows the engine's setting: a server's index must not embed
+    // its backlog before it listens.
+    engine.set_index_on_write(!text_first);
     let embedder = embedder(ctx)?;
     let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
     index.set_vectors_behind(text_first);

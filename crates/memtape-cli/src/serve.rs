@@ -69,6 +69,16 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let mut ctx = ctx.clone();
     ctx.models.embed_threads = Some(a.embed_threads as usize);
     let engine = open_indexed_text_first(&ctx, &a.tuning)?;
+    let index = engine.index().map(|index| {
+        let mut line = format!("{} documents", index.len());
+        if index.embedder().is_some() && index.embedded() < index.covered() {
+            line += &format!(
+                "; vectors after entry {} are being embedded in the background (BM25 finds them now)",
+                index.embedded().0
+            );
+        }
+        line
+    });
     let limits = Limits {
         body_bytes: a.body_limit_mib as usize * 1024 * 1024,
         engine_calls: a.engine_calls as usize,
@@ -86,9 +96,13 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let addr = listener.local_addr()?;
     writeln!(
         out,
-        "memtape serving {} on http://{addr}\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)\n  stop with Ctrl-C",
+        "memtape serving {} on http://{addr}\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)",
         dir.display()
     )?;
+    if let Some(index) = index {
+        writeln!(out, "  index     {index}")?;
+    }
+    writeln!(out, "  stop with Ctrl-C")?;
     out.flush()?;
     runtime.block_on(memtape_server::serve(
         listener,

@@ -10,6 +10,7 @@ mod common;
 use common::Run;
 use common::serving::Serving;
 use serde_json::json;
+use std::time::{Duration, Instant};
 
 #[test]
 fn serve_on_loopback_then_stop_cleanly_on_sigterm() {
@@ -103,4 +104,52 @@ fn keys_decide_tenant_and_role() {
     assert_eq!(s.call("GET", "/v1/sessions", None, Some(&read)).0, 200);
     let (code, _) = s.terminate();
     assert_eq!(code, Some(0));
+}
+
+#[test]
+fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
+    let r = Run::new();
+    for i in 0..30 {
+        let text = format!("note {i}: the harbour ferry leaves at dawn");
+        r.ok(&[
+            "--model",
+            "none",
+            "append",
+            "chat",
+            "--role",
+            "user",
+            "--content",
+            &text,
+        ]);
+    }
+    // Indexed without a model, so the server's index is rebuilt for WordLlama: text first,
+    // before it listens, and the vectors behind.
+    let s = Serving::start_with(&r, "wordllama", &[]);
+    let search = |mode: &str| {
+        let (status, body) = s.call(
+            "GET",
+            &format!("/v1/search?q=harbour+ferry&mode={mode}&limit=50"),
+            None,
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        body["hits"].as_array().unwrap().len()
+    };
+    assert_eq!(search("bm25"), 30, "BM25 finds the backlog at once");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while search("vector") < 30 {
+        assert!(
+            Instant::now() < deadline,
+            "the background embedder never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        s.banner
+            .contains("30 documents; vectors after entry 0 are being embedded in the background"),
+        "{}",
+        s.banner
+    );
+    let (code, rest) = s.terminate();
+    assert_eq!(code, Some(0), "{rest}");
 }

@@ -242,3 +242,35 @@ fn memory_search_returns_nothing_for_a_query_that_matches_nothing() {
     let found = search("which editor?");
     assert_eq!(found[0]["content"], "Favourite editor: Helix", "{found}");
 }
+
+#[test]
+fn an_engine_that_indexes_behind_its_writes_attaches_an_index_with_text_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let scope = chat();
+    {
+        let engine = Engine::init(dir.path()).unwrap();
+        for i in 0..50 {
+            let text = format!("message number {i} about kayaks");
+            engine
+                .append(&scope, Message::user(&text), Default::default())
+                .unwrap();
+        }
+    }
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(Arc::new(Buckets)),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    let mut engine = Engine::init(dir.path()).unwrap();
+    // What a server does: appends are acknowledged once durable and a background thread
+    // embeds, so attaching the index must not embed the backlog first.
+    engine.set_index_on_write(false);
+    let engine = engine.with_index(index).unwrap();
+    let index = engine.index().unwrap();
+    assert_eq!(index.covered(), EntryId(50), "text is caught up");
+    assert_eq!(index.embedded(), EntryId(0), "vectors are left behind");
+    assert_eq!(bm25(&engine, "kayaks").len(), 10);
+    while index.embed_step(engine.store()).unwrap() {}
+    assert_eq!(index.embedded(), EntryId(50));
+}

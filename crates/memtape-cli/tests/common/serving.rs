@@ -14,35 +14,51 @@ pub struct Serving {
     pub child: Child,
     /// Its base URL.
     pub base: String,
+    /// What it printed when it started listening.
+    pub banner: String,
     agent: ureq::Agent,
 }
 
 impl Serving {
     /// Starts `memtape --model none serve` on a free loopback port of `r`'s data directory.
     pub fn start(r: &Run, extra: &[&str]) -> Serving {
+        Serving::start_with(r, "none", extra)
+    }
+
+    /// [`Serving::start`] with the embedding model `model`.
+    pub fn start_with(r: &Run, model: &str, extra: &[&str]) -> Serving {
         let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
-            .args(["--model", "none", "serve", "--addr", "127.0.0.1:0"])
+            .args(["--model", model, "serve", "--addr", "127.0.0.1:0"])
             .args(extra)
             .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let base = first
+        // The banner, up to its last line (nothing follows it until the server stops).
+        let mut banner = String::new();
+        let mut reader = BufReader::new(child.stdout.as_mut().unwrap());
+        while !banner.contains("stop with Ctrl-C") {
+            if reader.read_line(&mut banner).unwrap() == 0 {
+                break;
+            }
+        }
+        let base = banner
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .unwrap_or_else(|| panic!("no address in {banner:?}"))
             .to_owned();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(30)))
             .build()
             .new_agent();
-        Serving { child, base, agent }
+        Serving {
+            child,
+            base,
+            banner,
+            agent,
+        }
     }
 
     /// Sends `method path` with an optional JSON body and key: the status and JSON body.

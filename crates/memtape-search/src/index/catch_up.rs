@@ -346,8 +346,10 @@ impl Index {
         let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
         let mut fresh = Docs::empty(dim, build);
         let total = store.last_id()?.0 as usize;
+        // Text only while vectors are behind ([`Index::set_vectors_behind`]).
+        let embed = !self.vectors_behind();
         pages(store, EntryId(0), |page| {
-            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, true)?;
+            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, embed)?;
             fresh.extend(batch);
             if let Some(end) = page.last() {
                 let done = end.id.0 as usize;
@@ -356,7 +358,9 @@ impl Index {
             Ok(true)
         })?;
         file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
-        file::set_meta(&tx, "embedded", &fresh.covered.0.to_string())?;
+        let embedded = if embed { fresh.covered } else { EntryId(0) };
+        file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
+        fresh.embedded = embedded;
         tx.commit()?;
         let added = fresh.ids.len();
         *self.write_docs() = fresh;
