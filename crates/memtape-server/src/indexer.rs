@@ -103,11 +103,6 @@ impl Drop for Indexer {
     }
 }
 
-/// The niceness of the embedding thread: embedding a backlog may take a whole core for
-/// minutes, and requests (a search embeds its query too) come first.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-const NICE: i32 = 10;
-
 /// The indexer thread: indexes text behind the writes, stores the embedder's vectors.
 fn follow(
     engine: &Engine<SqliteStore>,
@@ -154,10 +149,25 @@ fn embed(
     indexer: &SyncSender<Wake>,
     stop: &AtomicBool,
 ) {
-    // On Linux a thread id names one thread, so this lowers this thread alone.
+    // Embedding a backlog may take a whole core for minutes, and requests (a search embeds
+    // its query too) come first. A low nice value is not enough: a woken request thread
+    // still waits for the embedder's time slice, at every step of a search, so searches
+    // took seconds under load. Linux's idle policy runs this thread only on an otherwise
+    // idle core and gives way at once (measured in docs/benchmarks.md, "fourth
+    // measurement"); elsewhere the lowest priority the platform has.
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
-        tracing::debug!("could not lower the embedding thread's priority: {e}");
+    let lowered = thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        thread_priority::ThreadPriority::Min,
+        thread_priority::ThreadSchedulePolicy::Normal(
+            thread_priority::NormalThreadSchedulePolicy::Idle,
+        ),
+    );
+    #[cfg(not(target_os = "linux"))]
+    let lowered =
+        thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min);
+    if let Err(e) = lowered {
+        tracing::debug!("could not lower the embedding thread's priority: {e:?}");
     }
     let Some(index) = engine.index() else {
         return;

@@ -199,6 +199,9 @@ fn the_background_embedder_embeds_every_append() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // The embedding thread runs under Linux's idle policy, so it never holds up a request.
+    #[cfg(target_os = "linux")]
+    assert_eq!(policies_of("memtape-embedde"), [SCHED_IDLE]);
     // The last append, found by its vector alone.
     let (status, body) = s.get("/v1/search?q=quokka+narwhal+zebra&mode=vector&limit=1");
     assert_eq!(status, 200, "{body}");
@@ -207,4 +210,24 @@ fn the_background_embedder_embeds_every_append() {
         Some(last),
         "{body}"
     );
+}
+
+/// Linux's idle scheduling policy.
+#[cfg(target_os = "linux")]
+const SCHED_IDLE: u32 = 5;
+
+/// The scheduling policies of this process's threads named `name` (as the kernel shortens
+/// it, to 15 bytes).
+#[cfg(target_os = "linux")]
+fn policies_of(name: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).ok()?;
+            // "pid (comm) state ...": the policy is field 41, the 39th after the name.
+            let (head, rest) = stat.rsplit_once(") ")?;
+            let comm = head.split_once(" (")?.1;
+            (comm == name).then(|| rest.split_whitespace().nth(38)?.parse().ok())?
+        })
+        .collect()
 }
