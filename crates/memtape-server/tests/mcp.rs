@@ -440,6 +440,49 @@ fn changes_made_over_rest_are_notified_over_mcp() {
     });
 }
 
+/// Another process on the same data directory (the CLI beside the server) announces
+/// nothing to the server: its memory changes are still notified, within the server's
+/// recheck interval.
+#[test]
+fn changes_made_by_another_process_are_notified_over_mcp() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    // The other process: an engine of its own on the same files.
+    let other = memtape::Engine::init(s.dir.path()).unwrap();
+    let agent = memtape::Scope::agent("default", "default").unwrap();
+    runtime().block_on(async {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.clone()),
+        );
+        let (client, mut updates, mut lists) = Client::listening();
+        let client = client.serve(transport).await.unwrap();
+        assert!(client.list_all_resources().await.unwrap().is_empty());
+        #[allow(deprecated)]
+        client
+            .subscribe(rmcp::model::SubscribeRequestParams::new(
+                "memtape://memory/MEMORY.md",
+            ))
+            .await
+            .unwrap();
+        let wait = std::time::Duration::from_secs(10);
+        let saved = other
+            .call_tool(&agent, "memory.save", &json!({"content": "Ada likes tea"}))
+            .unwrap();
+        assert!(!saved.is_error, "{}", saved.text);
+        let uri = tokio::time::timeout(wait, updates.recv()).await.unwrap();
+        assert_eq!(uri.as_deref(), Some("memtape://memory/MEMORY.md"));
+        tokio::time::timeout(wait, lists.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        // Nothing changes: nothing more is notified.
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        assert!(updates.try_recv().is_err(), "a recheck finds no change");
+        assert!(lists.try_recv().is_err());
+        client.cancel().await.unwrap();
+    });
+}
+
 /// A registry tool called over MCP can name its session, as `POST /v1/tools` can: in a
 /// session with Bub's view, a memory change then writes the session's memory zone on its
 /// tape. A session that is not a string, or not a valid name, is the tool's refusal.

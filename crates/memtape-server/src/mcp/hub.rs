@@ -4,9 +4,11 @@
 //! ([`AppState::memory_changes`]); [`Hub::follow`] compares each watched memory with what
 //! it last saw and notifies: `resources/updated` to the subscribers of a file that changed,
 //! `resources/list_changed` to the sessions that listed a memory whose files came or went.
+//! Changes written by another process are found by comparing again every second.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use memtape::Scope;
 use rmcp::RoleServer;
@@ -66,6 +68,10 @@ impl Watch {
         });
     }
 }
+
+/// How often watched memories are compared even when this process wrote nothing: the
+/// longest a change written by another process waits to be notified.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// The subscriptions of every connection of one server.
 #[derive(Default)]
@@ -155,16 +161,23 @@ impl Hub {
 
     /// Notifies about the memory changes `state` announces, until the state is gone. Many
     /// changes in a row are handled as one; a listener that fell behind compares every
-    /// watched memory.
+    /// watched memory. Other processes on the same data directory (the CLI beside the
+    /// server) announce nothing here, so every [`RECHECK`] each watched memory is compared
+    /// anyway.
     pub(super) async fn follow(&self, state: WeakState) {
         let Some(mut changes) = state.upgrade().map(|s| s.memory_changes()) else {
             return;
         };
+        let mut recheck = tokio::time::interval(RECHECK);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let mut changed: Vec<Option<Scope>> = match changes.recv().await {
-                Ok(scope) => vec![Some(scope)],
-                Err(RecvError::Lagged(_)) => vec![None],
-                Err(RecvError::Closed) => return,
+            let mut changed: Vec<Option<Scope>> = tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(scope) => vec![Some(scope)],
+                    Err(RecvError::Lagged(_)) => vec![None],
+                    Err(RecvError::Closed) => return,
+                },
+                _ = recheck.tick() => vec![None],
             };
             loop {
                 match changes.try_recv() {
