@@ -1,6 +1,6 @@
 //! A `memtape serve` child process for the CLI tests, and a real HTTP client for it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ impl Serving {
     }
 
     /// Sends SIGTERM and waits; returns the exit code and the rest of stdout.
-    pub fn terminate(self) -> (Option<i32>, String) {
+    pub fn terminate(mut self) -> (Option<i32>, String) {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -111,15 +111,36 @@ impl Serving {
                 .unwrap()
                 .success()
         );
-        let out = self.child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        // Both pipes drained, so a server with much to say can still exit.
+        let stderr = self.child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = e.read_to_end(&mut sink);
+            })
+        });
+        let mut rest = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            stdout.read_to_string(&mut rest).unwrap();
+        }
+        let status = self.child.wait().unwrap();
+        if let Some(t) = stderr {
+            t.join().unwrap();
+        }
+        (status.code(), rest)
     }
 
     /// Waits for a server that was killed.
     pub fn terminate_killed(mut self) -> Option<i32> {
         self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Drop for Serving {
+    /// A test that fails before it stops its server does not leave the server running.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
