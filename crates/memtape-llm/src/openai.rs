@@ -1,0 +1,276 @@
+//! The OpenAI-compatible chat completions client (`POST {base}/chat/completions`): OpenAI,
+//! Ollama's `/v1`, vLLM, llama.cpp's server and LM Studio all speak it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::error::{self, Error, Result};
+use crate::retry::{RetryPolicy, retry_after};
+use crate::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
+use crate::{Llm, arguments};
+
+/// The largest reply body read (a chat reply is kilobytes; this bounds a broken server).
+const REPLY_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// A client of one model behind an OpenAI-compatible server.
+#[derive(Debug)]
+pub struct OpenAi {
+    agent: ureq::Agent,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    timeout: Duration,
+    policy: RetryPolicy,
+}
+
+impl OpenAi {
+    /// A client of `model` at `base_url` (for example `http://127.0.0.1:11434/v1` for
+    /// Ollama, `https://api.openai.com/v1`), with a 60 s timeout per attempt and the
+    /// default [`RetryPolicy`]. Nothing is sent until the first call.
+    pub fn new(base_url: &str, model: &str) -> Result<Self> {
+        let base = base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "the base URL must start with http:// or https://, got {base_url:?}"
+            )));
+        }
+        if model.trim().is_empty() {
+            return Err(Error::Config("no model name given".into()));
+        }
+        let timeout = Duration::from_secs(60);
+        Ok(OpenAi {
+            agent: agent(timeout),
+            url: format!("{base}/chat/completions"),
+            model: model.to_owned(),
+            api_key: None,
+            timeout,
+            policy: RetryPolicy::default(),
+        })
+    }
+
+    /// Sends `key` as `Authorization: Bearer KEY`.
+    pub fn api_key(mut self, key: &str) -> Self {
+        self.api_key = Some(key.to_owned());
+        self
+    }
+
+    /// The longest one attempt may take, from connecting to the end of the reply.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self.agent = agent(timeout);
+        self
+    }
+
+    /// How failed calls are retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The request body for `request`.
+    fn body(&self, request: &ChatRequest) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages.iter().map(message).collect::<Vec<_>>(),
+            "stream": false,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters,
+                    }})
+                })
+                .collect();
+        }
+        if let Some(name) = &request.force_tool {
+            body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+        }
+        if let Some(n) = request.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    /// One attempt.
+    fn once(&self, body: &str) -> Result<ChatResponse> {
+        let mut call = self
+            .agent
+            .post(&self.url)
+            .header("content-type", "application/json");
+        if let Some(key) = &self.api_key {
+            call = call.header("authorization", format!("Bearer {key}"));
+        }
+        let mut response = call.send(body).map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let wait = retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            chrono::Utc::now(),
+        );
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(REPLY_LIMIT)
+            .read_to_string()
+            .map_err(|e| self.transport(e))?;
+        if !(200..300).contains(&status) {
+            return Err(error::from_status(status, wait, &text));
+        }
+        reply(&text)
+    }
+
+    fn transport(&self, e: ureq::Error) -> Error {
+        match e {
+            ureq::Error::Timeout(_) => Error::Timeout(self.timeout),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                Error::Timeout(self.timeout)
+            }
+            ureq::Error::BodyExceedsLimit(n) => {
+                Error::BadReply(format!("a reply of more than {n} bytes"))
+            }
+            other => Error::Connection(other.to_string()),
+        }
+    }
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .new_agent()
+}
+
+/// A message in the wire format; tool-call arguments go back as a JSON string.
+fn message(m: &Message) -> Value {
+    let mut out = json!({"role": m.role.as_str(), "content": m.content});
+    if !m.tool_calls.is_empty() {
+        out["tool_calls"] = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function", "function": {
+                    "name": c.name,
+                    "arguments": Value::Object(c.arguments.clone()).to_string(),
+                }})
+            })
+            .collect();
+    }
+    if let Some(id) = &m.tool_call_id {
+        out["tool_call_id"] = json!(id);
+    }
+    out
+}
+
+/// Reads a successful reply.
+fn reply(text: &str) -> Result<ChatResponse> {
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        Error::BadReply(format!(
+            "not JSON ({e}): {}",
+            text.chars().take(120).collect::<String>()
+        ))
+    })?;
+    // Some servers answer 200 with an error inside (LM Studio, old llama.cpp builds).
+    if let Some(e) = v.get("error") {
+        return Err(error::from_status(
+            200,
+            None,
+            &json!({"error": e}).to_string(),
+        ));
+    }
+    let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+        return Err(Error::BadReply("no choices".into()));
+    };
+    let msg = choice
+        .get("message")
+        .ok_or_else(|| Error::BadReply("a choice without a message".into()))?;
+    let content = match msg.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(Error::BadReply(format!("content is {other}"))),
+    };
+    let mut tool_calls = Vec::new();
+    for (i, call) in msg
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let function = call.get("function").unwrap_or(&Value::Null);
+        let Some(name) = function.get("name").and_then(Value::as_str) else {
+            return Err(Error::BadReply(format!("tool call {i} has no name")));
+        };
+        let raw = function.get("arguments").unwrap_or(&Value::Null);
+        tool_calls.push(ToolCall {
+            id: call
+                .get("id")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("call_{i}"), str::to_owned),
+            name: name.to_owned(),
+            arguments: arguments::parse(name, raw)?,
+        });
+    }
+    let usage = v.get("usage").map(|u| Usage {
+        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        completion_tokens: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    });
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        usage,
+        attempts: 1,
+    })
+}
+
+impl Llm for OpenAi {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
+        let body = self.body(request).to_string();
+        let mut retry = 0;
+        loop {
+            match self.once(&body) {
+                Ok(mut reply) => {
+                    reply.attempts = retry + 1;
+                    return Ok(reply);
+                }
+                Err(e) if e.is_retryable() => {
+                    let server = match &e {
+                        Error::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    let Some(wait) = self.policy.delay(retry, server) else {
+                        return Err(e);
+                    };
+                    std::thread::sleep(wait);
+                    retry += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The OpenAI-compatible client against a scripted server on loopback that speaks the real
+//! HTTP protocol: each connection gets the next scripted answer, and the server records
+//! what it was sent.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memtape_llm::{ChatRequest, Error, Llm, Message, OpenAi, RetryPolicy, ToolSpec};
+use serde_json::{Value, json};
+
+/// One scripted answer: a status, extra headers and a body, or no answer at all.
+enum Answer {
+    Reply(u16, Vec<(&'static str, String)>, String),
+    Hang,
+}
+
+/// What the server was sent: the request line, headers (lowercased names) and body.
+struct Seen {
+    line: String,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+struct Scripted {
+    base: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Scripted {
+    fn start(script: Vec<Answer>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut headers = Vec::new();
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    let (k, v) = h.split_once(':').unwrap();
+                    headers.push((k.trim().to_lowercase(), v.trim().to_owned()));
+                }
+                let len: usize = headers
+                    .iter()
+                    .find(|(k, _)| k == "content-length")
+                    .map_or(0, |(_, v)| v.parse().unwrap());
+                let mut body = vec![0; len];
+                reader.read_exact(&mut body).unwrap();
+                record.lock().unwrap().push(Seen {
+                    line: line.trim_end().to_owned(),
+                    headers,
+                    body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                });
+                let answer = script.lock().unwrap().pop_front();
+                match answer {
+                    Some(Answer::Hang) => {
+                        // Keep the connection open without answering.
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_secs(30));
+                            drop(stream);
+                        });
+                    }
+                    Some(Answer::Reply(status, extra, body)) => {
+                        let mut head = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                            body.len()
+                        );
+                        for (k, v) in extra {
+                            head += &format!("{k}: {v}\r\n");
+                        }
+                        let _ = stream.write_all(format!("{head}\r\n{body}").as_bytes());
+                    }
+                    None => {
+                        let _ = stream.write_all(
+                            b"HTTP/1.1 500 X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        );
+                    }
+                }
+            }
+        });
+        Scripted { base, seen }
+    }
+
+    fn requests(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+fn ok(body: Value) -> Answer {
+    Answer::Reply(200, Vec::new(), body.to_string())
+}
+
+fn fast_retries(n: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_retries: n,
+        base: Duration::from_millis(1),
+        cap: Duration::from_millis(5),
+        ..RetryPolicy::default()
+    }
+}
+
+fn save_memory_request() -> ChatRequest {
+    let mut request = ChatRequest::new(vec![
+        Message::system("You are a memory consolidation agent."),
+        Message::user("[2026-01-01 10:00] USER: I met Ada"),
+    ]);
+    request.tools = vec![ToolSpec {
+        name: "save_memory".into(),
+        description: "Save the memory consolidation result.".into(),
+        parameters: json!({"type": "object", "properties": {
+            "history_entry": {"type": "string"}, "memory_update": {"type": "string"}}}),
+    }];
+    request.force_tool = Some("save_memory".into());
+    request
+}
+
+#[test]
+fn a_tool_call_with_double_encoded_arguments_is_read_and_the_request_is_well_formed() {
+    let args = json!({"history_entry": "[2026-01-01 10:00] Met Ada", "memory_update": "# Memory\n- Knows Ada"});
+    let double = Value::String(args.to_string()).to_string();
+    let server = Scripted::start(vec![ok(json!({
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "save_memory", "arguments": double}}]}}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
+    }))]);
+    let llm = OpenAi::new(&server.base, "smollm2")
+        .unwrap()
+        .api_key("sk-test");
+    let reply = llm.chat(&save_memory_request()).unwrap();
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].name, "save_memory");
+    assert_eq!(Value::Object(reply.tool_calls[0].arguments.clone()), args);
+    assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(reply.usage.unwrap().prompt_tokens, 120);
+    assert_eq!(reply.attempts, 1);
+
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen[0].line, "POST /v1/chat/completions HTTP/1.1");
+    assert!(
+        seen[0]
+            .headers
+            .contains(&("authorization".into(), "Bearer sk-test".into()))
+    );
+    let body = &seen[0].body;
+    assert_eq!(body["model"], "smollm2");
+    assert_eq!(body["messages"][1]["role"], "user");
+    assert_eq!(body["tools"][0]["function"]["name"], "save_memory");
+    assert_eq!(body["tool_choice"]["function"]["name"], "save_memory");
+}
+
+#[test]
+fn a_rate_limit_is_retried_after_the_wait_the_server_asks_for() {
+    let server = Scripted::start(vec![
+        Answer::Reply(
+            429,
+            vec![("retry-after", "1".into())],
+            json!({"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}})
+                .to_string(),
+        ),
+        ok(
+            json!({"choices": [{"message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}]}),
+        ),
+    ]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(fast_retries(2));
+    let started = Instant::now();
+    let reply = llm
+        .chat(&ChatRequest::new(vec![Message::user("hi")]))
+        .unwrap();
+    assert_eq!(reply.content, "done");
+    assert_eq!(reply.attempts, 2);
+    // The server's second, not the policy's milliseconds.
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[test]
+fn server_errors_are_retried_as_the_policy_allows_then_reported() {
+    let answer = || {
+        Answer::Reply(
+            503,
+            Vec::new(),
+            json!({"error": {"message": "loading model", "type": "unavailable_error"}}).to_string(),
+        )
+    };
+    let server = Scripted::start(vec![answer(), answer(), answer(), answer()]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(fast_retries(2));
+    match llm.chat(&ChatRequest::new(vec![Message::user("hi")])) {
+        Err(Error::Status {
+            status: 503,
+            message,
+            retryable: true,
+            ..
+        }) => {
+            assert_eq!(message, "loading model")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.requests(), 3, "one attempt and two retries");
+}
+
+#[test]
+fn context_length_exceeded_is_its_own_error_and_not_retried() {
+    let server = Scripted::start(vec![Answer::Reply(
+        400,
+        Vec::new(),
+        json!({"error": {"message": "This model's maximum context length is 2048 tokens. However, your messages resulted in 3100 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string(),
+    )]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(fast_retries(2));
+    let err = llm
+        .chat(&ChatRequest::new(vec![Message::user("long")]))
+        .unwrap_err();
+    assert!(matches!(err, Error::ContextLength { .. }), "{err:?}");
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
+fn a_server_that_never_answers_times_out() {
+    let server = Scripted::start(vec![Answer::Hang]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .timeout(Duration::from_millis(300))
+        .retry(RetryPolicy::none());
+    let started = Instant::now();
+    let err = llm
+        .chat(&ChatRequest::new(vec![Message::user("hi")]))
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn malformed_replies_and_arguments_are_typed_errors() {
+    let server = Scripted::start(vec![
+        Answer::Reply(200, Vec::new(), "<html>gateway</html>".into()),
+        ok(json!({"choices": []})),
+        ok(
+            json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "save_memory", "arguments": "{\"history_entry\": \"cut"}}]}}]}),
+        ),
+    ]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(RetryPolicy::none());
+    let request = save_memory_request();
+    assert!(matches!(llm.chat(&request), Err(Error::BadReply(_))));
+    assert!(matches!(llm.chat(&request), Err(Error::BadReply(_))));
+    match llm.chat(&request) {
+        Err(Error::BadArguments { tool, .. }) => assert_eq!(tool, "save_memory"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nothing_listening_is_a_connection_error_and_a_bad_url_a_config_error() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let llm = OpenAi::new(&format!("http://127.0.0.1:{port}/v1"), "m")
+        .unwrap()
+        .retry(RetryPolicy::none());
+    let err = llm
+        .chat(&ChatRequest::new(vec![Message::user("hi")]))
+        .unwrap_err();
+    assert!(matches!(err, Error::Connection(_)), "{err:?}");
+    assert!(matches!(
+        OpenAi::new("localhost:11434", "m"),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        OpenAi::new("http://localhost:11434/v1", " "),
+        Err(Error::Config(_))
+    ));
+}
