@@ -102,4 +102,19 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Whatever a model sends as arguments, the answer is an object or a typed error.
+        #[test]
+        fn any_string_gives_an_object_or_a_typed_error(s in ".{0,200}", wrap in 0usize..3) {
+            let mut raw = Value::String(s);
+            for _ in 0..wrap {
+                raw = Value::String(raw.to_string());
+            }
+            match parse("t", &raw) {
+                Ok(_) | Err(Error::BadArguments { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    }
 }

@@ -274,3 +274,28 @@ impl Llm for OpenAi {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// A reply body from a broken or hostile server never panics the client.
+        #[test]
+        fn any_reply_body_is_read_or_refused(text in ".{0,300}") {
+            let _ = reply(&text);
+        }
+
+        /// Nor does a well-formed reply with arbitrary content and arguments.
+        #[test]
+        fn any_tool_call_arguments_are_read_or_refused(args in ".{0,120}", content in ".{0,40}") {
+            let body = json!({"choices": [{"message": {"content": content, "tool_calls": [
+                {"id": "c", "function": {"name": "t", "arguments": args}}]}}]});
+            match reply(&body.to_string()) {
+                Ok(r) => proptest::prop_assert_eq!(r.content, content),
+                Err(Error::BadArguments { .. }) => {}
+                Err(other) => proptest::prop_assert!(false, "{other:?}"),
+            }
+        }
+    }
+}
