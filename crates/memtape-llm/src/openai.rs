@@ -6,22 +6,18 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::error::{self, Error, Result};
-use crate::retry::{RetryPolicy, retry_after};
+use crate::http::{self, DEFAULT_TIMEOUT, Http};
+use crate::retry::RetryPolicy;
 use crate::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
 use crate::{Llm, arguments};
-
-/// The largest reply body read (a chat reply is kilobytes; this bounds a broken server).
-const REPLY_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// A client of one model behind an OpenAI-compatible server.
 #[derive(Debug)]
 pub struct OpenAi {
-    agent: ureq::Agent,
+    http: Http,
     url: String,
     model: String,
     api_key: Option<String>,
-    timeout: Duration,
-    policy: RetryPolicy,
 }
 
 impl OpenAi {
@@ -29,23 +25,15 @@ impl OpenAi {
     /// Ollama, `https://api.openai.com/v1`), with a 60 s timeout per attempt and the
     /// default [`RetryPolicy`]. Nothing is sent until the first call.
     pub fn new(base_url: &str, model: &str) -> Result<Self> {
-        let base = base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(Error::Config(format!(
-                "the base URL must start with http:// or https://, got {base_url:?}"
-            )));
-        }
+        let base = http::base(base_url)?;
         if model.trim().is_empty() {
             return Err(Error::Config("no model name given".into()));
         }
-        let timeout = Duration::from_secs(60);
         Ok(OpenAi {
-            agent: agent(timeout),
+            http: Http::new(DEFAULT_TIMEOUT, RetryPolicy::default()),
             url: format!("{base}/chat/completions"),
             model: model.to_owned(),
             api_key: None,
-            timeout,
-            policy: RetryPolicy::default(),
         })
     }
 
@@ -57,14 +45,13 @@ impl OpenAi {
 
     /// The longest one attempt may take, from connecting to the end of the reply.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self.agent = agent(timeout);
+        self.http = Http::new(timeout, self.http.policy());
         self
     }
 
     /// How failed calls are retried.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.http = Http::new(self.http.timeout(), policy);
         self
     }
 
@@ -97,62 +84,6 @@ impl OpenAi {
         }
         body
     }
-
-    /// One attempt.
-    fn once(&self, body: &str) -> Result<ChatResponse> {
-        let mut call = self
-            .agent
-            .post(&self.url)
-            .header("content-type", "application/json");
-        if let Some(key) = &self.api_key {
-            call = call.header("authorization", format!("Bearer {key}"));
-        }
-        let mut response = call.send(body).map_err(|e| self.transport(e))?;
-        let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let wait = retry_after(
-            header("retry-after-ms").as_deref(),
-            header("retry-after").as_deref(),
-            chrono::Utc::now(),
-        );
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(REPLY_LIMIT)
-            .read_to_string()
-            .map_err(|e| self.transport(e))?;
-        if !(200..300).contains(&status) {
-            return Err(error::from_status(status, wait, &text));
-        }
-        reply(&text)
-    }
-
-    fn transport(&self, e: ureq::Error) -> Error {
-        match e {
-            ureq::Error::Timeout(_) => Error::Timeout(self.timeout),
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-                Error::Timeout(self.timeout)
-            }
-            ureq::Error::BodyExceedsLimit(n) => {
-                Error::BadReply(format!("a reply of more than {n} bytes"))
-            }
-            other => Error::Connection(other.to_string()),
-        }
-    }
-}
-
-fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .new_agent()
 }
 
 /// A message in the wire format; tool-call arguments go back as a JSON string.
@@ -251,27 +182,13 @@ impl Llm for OpenAi {
 
     fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let body = self.body(request).to_string();
-        let mut retry = 0;
-        loop {
-            match self.once(&body) {
-                Ok(mut reply) => {
-                    reply.attempts = retry + 1;
-                    return Ok(reply);
-                }
-                Err(e) if e.is_retryable() => {
-                    let server = match &e {
-                        Error::Status { retry_after, .. } => *retry_after,
-                        _ => None,
-                    };
-                    let Some(wait) = self.policy.delay(retry, server) else {
-                        return Err(e);
-                    };
-                    std::thread::sleep(wait);
-                    retry += 1;
-                }
-                Err(e) => return Err(e),
-            }
+        let mut headers = Vec::new();
+        if let Some(key) = &self.api_key {
+            headers.push(("authorization", format!("Bearer {key}")));
         }
+        let (mut reply, attempts) = self.http.post(&self.url, &headers, &body, reply)?;
+        reply.attempts = attempts;
+        Ok(reply)
     }
 }
 

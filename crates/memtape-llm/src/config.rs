@@ -1,0 +1,223 @@
+//! Which model to talk to, from the environment: `MEMTAPE_LLM_PROVIDER` (`openai`, the
+//! default, or `anthropic`), `MEMTAPE_LLM_BASE_URL`, `MEMTAPE_LLM_MODEL`,
+//! `MEMTAPE_LLM_API_KEY`, and optionally `MEMTAPE_LLM_TIMEOUT` (seconds per attempt) and
+//! `MEMTAPE_LLM_MAX_RETRIES`. With none of the first three set there is no model, and
+//! nothing is ever sent anywhere.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::http::DEFAULT_TIMEOUT;
+use crate::retry::RetryPolicy;
+use crate::{Anthropic, Llm, OpenAi};
+
+/// The API a model is reached through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// OpenAI-compatible chat completions (OpenAI, Ollama, vLLM, llama.cpp, LM Studio).
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+/// Everything needed to reach one model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlmConfig {
+    /// The API.
+    pub provider: Provider,
+    /// Where it is served.
+    pub base_url: String,
+    /// The model's name.
+    pub model: String,
+    /// The key, if the server needs one.
+    pub api_key: Option<String>,
+    /// The longest one attempt may take.
+    pub timeout: Duration,
+    /// How failed calls are retried.
+    pub retry: RetryPolicy,
+}
+
+impl LlmConfig {
+    /// The configuration in this process's environment; `None` when no model is configured.
+    pub fn from_env() -> Result<Option<LlmConfig>> {
+        LlmConfig::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration that `get` (a variable's value by name) describes; an empty value
+    /// counts as unset.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<LlmConfig>> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let (provider, base_url, model) = (
+            var("MEMTAPE_LLM_PROVIDER"),
+            var("MEMTAPE_LLM_BASE_URL"),
+            var("MEMTAPE_LLM_MODEL"),
+        );
+        if provider.is_none() && base_url.is_none() && model.is_none() {
+            return Ok(None);
+        }
+        let provider = match provider.as_deref().map(str::trim) {
+            None | Some("openai") => Provider::OpenAi,
+            Some("anthropic") => Provider::Anthropic,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "MEMTAPE_LLM_PROVIDER is {other:?}; use openai (any OpenAI-compatible server) or anthropic"
+                )));
+            }
+        };
+        let model = model.ok_or_else(|| {
+            Error::Config("MEMTAPE_LLM_MODEL is not set: name the model to use".into())
+        })?;
+        let base_url = base_url.unwrap_or_else(|| {
+            match provider {
+                Provider::OpenAi => "https://api.openai.com/v1",
+                Provider::Anthropic => "https://api.anthropic.com",
+            }
+            .to_owned()
+        });
+        let number = |name: &str, max: u64| -> Result<Option<u64>> {
+            var(name)
+                .map(|v| match v.trim().parse::<u64>() {
+                    Ok(n) if n <= max => Ok(n),
+                    _ => Err(Error::Config(format!(
+                        "{name} is {v:?}; expected a whole number from 0 to {max}"
+                    ))),
+                })
+                .transpose()
+        };
+        let timeout = match number("MEMTAPE_LLM_TIMEOUT", 3600)? {
+            Some(0) => {
+                return Err(Error::Config(
+                    "MEMTAPE_LLM_TIMEOUT must be at least 1".into(),
+                ));
+            }
+            Some(s) => Duration::from_secs(s),
+            None => DEFAULT_TIMEOUT,
+        };
+        let mut retry = RetryPolicy::default();
+        if let Some(n) = number("MEMTAPE_LLM_MAX_RETRIES", 10)? {
+            retry.max_retries = n as u32;
+        }
+        let config = LlmConfig {
+            provider,
+            base_url,
+            model: model.trim().to_owned(),
+            api_key: var("MEMTAPE_LLM_API_KEY"),
+            timeout,
+            retry,
+        };
+        // Refuse a bad URL now rather than at the first call.
+        config.connect()?;
+        Ok(Some(config))
+    }
+
+    /// The client this configuration describes (no request is sent).
+    pub fn connect(&self) -> Result<Box<dyn Llm>> {
+        Ok(match self.provider {
+            Provider::OpenAi => {
+                let mut c = OpenAi::new(&self.base_url, &self.model)?
+                    .timeout(self.timeout)
+                    .retry(self.retry);
+                if let Some(key) = &self.api_key {
+                    c = c.api_key(key);
+                }
+                Box::new(c)
+            }
+            Provider::Anthropic => {
+                let mut c = Anthropic::new(&self.base_url, &self.model)?
+                    .timeout(self.timeout)
+                    .retry(self.retry);
+                if let Some(key) = &self.api_key {
+                    c = c.api_key(key);
+                }
+                Box::new(c)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Result<Option<LlmConfig>> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        LlmConfig::from_vars(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn nothing_set_is_no_model() {
+        assert_eq!(vars(&[]).unwrap(), None);
+        assert_eq!(vars(&[("MEMTAPE_LLM_API_KEY", "sk")]).unwrap(), None);
+        assert_eq!(vars(&[("MEMTAPE_LLM_MODEL", " ")]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_model_with_defaults_per_provider() {
+        let c = vars(&[("MEMTAPE_LLM_MODEL", "gpt-4o-mini")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.provider, Provider::OpenAi);
+        assert_eq!(c.base_url, "https://api.openai.com/v1");
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+        let c = vars(&[
+            ("MEMTAPE_LLM_PROVIDER", "anthropic"),
+            ("MEMTAPE_LLM_MODEL", "claude-haiku"),
+            ("MEMTAPE_LLM_API_KEY", "sk-ant"),
+            ("MEMTAPE_LLM_TIMEOUT", "5"),
+            ("MEMTAPE_LLM_MAX_RETRIES", "0"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.provider, Provider::Anthropic);
+        assert_eq!(c.base_url, "https://api.anthropic.com");
+        assert_eq!(c.api_key.as_deref(), Some("sk-ant"));
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(c.retry.max_retries, 0);
+        assert_eq!(c.connect().unwrap().model(), "claude-haiku");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_by_name() {
+        let err = |pairs: &[(&str, &str)]| match vars(pairs) {
+            Err(Error::Config(m)) => m,
+            other => panic!("{pairs:?}: {other:?}"),
+        };
+        assert!(
+            err(&[
+                ("MEMTAPE_LLM_PROVIDER", "gemini"),
+                ("MEMTAPE_LLM_MODEL", "m")
+            ])
+            .contains("MEMTAPE_LLM_PROVIDER")
+        );
+        assert!(
+            err(&[("MEMTAPE_LLM_BASE_URL", "http://localhost:11434/v1")])
+                .contains("MEMTAPE_LLM_MODEL")
+        );
+        assert!(
+            err(&[
+                ("MEMTAPE_LLM_MODEL", "m"),
+                ("MEMTAPE_LLM_BASE_URL", "localhost:1")
+            ])
+            .contains("http://")
+        );
+        for (name, value) in [
+            ("MEMTAPE_LLM_TIMEOUT", "0"),
+            ("MEMTAPE_LLM_TIMEOUT", "soon"),
+            ("MEMTAPE_LLM_TIMEOUT", "99999"),
+            ("MEMTAPE_LLM_MAX_RETRIES", "-1"),
+            ("MEMTAPE_LLM_MAX_RETRIES", "11"),
+        ] {
+            assert!(err(&[("MEMTAPE_LLM_MODEL", "m"), (name, value)]).contains(name));
+        }
+    }
+}

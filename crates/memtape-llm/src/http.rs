@@ -1,0 +1,136 @@
+//! The HTTP side every client shares: one blocking agent with a timeout per attempt, error
+//! replies classified ([`crate::Error`]), and the retry loop of a [`RetryPolicy`].
+
+use std::time::Duration;
+
+use crate::error::{self, Error, Result};
+use crate::retry::{RetryPolicy, retry_after};
+
+/// The timeout of one attempt unless set.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest reply body read (a chat reply is kilobytes; this bounds a broken server).
+const REPLY_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// A blocking HTTP client for one provider.
+#[derive(Debug)]
+pub(crate) struct Http {
+    agent: ureq::Agent,
+    timeout: Duration,
+    policy: RetryPolicy,
+}
+
+impl Http {
+    /// A client with a `timeout` per attempt and `policy`.
+    pub(crate) fn new(timeout: Duration, policy: RetryPolicy) -> Http {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .new_agent();
+        Http {
+            agent,
+            timeout,
+            policy,
+        }
+    }
+
+    /// The retry policy.
+    pub(crate) fn policy(&self) -> RetryPolicy {
+        self.policy
+    }
+
+    /// The timeout of one attempt.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// POSTs the JSON `body` to `url` with `headers` and reads a successful reply with
+    /// `read`, retrying as the policy allows. Returns what `read` gave and the attempts.
+    pub(crate) fn post<T>(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &str,
+        read: impl Fn(&str) -> Result<T>,
+    ) -> Result<(T, u32)> {
+        let mut retry = 0;
+        loop {
+            match self.once(url, headers, body).and_then(|text| read(&text)) {
+                Ok(out) => return Ok((out, retry + 1)),
+                Err(e) if e.is_retryable() => {
+                    let server = match &e {
+                        Error::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    let Some(wait) = self.policy.delay(retry, server) else {
+                        return Err(e);
+                    };
+                    std::thread::sleep(wait);
+                    retry += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One attempt: the body of a 2xx reply, or the classified error.
+    fn once(&self, url: &str, headers: &[(&str, String)], body: &str) -> Result<String> {
+        let mut call = self
+            .agent
+            .post(url)
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            call = call.header(*name, value);
+        }
+        let mut response = call.send(body).map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let wait = retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            chrono::Utc::now(),
+        );
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(REPLY_LIMIT)
+            .read_to_string()
+            .map_err(|e| self.transport(e))?;
+        if !(200..300).contains(&status) {
+            return Err(error::from_status(status, wait, &text));
+        }
+        Ok(text)
+    }
+
+    fn transport(&self, e: ureq::Error) -> Error {
+        match e {
+            ureq::Error::Timeout(_) => Error::Timeout(self.timeout),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                Error::Timeout(self.timeout)
+            }
+            ureq::Error::BodyExceedsLimit(n) => {
+                Error::BadReply(format!("a reply of more than {n} bytes"))
+            }
+            other => Error::Connection(other.to_string()),
+        }
+    }
+}
+
+/// `base_url` without a trailing slash, or a configuration error unless it is HTTP(S).
+pub(crate) fn base(base_url: &str) -> Result<&str> {
+    let base = base_url.trim_end_matches('/');
+    if base.starts_with("http://") || base.starts_with("https://") {
+        Ok(base)
+    } else {
+        Err(Error::Config(format!(
+            "the base URL must start with http:// or https://, got {base_url:?}"
+        )))
+    }
+}
