@@ -2,6 +2,7 @@
 //! field of its own, tool calls and their results are content blocks, and `max_tokens` is
 //! required.
 
+use std::io::BufRead;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -10,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::http::{self, DEFAULT_TIMEOUT, Http};
 use crate::retry::RetryPolicy;
 use crate::types::{ChatRequest, ChatResponse, Message, Role, ToolCall, Usage};
-use crate::{Llm, arguments};
+use crate::{Llm, arguments, sse};
 
 /// The API version sent with every request.
 const VERSION: &str = "2023-06-01";
@@ -186,6 +187,172 @@ fn reply(text: &str) -> Result<ChatResponse> {
     })
 }
 
+/// A tool call whose input is still arriving.
+struct PartialUse {
+    /// The content block it is.
+    index: u64,
+    id: String,
+    name: String,
+    /// The input as `content_block_start` gave it (`{}` for a tool without arguments).
+    start: Value,
+    /// The input's JSON pieces, joined.
+    json: String,
+}
+
+/// Reads a streamed reply, passing its text to `on_text` as it comes.
+fn read_stream(
+    reader: &mut dyn BufRead,
+    delivered: &mut bool,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<ChatResponse> {
+    let mut text = String::new();
+    let mut uses: Vec<PartialUse> = Vec::new();
+    let mut stop: Option<String> = None;
+    let mut usage = Usage::default();
+    let read = sse::read(reader, |data| {
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| Error::BadReply(format!("a stream event that is not JSON ({e})")))?;
+        let tokens =
+            |u: Option<&Value>, key: &str| u.and_then(|u| u.get(key)).and_then(Value::as_u64);
+        match v.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                let u = v.get("message").and_then(|m| m.get("usage"));
+                usage.prompt_tokens = tokens(u, "input_tokens").unwrap_or(0);
+                usage.completion_tokens = tokens(u, "output_tokens").unwrap_or(0);
+            }
+            Some("content_block_start") => {
+                let block = v.get("content_block").unwrap_or(&Value::Null);
+                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    uses.push(PartialUse {
+                        index: v.get("index").and_then(Value::as_u64).unwrap_or(0),
+                        id: block
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        name: block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        start: block.get("input").cloned().unwrap_or(Value::Null),
+                        json: String::new(),
+                    });
+                }
+            }
+            Some("content_block_delta") => {
+                let delta = v.get("delta").unwrap_or(&Value::Null);
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        if !piece.is_empty() {
+                            on_text(piece);
+                            *delivered = true;
+                            text.push_str(piece);
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let index = v.get("index").and_then(Value::as_u64);
+                        let Some(u) = uses.iter_mut().find(|u| Some(u.index) == index) else {
+                            return Err(Error::BadReply(
+                                "tool input for a block that was never started".into(),
+                            ));
+                        };
+                        u.json.push_str(
+                            delta
+                                .get("partial_json")
+                                .and_then(Value::as_str)
+                                .unwrap_or(""),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Some("message_delta") => {
+                if let Some(s) = v
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    stop = Some(s.to_owned());
+                }
+                // A running total: the last one counts.
+                if let Some(n) = tokens(v.get("usage"), "output_tokens") {
+                    usage.completion_tokens = n;
+                }
+            }
+            Some("message_stop") => return Ok(true),
+            Some("error") => {
+                let kind = v
+                    .get("error")
+                    .and_then(|e| e.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                // Classified as the status the same error has outside a stream.
+                let status = match kind {
+                    "overloaded_error" => 529,
+                    "api_error" => 500,
+                    "rate_limit_error" => 429,
+                    _ => 400,
+                };
+                return Err(crate::error::from_status(status, None, data));
+            }
+            _ => {}
+        }
+        Ok(false)
+    });
+    let cut = |detail: String, text: String| {
+        if *delivered {
+            Error::Interrupted {
+                received: text,
+                detail,
+            }
+        } else {
+            Error::Connection(detail)
+        }
+    };
+    match read {
+        Ok(true) => {}
+        Ok(false) => return Err(cut("the stream ended before the reply did".into(), text)),
+        Err(e) if *delivered => return Err(cut(e.to_string(), text)),
+        Err(e) => return Err(e),
+    }
+    if stop.as_deref() == Some("model_context_window_exceeded") {
+        return Err(Error::ContextLength {
+            message: "the reply stopped at the model's context window".into(),
+        });
+    }
+    let mut tool_calls = Vec::new();
+    for (i, u) in uses.into_iter().enumerate() {
+        if u.name.is_empty() {
+            return Err(Error::BadReply(format!(
+                "streamed tool call {i} has no name"
+            )));
+        }
+        let input = if u.json.trim().is_empty() {
+            u.start
+        } else {
+            Value::String(u.json)
+        };
+        tool_calls.push(ToolCall {
+            arguments: arguments::parse(&u.name, &input)?,
+            id: if u.id.is_empty() {
+                format!("toolu_{i}")
+            } else {
+                u.id
+            },
+            name: u.name,
+        });
+    }
+    Ok(ChatResponse {
+        content: text,
+        tool_calls,
+        finish_reason: stop,
+        usage: Some(usage),
+        attempts: 1,
+    })
+}
+
 impl Llm for Anthropic {
     fn model(&self) -> &str {
         &self.model
@@ -201,6 +368,27 @@ impl Llm for Anthropic {
         reply.attempts = attempts;
         Ok(reply)
     }
+
+    fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse> {
+        let mut body = self.body(request);
+        body["stream"] = json!(true);
+        let body = body.to_string();
+        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
+        if let Some(key) = &self.api_key {
+            headers.push(("x-api-key", key.clone()));
+        }
+        let (mut reply, attempts) =
+            self.http
+                .stream(&self.url, &headers, &body, |r, delivered| {
+                    read_stream(r, delivered, on_text)
+                })?;
+        reply.attempts = attempts;
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +400,14 @@ mod tests {
         #[test]
         fn any_reply_body_is_read_or_refused(text in ".{0,300}") {
             let _ = reply(&text);
+        }
+
+        /// Nor does any stream of events.
+        #[test]
+        fn any_stream_is_read_or_refused(lines in proptest::collection::vec(".{0,80}", 0..8)) {
+            let text: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
+            let mut delivered = false;
+            let _ = read_stream(&mut text.as_bytes(), &mut delivered, &mut |_| {});
         }
     }
 }

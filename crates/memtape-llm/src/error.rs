@@ -39,6 +39,16 @@ pub enum Error {
     #[error("could not reach the model server: {0}")]
     Connection(String),
 
+    /// A streamed reply broke after part of it reached the caller; not retried, since the
+    /// caller has already used that part.
+    #[error("the reply stream broke after {} characters of text: {detail}", received.chars().count())]
+    Interrupted {
+        /// The text received before it broke.
+        received: String,
+        /// What broke it.
+        detail: String,
+    },
+
     /// An answer that is not what the protocol promises (not JSON, no choices, …).
     #[error("the model server's reply is malformed: {0}")]
     BadReply(String),

@@ -1,10 +1,20 @@
 //! The HTTP side every client shares: one blocking agent with a timeout per attempt, error
 //! replies classified ([`crate::Error`]), and the retry loop of a [`RetryPolicy`].
 
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use crate::error::{self, Error, Result};
 use crate::retry::{RetryPolicy, retry_after};
+
+/// A read error in the middle of a streamed reply.
+pub(crate) fn broken(e: &std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        Error::Connection(format!("the reply stream timed out: {e}"))
+    } else {
+        Error::Connection(format!("the reply stream broke: {e}"))
+    }
+}
 
 /// The timeout of one attempt unless set.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,8 +84,64 @@ impl Http {
         }
     }
 
+    /// POSTs like [`Http::post`] and hands the body of a successful reply, as it arrives,
+    /// to `consume`, which sets its flag once it has passed anything on to its caller:
+    /// from then on a failure is not retried (the caller has seen part of a reply).
+    pub(crate) fn stream<T>(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &str,
+        mut consume: impl FnMut(&mut dyn BufRead, &mut bool) -> Result<T>,
+    ) -> Result<(T, u32)> {
+        let mut retry = 0;
+        loop {
+            let mut delivered = false;
+            let outcome = self.response(url, headers, body).and_then(|response| {
+                let mut reader = BufReader::new(
+                    response
+                        .into_body()
+                        .into_with_config()
+                        .limit(REPLY_LIMIT)
+                        .reader(),
+                );
+                consume(&mut reader, &mut delivered)
+            });
+            match outcome {
+                Ok(out) => return Ok((out, retry + 1)),
+                Err(e) if e.is_retryable() && !delivered => {
+                    let server = match &e {
+                        Error::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    let Some(wait) = self.policy.delay(retry, server) else {
+                        return Err(e);
+                    };
+                    std::thread::sleep(wait);
+                    retry += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// One attempt: the body of a 2xx reply, or the classified error.
     fn once(&self, url: &str, headers: &[(&str, String)], body: &str) -> Result<String> {
+        self.response(url, headers, body)?
+            .body_mut()
+            .with_config()
+            .limit(REPLY_LIMIT)
+            .read_to_string()
+            .map_err(|e| self.transport(e))
+    }
+
+    /// Sends one request: a 2xx response, or the error the reply says.
+    fn response(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &str,
+    ) -> Result<ureq::http::Response<ureq::Body>> {
         let mut call = self
             .agent
             .post(url)
@@ -85,6 +151,9 @@ impl Http {
         }
         let mut response = call.send(body).map_err(|e| self.transport(e))?;
         let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
         let header = |name: &str| {
             response
                 .headers()
@@ -103,10 +172,7 @@ impl Http {
             .limit(REPLY_LIMIT)
             .read_to_string()
             .map_err(|e| self.transport(e))?;
-        if !(200..300).contains(&status) {
-            return Err(error::from_status(status, wait, &text));
-        }
-        Ok(text)
+        Err(error::from_status(status, wait, &text))
     }
 
     fn transport(&self, e: ureq::Error) -> Error {

@@ -6,9 +6,10 @@
 //! can act on them (a context that is too long is its own [`Error::ContextLength`]), a
 //! retry policy that honours `Retry-After` ([`RetryPolicy`]), an OpenAI-compatible chat
 //! completions client ([`OpenAi`]: OpenAI, Ollama, vLLM, llama.cpp's server, LM
-//! Studio), an Anthropic Messages API client ([`Anthropic`]), and the configuration from
-//! the environment ([`LlmConfig`]). Not yet here: streaming, configuration from a file,
-//! and token usage recorded on the tape.
+//! Studio), an Anthropic Messages API client ([`Anthropic`]), both also streaming
+//! ([`Llm::chat_stream`]), and the configuration from the environment ([`LlmConfig`]).
+//! Not yet here: configuration from a file, and token usage recorded on the tape (the
+//! replies carry it, in [`Usage`]).
 
 mod anthropic;
 pub mod arguments;
@@ -17,6 +18,7 @@ mod error;
 mod http;
 mod openai;
 mod retry;
+mod sse;
 mod types;
 
 pub use anthropic::Anthropic;
@@ -34,4 +36,20 @@ pub trait Llm: Send + Sync {
     /// Sends `request` and returns the model's reply, after any retries the client's policy
     /// allows.
     fn chat(&self, request: &ChatRequest) -> Result<ChatResponse>;
+
+    /// [`Llm::chat`], streamed: the reply's text goes to `on_text` piece by piece as it
+    /// arrives, and the whole reply is returned at the end. A failure before any text
+    /// arrived is retried as in `chat`; after, it is [`Error::Interrupted`] with what came.
+    /// Without streaming support, the text arrives in one piece.
+    fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse> {
+        let reply = self.chat(request)?;
+        if !reply.content.is_empty() {
+            on_text(&reply.content);
+        }
+        Ok(reply)
+    }
 }

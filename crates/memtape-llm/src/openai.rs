@@ -1,6 +1,7 @@
 //! The OpenAI-compatible chat completions client (`POST {base}/chat/completions`): OpenAI,
 //! Ollama's `/v1`, vLLM, llama.cpp's server and LM Studio all speak it.
 
+use std::io::BufRead;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -9,7 +10,7 @@ use crate::error::{self, Error, Result};
 use crate::http::{self, DEFAULT_TIMEOUT, Http};
 use crate::retry::RetryPolicy;
 use crate::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
-use crate::{Llm, arguments};
+use crate::{Llm, arguments, sse};
 
 /// A client of one model behind an OpenAI-compatible server.
 #[derive(Debug)]
@@ -156,13 +157,7 @@ fn reply(text: &str) -> Result<ChatResponse> {
             arguments: arguments::parse(name, raw)?,
         });
     }
-    let usage = v.get("usage").map(|u| Usage {
-        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        completion_tokens: u
-            .get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    });
+    let usage = v.get("usage").filter(|u| u.is_object()).map(usage);
     Ok(ChatResponse {
         content,
         tool_calls,
@@ -173,6 +168,181 @@ fn reply(text: &str) -> Result<ChatResponse> {
         usage,
         attempts: 1,
     })
+}
+
+/// A streamed reply being put together.
+#[derive(Default)]
+struct Partial {
+    content: String,
+    calls: Vec<PartialCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+}
+
+/// A tool call whose pieces are still arriving.
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The usage object of a reply or a stream's last chunk.
+fn usage(u: &Value) -> Usage {
+    Usage {
+        prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        completion_tokens: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    }
+}
+
+impl Partial {
+    /// Takes in one chunk of the stream.
+    fn chunk(
+        &mut self,
+        v: &Value,
+        delivered: &mut bool,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<()> {
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage(u));
+        }
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+            return Ok(());
+        };
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            on_text(text);
+            *delivered = true;
+            self.content.push_str(text);
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = call.get("id").and_then(Value::as_str);
+            // By index when the server gives one (OpenAI), else by id, else the last call.
+            let at = match call.get("index").and_then(Value::as_u64) {
+                Some(i) => usize::try_from(i).unwrap_or(usize::MAX),
+                None => id
+                    .and_then(|id| self.calls.iter().position(|c| c.id == id))
+                    .unwrap_or(if id.is_some() || self.calls.is_empty() {
+                        self.calls.len()
+                    } else {
+                        self.calls.len() - 1
+                    }),
+            };
+            if at > self.calls.len() {
+                return Err(Error::BadReply(format!(
+                    "tool call {at} streamed before call {}",
+                    self.calls.len()
+                )));
+            }
+            if at == self.calls.len() {
+                self.calls.push(PartialCall::default());
+            }
+            let partial = &mut self.calls[at];
+            if let Some(id) = id {
+                partial.id = id.to_owned();
+            }
+            let function = call.get("function").unwrap_or(&Value::Null);
+            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                partial.name.push_str(name);
+            }
+            match function.get("arguments") {
+                Some(Value::String(piece)) => partial.arguments.push_str(piece),
+                // An object in one piece (some servers).
+                Some(Value::Object(o)) => partial.arguments = Value::Object(o.clone()).to_string(),
+                _ => {}
+            }
+        }
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(f.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The whole reply.
+    fn finish(self) -> Result<ChatResponse> {
+        let mut tool_calls = Vec::new();
+        for (i, c) in self.calls.into_iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(Error::BadReply(format!(
+                    "streamed tool call {i} has no name"
+                )));
+            }
+            let arguments = arguments::parse(&c.name, &Value::String(c.arguments))?;
+            tool_calls.push(ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
+                name: c.name,
+                arguments,
+            });
+        }
+        Ok(ChatResponse {
+            content: self.content,
+            tool_calls,
+            finish_reason: self.finish,
+            usage: self.usage,
+            attempts: 1,
+        })
+    }
+}
+
+/// Reads a streamed reply, passing its text to `on_text` as it comes.
+fn read_stream(
+    reader: &mut dyn BufRead,
+    delivered: &mut bool,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<ChatResponse> {
+    let mut partial = Partial::default();
+    let read = sse::read(reader, |data| {
+        if data.trim() == "[DONE]" {
+            return Ok(true);
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| Error::BadReply(format!("a stream event that is not JSON ({e})")))?;
+        if let Some(e) = v.get("error") {
+            return Err(error::from_status(
+                200,
+                None,
+                &json!({"error": e}).to_string(),
+            ));
+        }
+        partial.chunk(&v, delivered, on_text)?;
+        Ok(false)
+    });
+    let complete = match read {
+        Ok(complete) => complete || partial.finish.is_some(),
+        Err(e) if *delivered => {
+            return Err(Error::Interrupted {
+                received: partial.content,
+                detail: e.to_string(),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if !complete {
+        let detail = "the stream ended before the reply did".to_owned();
+        return Err(if *delivered {
+            Error::Interrupted {
+                received: partial.content,
+                detail,
+            }
+        } else {
+            Error::Connection(detail)
+        });
+    }
+    partial.finish()
 }
 
 impl Llm for OpenAi {
@@ -190,6 +360,28 @@ impl Llm for OpenAi {
         reply.attempts = attempts;
         Ok(reply)
     }
+
+    fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<ChatResponse> {
+        let mut body = self.body(request);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let body = body.to_string();
+        let mut headers = Vec::new();
+        if let Some(key) = &self.api_key {
+            headers.push(("authorization", format!("Bearer {key}")));
+        }
+        let (mut reply, attempts) =
+            self.http
+                .stream(&self.url, &headers, &body, |r, delivered| {
+                    read_stream(r, delivered, on_text)
+                })?;
+        reply.attempts = attempts;
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +393,14 @@ mod tests {
         #[test]
         fn any_reply_body_is_read_or_refused(text in ".{0,300}") {
             let _ = reply(&text);
+        }
+
+        /// Nor does any stream of events.
+        #[test]
+        fn any_stream_is_read_or_refused(lines in proptest::collection::vec(".{0,80}", 0..8)) {
+            let text: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
+            let mut delivered = false;
+            let _ = read_stream(&mut text.as_bytes(), &mut delivered, &mut |_| {});
         }
 
         /// Nor does a well-formed reply with arbitrary content and arguments.

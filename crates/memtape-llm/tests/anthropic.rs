@@ -145,3 +145,94 @@ fn malformed_replies_are_typed_errors() {
         Err(Error::BadArguments { .. })
     ));
 }
+
+fn event(v: serde_json::Value) -> String {
+    format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap())
+}
+
+#[test]
+fn a_stream_passes_its_text_on_and_assembles_tool_input() {
+    let server = Scripted::start(vec![Answer::Stream {
+        events: vec![
+            event(
+                json!({"type": "message_start", "message": {"usage": {"input_tokens": 25, "output_tokens": 1}}}),
+            ),
+            event(
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            event(json!({"type": "ping"})),
+            event(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Saving"}}),
+            ),
+            event(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " it."}}),
+            ),
+            event(json!({"type": "content_block_stop", "index": 0})),
+            event(
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_9", "name": "save_memory", "input": {}}}),
+            ),
+            event(
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"memory_update\": \"- Ada"}}),
+            ),
+            event(
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": " lives in Lisbon\"}"}}),
+            ),
+            event(json!({"type": "content_block_stop", "index": 1})),
+            event(
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}}),
+            ),
+            event(json!({"type": "message_stop"})),
+        ],
+        cut: false,
+    }]);
+    let llm = Anthropic::new(&server.base.replace("/v1", ""), "claude").unwrap();
+    let mut pieces = Vec::new();
+    let reply = llm
+        .chat_stream(&conversation(), &mut |t| pieces.push(t.to_owned()))
+        .unwrap();
+    assert_eq!(pieces, ["Saving", " it."]);
+    assert_eq!(reply.tool_calls[0].id, "toolu_9");
+    assert_eq!(
+        reply.tool_calls[0].arguments["memory_update"],
+        "- Ada lives in Lisbon"
+    );
+    let usage = reply.usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (25, 30));
+    assert_eq!(server.seen.lock().unwrap()[0].body["stream"], true);
+}
+
+#[test]
+fn an_overloaded_stream_is_retried_and_a_cut_one_is_interrupted() {
+    let server = Scripted::start(vec![
+        Answer::Stream {
+            events: vec![event(
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            )],
+            cut: false,
+        },
+        Answer::Stream {
+            events: vec![
+                event(json!({"type": "message_start", "message": {"usage": {"input_tokens": 3}}})),
+                event(
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half a"}}),
+                ),
+            ],
+            cut: true,
+        },
+    ]);
+    let llm = Anthropic::new(&server.base.replace("/v1", ""), "claude")
+        .unwrap()
+        .retry(fast_retries(2));
+    let err = llm
+        .chat_stream(&ChatRequest::new(vec![Message::user("hi")]), &mut |_| {})
+        .unwrap_err();
+    match err {
+        Error::Interrupted { received, .. } => assert_eq!(received, "Half a"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        server.requests(),
+        2,
+        "the overload was retried, the cut stream was not"
+    );
+}

@@ -6,7 +6,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use common::{Answer, Scripted, fast_retries, ok};
+use common::{Answer, Scripted, delta, fast_retries, ok};
 
 use memtape_llm::{ChatRequest, Error, Llm, Message, OpenAi, RetryPolicy, ToolSpec};
 use serde_json::{Value, json};
@@ -192,4 +192,132 @@ fn nothing_listening_is_a_connection_error_and_a_bad_url_a_config_error() {
         OpenAi::new("http://localhost:11434/v1", " "),
         Err(Error::Config(_))
     ));
+}
+
+#[test]
+fn a_stream_passes_its_text_on_as_it_comes_and_assembles_tool_calls() {
+    let server = Scripted::start(vec![Answer::Stream {
+        events: vec![
+            ": keep-alive\n\n".into(),
+            delta(json!({"role": "assistant", "content": ""})),
+            delta(json!({"content": "Saving "})),
+            delta(json!({"content": "now."})),
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "save_memory", "arguments": ""}}]}),
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"history_entry\": "}}]}),
+            ),
+            delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Met Ada\"}"}}]})),
+            format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            ),
+            format!(
+                "data: {}\n\n",
+                json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}})
+            ),
+            "data: [DONE]\n\n".into(),
+        ],
+        cut: false,
+    }]);
+    let llm = OpenAi::new(&server.base, "m").unwrap();
+    let mut pieces = Vec::new();
+    let reply = llm
+        .chat_stream(&save_memory_request(), &mut |t| pieces.push(t.to_owned()))
+        .unwrap();
+    assert_eq!(pieces, ["Saving ", "now."]);
+    assert_eq!(reply.content, "Saving now.");
+    assert_eq!(reply.tool_calls[0].id, "call_1");
+    assert_eq!(reply.tool_calls[0].arguments["history_entry"], "Met Ada");
+    assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(reply.usage.unwrap().completion_tokens, 4);
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen[0].body["stream"], true);
+    assert_eq!(seen[0].body["stream_options"]["include_usage"], true);
+}
+
+#[test]
+fn a_stream_cut_mid_way_is_interrupted_with_what_came_and_not_retried() {
+    let server = Scripted::start(vec![
+        Answer::Stream {
+            events: vec![
+                delta(json!({"content": "The user "})),
+                delta(json!({"content": "lives in"})),
+            ],
+            cut: true,
+        },
+        ok(json!({"choices": [{"message": {"content": "should not be asked"}}]})),
+    ]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(fast_retries(2));
+    let mut got = String::new();
+    let err = llm
+        .chat_stream(&ChatRequest::new(vec![Message::user("hi")]), &mut |t| {
+            got.push_str(t)
+        })
+        .unwrap_err();
+    match err {
+        Error::Interrupted { received, .. } => assert_eq!(received, "The user lives in"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(got, "The user lives in");
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
+fn a_stream_that_fails_before_any_text_is_retried() {
+    let server = Scripted::start(vec![
+        Answer::Reply(
+            503,
+            Vec::new(),
+            json!({"error": {"message": "loading"}}).to_string(),
+        ),
+        Answer::Stream {
+            events: vec![delta(json!({"role": "assistant"}))],
+            cut: true,
+        },
+        Answer::Stream {
+            events: vec![
+                delta(json!({"content": "hello"})),
+                format!(
+                    "data: {}\n\n",
+                    json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+                ),
+            ],
+            cut: false,
+        },
+    ]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(fast_retries(3));
+    let mut got = String::new();
+    let reply = llm
+        .chat_stream(&ChatRequest::new(vec![Message::user("hi")]), &mut |t| {
+            got.push_str(t)
+        })
+        .unwrap();
+    assert_eq!((got.as_str(), reply.attempts), ("hello", 3));
+    assert_eq!(
+        reply.finish_reason.as_deref(),
+        Some("stop"),
+        "complete without [DONE]"
+    );
+}
+
+#[test]
+fn an_error_inside_a_stream_is_classified() {
+    let server = Scripted::start(vec![Answer::Stream {
+        events: vec!["error: {\"message\": \"the request exceeds the available context size\", \"type\": \"exceed_context_size_error\"}\n\n".into()],
+        cut: false,
+    }]);
+    let llm = OpenAi::new(&server.base, "m")
+        .unwrap()
+        .retry(RetryPolicy::none());
+    let err = llm
+        .chat_stream(&ChatRequest::new(vec![Message::user("hi")]), &mut |_| {})
+        .unwrap_err();
+    assert!(matches!(err, Error::ContextLength { .. }), "{err:?}");
 }

@@ -15,6 +15,20 @@ use serde_json::Value;
 pub enum Answer {
     Reply(u16, Vec<(&'static str, String)>, String),
     Hang,
+    /// A server-sent event stream: `events` are sent as they are, then, if `cut`, the
+    /// connection closes early (the stream announces more bytes than it sends).
+    Stream {
+        events: Vec<String>,
+        cut: bool,
+    },
+}
+
+/// The chunk of an OpenAI stream carrying `delta`.
+pub fn delta(delta: Value) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+    )
 }
 
 /// What the server was sent: the request line, headers (lowercased names) and body.
@@ -82,6 +96,19 @@ impl Scripted {
                             head += &format!("{k}: {v}\r\n");
                         }
                         let _ = stream.write_all(format!("{head}\r\n{body}").as_bytes());
+                    }
+                    Some(Answer::Stream { events, cut }) => {
+                        let body: String = events.concat();
+                        let len = if cut { body.len() + 100 } else { body.len() };
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = stream.write_all(head.as_bytes());
+                        for e in events {
+                            let _ = stream.write_all(e.as_bytes());
+                            let _ = stream.flush();
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
                     }
                     None => {
                         let _ = stream.write_all(
