@@ -32,14 +32,11 @@ impl Anthropic {
     /// A client of `model` at `base_url` (`https://api.anthropic.com`), with a 60 s timeout
     /// per attempt and the default [`RetryPolicy`]. Nothing is sent until the first call.
     pub fn new(base_url: &str, model: &str) -> Result<Self> {
-        let base = http::base(base_url)?;
-        if model.trim().is_empty() {
-            return Err(Error::Config("no model name given".into()));
-        }
+        let (url, model) = http::endpoint(base_url, "/v1/messages", model)?;
         Ok(Anthropic {
             http: Http::new(DEFAULT_TIMEOUT, RetryPolicy::default()),
-            url: format!("{base}/v1/messages"),
-            model: model.to_owned(),
+            url,
+            model,
             api_key: None,
         })
     }

@@ -64,24 +64,7 @@ impl Http {
         body: &str,
         read: impl Fn(&str) -> Result<T>,
     ) -> Result<(T, u32)> {
-        let mut retry = 0;
-        loop {
-            match self.once(url, headers, body).and_then(|text| read(&text)) {
-                Ok(out) => return Ok((out, retry + 1)),
-                Err(e) if e.is_retryable() => {
-                    let server = match &e {
-                        Error::Status { retry_after, .. } => *retry_after,
-                        _ => None,
-                    };
-                    let Some(wait) = self.policy.delay(retry, server) else {
-                        return Err(e);
-                    };
-                    std::thread::sleep(wait);
-                    retry += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.retrying(|_| self.once(url, headers, body).and_then(|text| read(&text)))
     }
 
     /// POSTs like [`Http::post`] and hands the body of a successful reply, as it arrives,
@@ -94,20 +77,26 @@ impl Http {
         body: &str,
         mut consume: impl FnMut(&mut dyn BufRead, &mut bool) -> Result<T>,
     ) -> Result<(T, u32)> {
+        self.retrying(|delivered| {
+            let response = self.response(url, headers, body)?;
+            let mut reader = BufReader::new(
+                response
+                    .into_body()
+                    .into_with_config()
+                    .limit(REPLY_LIMIT)
+                    .reader(),
+            );
+            consume(&mut reader, delivered)
+        })
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the policy allows no more
+    /// retries. An attempt that set its flag (it passed part of a reply on) is not retried.
+    fn retrying<T>(&self, mut attempt: impl FnMut(&mut bool) -> Result<T>) -> Result<(T, u32)> {
         let mut retry = 0;
         loop {
             let mut delivered = false;
-            let outcome = self.response(url, headers, body).and_then(|response| {
-                let mut reader = BufReader::new(
-                    response
-                        .into_body()
-                        .into_with_config()
-                        .limit(REPLY_LIMIT)
-                        .reader(),
-                );
-                consume(&mut reader, &mut delivered)
-            });
-            match outcome {
+            match attempt(&mut delivered) {
                 Ok(out) => return Ok((out, retry + 1)),
                 Err(e) if e.is_retryable() && !delivered => {
                     let server = match &e {
@@ -189,14 +178,17 @@ impl Http {
     }
 }
 
-/// `base_url` without a trailing slash, or a configuration error unless it is HTTP(S).
-pub(crate) fn base(base_url: &str) -> Result<&str> {
+/// The URL of `path` under `base_url` and the model's name, or a configuration error
+/// unless the URL is HTTP(S) and the model named.
+pub(crate) fn endpoint(base_url: &str, path: &str, model: &str) -> Result<(String, String)> {
     let base = base_url.trim_end_matches('/');
-    if base.starts_with("http://") || base.starts_with("https://") {
-        Ok(base)
-    } else {
-        Err(Error::Config(format!(
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(Error::Config(format!(
             "the base URL must start with http:// or https://, got {base_url:?}"
-        )))
+        )));
     }
+    if model.trim().is_empty() {
+        return Err(Error::Config("no model name given".into()));
+    }
+    Ok((format!("{base}{path}"), model.trim().to_owned()))
 }

@@ -26,14 +26,11 @@ impl OpenAi {
     /// Ollama, `https://api.openai.com/v1`), with a 60 s timeout per attempt and the
     /// default [`RetryPolicy`]. Nothing is sent until the first call.
     pub fn new(base_url: &str, model: &str) -> Result<Self> {
-        let base = http::base(base_url)?;
-        if model.trim().is_empty() {
-            return Err(Error::Config("no model name given".into()));
-        }
+        let (url, model) = http::endpoint(base_url, "/chat/completions", model)?;
         Ok(OpenAi {
             http: Http::new(DEFAULT_TIMEOUT, RetryPolicy::default()),
-            url: format!("{base}/chat/completions"),
-            model: model.to_owned(),
+            url,
+            model,
             api_key: None,
         })
     }

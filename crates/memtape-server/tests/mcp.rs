@@ -379,6 +379,31 @@ fn ok_raw(body: &str) {
     );
 }
 
+/// A client of `url` that listed the memory files (none yet) and subscribed to MEMORY.md,
+/// with the channels its update and list-changed notifications arrive on.
+async fn watching_memory(
+    url: &str,
+) -> (
+    rmcp::service::RunningService<rmcp::RoleClient, Client>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
+    );
+    let (client, updates, lists) = Client::listening();
+    let client = client.serve(transport).await.unwrap();
+    assert!(client.list_all_resources().await.unwrap().is_empty());
+    #[allow(deprecated)]
+    client
+        .subscribe(rmcp::model::SubscribeRequestParams::new(
+            "memtape://memory/MEMORY.md",
+        ))
+        .await
+        .unwrap();
+    (client, updates, lists)
+}
+
 /// Memory changed through REST reaches MCP sessions: a subscriber of MEMORY.md hears of a
 /// save made through `/v1`, and a session that listed the memory files hears when a file
 /// appears, and not when one only changes.
@@ -387,19 +412,7 @@ fn changes_made_over_rest_are_notified_over_mcp() {
     let s = Server::start();
     let url = s.url("/mcp");
     runtime().block_on(async {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url.clone()),
-        );
-        let (client, mut updates, mut lists) = Client::listening();
-        let client = client.serve(transport).await.unwrap();
-        assert!(client.list_all_resources().await.unwrap().is_empty());
-        #[allow(deprecated)]
-        client
-            .subscribe(rmcp::model::SubscribeRequestParams::new(
-                "memtape://memory/MEMORY.md",
-            ))
-            .await
-            .unwrap();
+        let (client, mut updates, mut lists) = watching_memory(&url).await;
         let wait = std::time::Duration::from_secs(30);
 
         // A new MEMORY.md: updated, and the list changed.
@@ -451,19 +464,7 @@ fn changes_made_by_another_process_are_notified_over_mcp() {
     let other = memtape::Engine::init(s.dir.path()).unwrap();
     let agent = memtape::Scope::agent("default", "default").unwrap();
     runtime().block_on(async {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url.clone()),
-        );
-        let (client, mut updates, mut lists) = Client::listening();
-        let client = client.serve(transport).await.unwrap();
-        assert!(client.list_all_resources().await.unwrap().is_empty());
-        #[allow(deprecated)]
-        client
-            .subscribe(rmcp::model::SubscribeRequestParams::new(
-                "memtape://memory/MEMORY.md",
-            ))
-            .await
-            .unwrap();
+        let (client, mut updates, mut lists) = watching_memory(&url).await;
         let wait = std::time::Duration::from_secs(10);
         let saved = other
             .call_tool(&agent, "memory.save", &json!({"content": "Ada likes tea"}))
