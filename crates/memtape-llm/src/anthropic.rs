@@ -20,12 +20,22 @@ const VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 1024;
 
 /// A client of one model behind the Anthropic Messages API.
-#[derive(Debug)]
 pub struct Anthropic {
     http: Http,
     url: String,
     model: String,
     api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Anthropic {
+    /// Everything but the key, which must not reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anthropic")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Anthropic {

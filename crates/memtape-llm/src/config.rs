@@ -21,7 +21,7 @@ pub enum Provider {
 }
 
 /// Everything needed to reach one model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct LlmConfig {
     /// The API.
     pub provider: Provider,
@@ -35,6 +35,20 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// How failed calls are retried.
     pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for LlmConfig {
+    /// Everything but the key, which must not reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl LlmConfig {
@@ -184,6 +198,8 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(5));
         assert_eq!(c.retry.max_retries, 0);
         assert_eq!(c.connect().unwrap().model(), "claude-haiku");
+        // The key never shows in debug output (logs).
+        assert!(!format!("{c:?}").contains("sk-ant"));
     }
 
     #[test]

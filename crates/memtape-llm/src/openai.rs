@@ -13,12 +13,22 @@ use crate::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
 use crate::{Llm, arguments, sse};
 
 /// A client of one model behind an OpenAI-compatible server.
-#[derive(Debug)]
 pub struct OpenAi {
     http: Http,
     url: String,
     model: String,
     api_key: Option<String>,
+}
+
+impl std::fmt::Debug for OpenAi {
+    /// Everything but the key, which must not reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAi")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenAi {
