@@ -49,6 +49,10 @@ fn a_tool_use_reply_is_read_and_the_request_follows_the_messages_api() {
     let llm = Anthropic::new(&server.base.replace("/v1", ""), "claude")
         .unwrap()
         .api_key("sk-ant");
+    assert!(
+        !format!("{llm:?}").contains("sk-ant"),
+        "no key in debug output"
+    );
     let reply = llm.chat(&conversation()).unwrap();
     assert_eq!(reply.content, "Saving.");
     assert_eq!(reply.tool_calls[0].id, "toolu_2");

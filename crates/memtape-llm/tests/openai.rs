@@ -41,6 +41,10 @@ fn a_tool_call_with_double_encoded_arguments_is_read_and_the_request_is_well_for
     let llm = OpenAi::new(&server.base, "smollm2")
         .unwrap()
         .api_key("sk-test");
+    assert!(
+        !format!("{llm:?}").contains("sk-test"),
+        "no key in debug output"
+    );
     let reply = llm.chat(&save_memory_request()).unwrap();
     assert_eq!(reply.tool_calls.len(), 1);
     assert_eq!(reply.tool_calls[0].name, "save_memory");
