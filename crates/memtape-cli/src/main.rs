@@ -51,6 +51,9 @@ enum Command {
     History(tape::HistoryArgs),
     /// List the agent's sessions (of every user, or of --user).
     Sessions(tape::SessionsArgs),
+    /// The agent's language-model calls (consolidation, extraction, …) and the tokens
+    /// they cost, by model and purpose.
+    Usage(tape::UsageArgs),
     /// Show the thread that ends at an entry (regenerated answers replace their siblings).
     Thread(tape::ThreadArgs),
     /// Write an anchor (a named boundary) into a session; prints its id.
@@ -148,6 +151,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::History(a) => tape::history(&ctx.scope(&a.scope), a, out)?,
         Command::Sessions(a) => tape::sessions(&ctx.scope(&a.scope), a, out)?,
         Command::Thread(a) => tape::thread(&ctx.scope(&a.scope), a, out)?,
+        Command::Usage(a) => tape::usage(&ctx.scope(&a.scope), a, out)?,
         Command::Anchor(a) => tape::anchor(&ctx.scope(&a.scope), a, out)?,
         Command::Entries(a) => tape::entries(&ctx.scope(&a.scope), a, out)?,
         Command::Consolidate(a) => tape::consolidate(&ctx.scope(&a.scope), a, out)?,

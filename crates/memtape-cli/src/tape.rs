@@ -164,6 +164,22 @@ pub struct SessionsArgs {
     pub scope: ScopeArgs,
 }
 
+/// `memtape usage`.
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    /// Only calls made at or after this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only calls made before this time.
+    #[arg(long)]
+    until: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
 /// `memtape thread`.
 #[derive(Args, Debug)]
 pub struct ThreadArgs {
@@ -339,6 +355,41 @@ pub fn sessions(ctx: &Ctx, a: &SessionsArgs, out: &mut impl Write) -> Result<()>
         for s in &sessions {
             writeln!(out, "{}", output::session_line(s))?;
         }
+    }
+    Ok(())
+}
+
+/// `memtape usage`: the agent's model calls, summed by model and purpose.
+pub fn usage(ctx: &Ctx, a: &UsageArgs, out: &mut impl Write) -> Result<()> {
+    let engine = open_read_only(ctx)?;
+    let time =
+        |what: &str, t: &Option<String>| t.as_deref().map(|t| parse_time(what, t)).transpose();
+    let lines = engine.llm_usage(
+        &ctx.base_scope()?,
+        time("--since", &a.since)?,
+        time("--until", &a.until)?,
+    )?;
+    if a.json {
+        let list: Vec<Value> = lines
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "model": l.model, "purpose": l.purpose, "calls": l.calls, "failed": l.failed,
+                    "prompt_tokens": l.prompt_tokens, "completion_tokens": l.completion_tokens,
+                })
+            })
+            .collect();
+        return output::json(out, &list);
+    }
+    if lines.is_empty() {
+        writeln!(out, "no model calls recorded for agent {}", ctx.agent)?;
+    }
+    for l in &lines {
+        writeln!(
+            out,
+            "{}  {}  {} calls ({} failed)  {} prompt + {} reply tokens",
+            l.model, l.purpose, l.calls, l.failed, l.prompt_tokens, l.completion_tokens
+        )?;
     }
     Ok(())
 }

@@ -296,3 +296,47 @@ fn init_is_idempotent_and_keeps_data() {
     );
     assert!(Path::new(&r.path("data/memtape.db")).exists());
 }
+
+#[test]
+fn usage_sums_the_agents_model_calls() {
+    let r = Run::new();
+    assert!(
+        r.ok(&["usage"])
+            .contains("no model calls recorded for agent default")
+    );
+    {
+        // The calls a consolidation would record, written through the library.
+        let engine = memtape::Engine::init(&r.dir.path().join("data")).unwrap();
+        let scope = memtape::Scope::agent("default", "default")
+            .unwrap()
+            .with_session("chat")
+            .unwrap();
+        for (tokens, error) in [(1000, None), (400, Some("timeout"))] {
+            let call = memtape::events::LlmCall {
+                model: "smollm2".into(),
+                purpose: "consolidation".into(),
+                prompt_tokens: tokens,
+                completion_tokens: 50,
+                attempts: 1,
+                error: error.map(str::to_owned),
+                ..Default::default()
+            };
+            engine.record_llm_call(&scope, call).unwrap();
+        }
+    }
+    let usage = r.json(&["usage", "--json"]);
+    assert_eq!(
+        usage,
+        json!([{"model": "smollm2", "purpose": "consolidation", "calls": 2, "failed": 1,
+                "prompt_tokens": 1400, "completion_tokens": 100}])
+    );
+    let text = r.ok(&["usage"]);
+    assert!(text.contains("2 calls (1 failed)"), "{text}");
+    assert_eq!(r.json(&["usage", "--json", "--agent", "other"]), json!([]));
+    assert_eq!(
+        r.json(&["usage", "--json", "--since", "2200-01-01"]),
+        json!([])
+    );
+    let err = r.fails(&["usage", "--since", "someday"]);
+    assert!(err.contains("--since"), "{err}");
+}

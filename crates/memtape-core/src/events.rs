@@ -46,6 +46,72 @@ pub const CONTEXT_WORKING_BUFFER: &str = "context.working_buffer";
 /// "parent_message_id", "starts_thread"}` (see [`NodeTurnMark`]).
 pub const NODE_TURN: &str = "node.turn";
 
+/// One call to a language model that memtape made (a consolidation, an extraction, …), on
+/// the agent's tape so cost is visible per agent: `data` is an [`LlmCall`].
+pub const LLM_CALL: &str = "llm.call";
+
+/// The longest text an [`LlmCall`] field may hold (names and errors, not prompts).
+const LLM_CALL_TEXT_MAX: usize = 2000;
+
+/// What one model call cost and how it ended, the data of an `llm.call` event.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmCall {
+    /// The model's name.
+    pub model: String,
+    /// What the call was for (`consolidation`, `extraction`, `emergence`, `compaction`, …).
+    pub purpose: String,
+    /// The session it served, if one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Prompt tokens, as the provider counted them.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Reply tokens, as the provider counted them.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Attempts the call took (retries included).
+    #[serde(default)]
+    pub attempts: u32,
+    /// How long it took, in milliseconds.
+    #[serde(default)]
+    pub ms: u64,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl LlmCall {
+    /// Checks the rules the type cannot state: a model and a purpose are named, and no
+    /// text is longer than a name or an error message needs.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidEntry(format!("event {LLM_CALL}: {what}")));
+        if self.model.trim().is_empty() {
+            return bad("the model is empty".into());
+        }
+        if self.purpose.trim().is_empty() {
+            return bad("the purpose is empty".into());
+        }
+        let texts = [
+            ("model", Some(&self.model)),
+            ("purpose", Some(&self.purpose)),
+            ("session", self.session.as_ref()),
+            ("error", self.error.as_ref()),
+        ];
+        for (name, text) in texts {
+            if let Some(t) = text
+                && t.len() > LLM_CALL_TEXT_MAX
+            {
+                return bad(format!(
+                    "the {name} is {} bytes, more than {LLM_CALL_TEXT_MAX}",
+                    t.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A position on the tape: the data of a pointer event (`{"through": <entry id>}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -113,6 +179,8 @@ pub enum BuiltinEvent {
     WorkingBuffer(Through),
     /// `node.turn`: one turn of Dify's node memory.
     NodeTurn(NodeTurnMark),
+    /// `llm.call`: one model call and its cost.
+    LlmCall(LlmCall),
 }
 
 impl BuiltinEvent {
@@ -136,6 +204,7 @@ impl BuiltinEvent {
             BuiltinEvent::Compaction(_) => CONTEXT_COMPACTION,
             BuiltinEvent::WorkingBuffer(_) => CONTEXT_WORKING_BUFFER,
             BuiltinEvent::NodeTurn(_) => NODE_TURN,
+            BuiltinEvent::LlmCall(_) => LLM_CALL,
         }
     }
 
@@ -149,6 +218,7 @@ impl BuiltinEvent {
             CONTEXT_COMPACTION,
             CONTEXT_WORKING_BUFFER,
             NODE_TURN,
+            LLM_CALL,
         ]
         .contains(&name)
     }
@@ -183,6 +253,11 @@ impl BuiltinEvent {
                 }
                 BuiltinEvent::NodeTurn(mark)
             }
+            LLM_CALL => {
+                let call: LlmCall = typed(&event.name, data)?;
+                call.validate()?;
+                BuiltinEvent::LlmCall(call)
+            }
             _ => return Ok(None),
         };
         Ok(Some(decoded))
@@ -207,6 +282,7 @@ impl BuiltinEvent {
             BuiltinEvent::MemoryChange(c) => serde_json::to_value(c),
             BuiltinEvent::Compaction(c) => serde_json::to_value(c),
             BuiltinEvent::NodeTurn(m) => serde_json::to_value(m),
+            BuiltinEvent::LlmCall(c) => serde_json::to_value(c),
         };
         Event {
             name: self.name().to_owned(),
@@ -228,9 +304,10 @@ impl BuiltinEvent {
             BuiltinEvent::Consolidated(t) | BuiltinEvent::WorkingBuffer(t) => {
                 vec![&mut t.through]
             }
-            BuiltinEvent::Metadata(_) | BuiltinEvent::Settings(_) | BuiltinEvent::NodeTurn(_) => {
-                Vec::new()
-            }
+            BuiltinEvent::Metadata(_)
+            | BuiltinEvent::Settings(_)
+            | BuiltinEvent::NodeTurn(_)
+            | BuiltinEvent::LlmCall(_) => Vec::new(),
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()
@@ -284,6 +361,17 @@ mod tests {
             (NODE_TURN, json!({"message_id": 7})),
             (SESSION_SETTINGS, json!({"history": "sideways"})),
             (SESSION_SETTINGS, json!({})),
+            (LLM_CALL, json!({"model": "", "purpose": "consolidation"})),
+            (LLM_CALL, json!({"model": "m", "purpose": " "})),
+            (
+                LLM_CALL,
+                json!({"model": "m", "purpose": "p", "prompt_tokens": -1}),
+            ),
+            (LLM_CALL, json!({"model": "m", "purpose": "p", "cost": 3})),
+            (
+                LLM_CALL,
+                json!({"model": "m", "purpose": "p", "error": "x".repeat(2001)}),
+            ),
         ] {
             let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();
             let text = err.to_string();
@@ -325,6 +413,16 @@ mod tests {
             }),
             BuiltinEvent::Settings(SessionSettings {
                 history: HistoryView::Bub,
+            }),
+            BuiltinEvent::LlmCall(LlmCall {
+                model: "smollm2".into(),
+                purpose: "consolidation".into(),
+                session: Some("chat-1".into()),
+                prompt_tokens: 1200,
+                completion_tokens: 80,
+                attempts: 2,
+                ms: 1700,
+                error: None,
             }),
             BuiltinEvent::NodeTurn(NodeTurnMark {
                 message_id: "m1".into(),

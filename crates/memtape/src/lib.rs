@@ -26,6 +26,7 @@ mod node;
 mod search;
 mod tiers;
 pub mod tools;
+mod usage;
 mod workspace;
 
 pub use bub::SessionStart;
@@ -43,6 +44,7 @@ pub use node::{
 };
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
+pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
 
 use std::collections::HashMap;
