@@ -70,6 +70,18 @@ impl Scope {
         Self::from_parts(tenant.into(), agent.into(), None, None, None)
     }
 
+    /// The agent scope this scope belongs to (`tenant/agent`, whatever user, session or
+    /// node it names).
+    pub fn agent_scope(&self) -> Scope {
+        Scope {
+            tenant: self.tenant.clone(),
+            agent: self.agent.clone(),
+            user: None,
+            session: None,
+            node: None,
+        }
+    }
+
     /// Builds a scope from its parts, checking every rule.
     pub fn from_parts(
         tenant: String,

@@ -69,6 +69,15 @@ impl Anthropic {
         self
     }
 
+    /// The headers every request carries.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
+        if let Some(key) = &self.api_key {
+            headers.push(("x-api-key", key.clone()));
+        }
+        headers
+    }
+
     /// The request body for `request`.
     fn body(&self, request: &ChatRequest) -> Value {
         let system: Vec<&str> = request
@@ -367,13 +376,7 @@ impl Llm for Anthropic {
 
     fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let body = self.body(request).to_string();
-        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
-        if let Some(key) = &self.api_key {
-            headers.push(("x-api-key", key.clone()));
-        }
-        let (mut reply, attempts) = self.http.post(&self.url, &headers, &body, reply)?;
-        reply.attempts = attempts;
-        Ok(reply)
+        self.http.post(&self.url, &self.headers(), &body, reply)
     }
 
     fn chat_stream(
@@ -384,17 +387,8 @@ impl Llm for Anthropic {
         let mut body = self.body(request);
         body["stream"] = json!(true);
         let body = body.to_string();
-        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
-        if let Some(key) = &self.api_key {
-            headers.push(("x-api-key", key.clone()));
-        }
-        let (mut reply, attempts) =
-            self.http
-                .stream(&self.url, &headers, &body, |r, delivered| {
-                    read_stream(r, delivered, on_text)
-                })?;
-        reply.attempts = attempts;
-        Ok(reply)
+        self.http
+            .stream(&self.url, &self.headers(), &body, on_text, read_stream)
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{self, Error, Result};
 use crate::retry::{RetryPolicy, retry_after};
+use crate::types::ChatResponse;
 
 /// A read error in the middle of a streamed reply.
 pub(crate) fn broken(e: &std::io::Error) -> Error {
@@ -15,6 +16,11 @@ pub(crate) fn broken(e: &std::io::Error) -> Error {
         Error::Connection(format!("the reply stream broke: {e}"))
     }
 }
+
+/// How a client reads a streamed reply: from the body, setting the flag once text went to
+/// the callback.
+pub(crate) type ReadStream =
+    fn(&mut dyn BufRead, &mut bool, &mut dyn FnMut(&str)) -> Result<ChatResponse>;
 
 /// The timeout of one attempt unless set.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,27 +62,28 @@ impl Http {
     }
 
     /// POSTs the JSON `body` to `url` with `headers` and reads a successful reply with
-    /// `read`, retrying as the policy allows. Returns what `read` gave and the attempts.
-    pub(crate) fn post<T>(
+    /// `read`, retrying as the policy allows; the reply records the attempts it took.
+    pub(crate) fn post(
         &self,
         url: &str,
         headers: &[(&str, String)],
         body: &str,
-        read: impl Fn(&str) -> Result<T>,
-    ) -> Result<(T, u32)> {
+        read: impl Fn(&str) -> Result<ChatResponse>,
+    ) -> Result<ChatResponse> {
         self.retrying(|_| self.once(url, headers, body).and_then(|text| read(&text)))
     }
 
     /// POSTs like [`Http::post`] and hands the body of a successful reply, as it arrives,
-    /// to `consume`, which sets its flag once it has passed anything on to its caller:
+    /// to `read` with `on_text`; `read` sets its flag once it has passed anything on, and
     /// from then on a failure is not retried (the caller has seen part of a reply).
-    pub(crate) fn stream<T>(
+    pub(crate) fn stream(
         &self,
         url: &str,
         headers: &[(&str, String)],
         body: &str,
-        mut consume: impl FnMut(&mut dyn BufRead, &mut bool) -> Result<T>,
-    ) -> Result<(T, u32)> {
+        on_text: &mut dyn FnMut(&str),
+        read: ReadStream,
+    ) -> Result<ChatResponse> {
         self.retrying(|delivered| {
             let response = self.response(url, headers, body)?;
             let mut reader = BufReader::new(
@@ -86,18 +93,24 @@ impl Http {
                     .limit(REPLY_LIMIT)
                     .reader(),
             );
-            consume(&mut reader, delivered)
+            read(&mut reader, delivered, on_text)
         })
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the policy allows no more
     /// retries. An attempt that set its flag (it passed part of a reply on) is not retried.
-    fn retrying<T>(&self, mut attempt: impl FnMut(&mut bool) -> Result<T>) -> Result<(T, u32)> {
+    fn retrying(
+        &self,
+        mut attempt: impl FnMut(&mut bool) -> Result<ChatResponse>,
+    ) -> Result<ChatResponse> {
         let mut retry = 0;
         loop {
             let mut delivered = false;
             match attempt(&mut delivered) {
-                Ok(out) => return Ok((out, retry + 1)),
+                Ok(mut reply) => {
+                    reply.attempts = retry + 1;
+                    return Ok(reply);
+                }
                 Err(e) if e.is_retryable() && !delivered => {
                     let server = match &e {
                         Error::Status { retry_after, .. } => *retry_after,

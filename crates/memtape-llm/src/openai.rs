@@ -63,6 +63,14 @@ impl OpenAi {
         self
     }
 
+    /// The headers every request carries.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        self.api_key
+            .iter()
+            .map(|key| ("authorization", format!("Bearer {key}")))
+            .collect()
+    }
+
     /// The request body for `request`.
     fn body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
@@ -359,13 +367,7 @@ impl Llm for OpenAi {
 
     fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let body = self.body(request).to_string();
-        let mut headers = Vec::new();
-        if let Some(key) = &self.api_key {
-            headers.push(("authorization", format!("Bearer {key}")));
-        }
-        let (mut reply, attempts) = self.http.post(&self.url, &headers, &body, reply)?;
-        reply.attempts = attempts;
-        Ok(reply)
+        self.http.post(&self.url, &self.headers(), &body, reply)
     }
 
     fn chat_stream(
@@ -377,17 +379,8 @@ impl Llm for OpenAi {
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
         let body = body.to_string();
-        let mut headers = Vec::new();
-        if let Some(key) = &self.api_key {
-            headers.push(("authorization", format!("Bearer {key}")));
-        }
-        let (mut reply, attempts) =
-            self.http
-                .stream(&self.url, &headers, &body, |r, delivered| {
-                    read_stream(r, delivered, on_text)
-                })?;
-        reply.attempts = attempts;
-        Ok(reply)
+        self.http
+            .stream(&self.url, &self.headers(), &body, on_text, read_stream)
     }
 }
 

@@ -68,8 +68,7 @@ impl<S: Store> Engine<S> {
     /// override layered under it when `scope` is an agent-and-user scope.
     pub(crate) fn layered(&self, scope: &Scope, mut own: MemoryView) -> Result<MemoryView> {
         if scope.user().is_some() {
-            let agent = Scope::agent(scope.tenant(), scope.agent_name())?;
-            let (shared, _) = self.memory_log(&agent)?;
+            let (shared, _) = self.memory_log(&scope.agent_scope())?;
             for (path, file) in shared.view().files {
                 own.files.entry(path).or_insert(file);
             }

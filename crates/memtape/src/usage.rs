@@ -26,16 +26,14 @@ pub struct UsageLine {
     pub completion_tokens: u64,
 }
 
-/// The agent `scope` belongs to (its own tape, whatever user or session `scope` names).
-fn agent_of(scope: &Scope) -> Result<Scope> {
-    Ok(Scope::agent(scope.tenant(), scope.agent_name())?)
-}
-
 impl<S: Store> Engine<S> {
     /// Records one model call on the tape of the agent `scope` belongs to (checked like
     /// any built-in event on the way in).
     pub fn record_llm_call(&self, scope: &Scope, call: LlmCall) -> Result<()> {
-        self.append_payload(&agent_of(scope)?, BuiltinEvent::LlmCall(call).to_payload())?;
+        self.append_payload(
+            &scope.agent_scope(),
+            BuiltinEvent::LlmCall(call).to_payload(),
+        )?;
         Ok(())
     }
 
@@ -55,7 +53,7 @@ impl<S: Store> Engine<S> {
             ..Filter::default()
         };
         let mut lines: Vec<UsageLine> = Vec::new();
-        for entry in self.store.scan(&agent_of(scope)?, &filter)? {
+        for entry in self.store.scan(&scope.agent_scope(), &filter)? {
             let Payload::Event(event) = &entry.payload else {
                 continue;
             };

@@ -358,9 +358,8 @@ impl Index {
             Ok(true)
         })?;
         file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
-        let embedded = if embed { fresh.covered } else { EntryId(0) };
-        file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
-        fresh.embedded = embedded;
+        // Each batch set the mirror's mark: the end with vectors, none without.
+        file::set_meta(&tx, "embedded", &fresh.embedded.0.to_string())?;
         tx.commit()?;
         let added = fresh.ids.len();
         *self.write_docs() = fresh;

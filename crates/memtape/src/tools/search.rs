@@ -94,12 +94,7 @@ pub(super) fn search_lines<S: Store>(
 ) -> Result<Vec<SearchLine>> {
     let own = engine.memory_log(scope)?.0.view();
     let shared = match scope.user() {
-        Some(_) => Some(
-            engine
-                .memory_log(&Scope::agent(scope.tenant(), scope.agent_name())?)?
-                .0
-                .view(),
-        ),
+        Some(_) => Some(engine.memory_log(&scope.agent_scope())?.0.view()),
         None => None,
     };
     let mut out = if engine.index().is_some() {
