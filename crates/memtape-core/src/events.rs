@@ -82,8 +82,9 @@ pub struct LlmCall {
 }
 
 impl LlmCall {
-    /// Checks the rules the type cannot state: a model and a purpose are named, and no
-    /// text is longer than a name or an error message needs.
+    /// Checks the rules the type cannot state: a model and a purpose are named, no text
+    /// is longer than a name or an error message needs, and none holds a control character
+    /// (an error may hold line breaks and tabs).
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidEntry(format!("event {LLM_CALL}: {what}")));
         if self.model.trim().is_empty() {
@@ -99,13 +100,19 @@ impl LlmCall {
             ("error", self.error.as_ref()),
         ];
         for (name, text) in texts {
-            if let Some(t) = text
-                && t.len() > LLM_CALL_TEXT_MAX
-            {
+            let Some(t) = text else { continue };
+            if t.len() > LLM_CALL_TEXT_MAX {
                 return bad(format!(
                     "the {name} is {} bytes, more than {LLM_CALL_TEXT_MAX}",
                     t.len()
                 ));
+            }
+            // Names are printed (`memtape usage`): no terminal control, as in scope names.
+            // An error message may span lines.
+            if t.chars()
+                .any(|c| c.is_control() && !(name == "error" && (c == '\n' || c == '\t')))
+            {
+                return bad(format!("the {name} contains a control character"));
             }
         }
         Ok(())
@@ -371,6 +378,12 @@ mod tests {
             (
                 LLM_CALL,
                 json!({"model": "m", "purpose": "p", "error": "x".repeat(2001)}),
+            ),
+            (LLM_CALL, json!({"model": "m\u{0}x", "purpose": "p"})),
+            (LLM_CALL, json!({"model": "m", "purpose": "p\u{1b}[2J"})),
+            (
+                LLM_CALL,
+                json!({"model": "m", "purpose": "p", "session": "a\nb"}),
             ),
         ] {
             let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();

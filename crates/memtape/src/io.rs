@@ -10,10 +10,10 @@
 
 use std::io::Write;
 
-use memtape_core::events::{BuiltinEvent, SessionMetadata, SessionSettings};
+use memtape_core::events::{BuiltinEvent, MEMORY_CHANGE, SessionMetadata, SessionSettings};
 use memtape_core::formats::bub::{self, Zone};
 use memtape_core::formats::{self, Format, Imported};
-use memtape_core::{Entry, EntryId, Filter, HistoryView, Scope};
+use memtape_core::{Entry, EntryId, Filter, HistoryView, Payload, Scope};
 use serde_json::Map;
 
 use crate::{Engine, Error, Placement, Result, Store, check_memory_scope, memory_scope};
@@ -134,9 +134,10 @@ impl<S: Store> Engine<S> {
                 sessions.push(e.scope.clone());
             }
         }
+        // Other events live on memory scopes too (model calls on the agent's tape).
         let memory_versions = entries
             .iter()
-            .filter(|e| e.scope.session().is_none())
+            .filter(|e| matches!(&e.payload, Payload::Event(ev) if ev.name == MEMORY_CHANGE))
             .count();
         for scope in &sessions {
             if let Some(info) = self.store.scope_info(scope)? {

@@ -102,3 +102,30 @@ fn a_malformed_call_event_is_refused_at_the_door() {
     assert!(err.to_string().contains("model"), "{err}");
     assert!(engine.llm_usage(&agent, None, None).unwrap().is_empty());
 }
+
+#[test]
+fn an_import_counts_memory_versions_not_the_other_events_of_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let agent = Scope::agent("t", "a").unwrap();
+    let at = "2026-11-23T06:39:01Z";
+    let line = |id: u64, name: &str, data: serde_json::Value| {
+        json!({"id": id, "scope": {"tenant": "t", "agent": "a"}, "kind": "event",
+               "created_at": at, "payload": {"name": name, "data": data}, "meta": {}})
+        .to_string()
+    };
+    let text = [
+        line(1, LLM_CALL, json!({"model": "m", "purpose": "consolidation"})),
+        line(
+            2,
+            "memory.change",
+            json!({"ops": [{"op": "write", "path": "MEMORY.md", "content": "- tea"}], "source": "test"}),
+        ),
+    ]
+    .join("\n");
+    let report = engine
+        .import(memtape::Format::Memtape, &text, &agent, None)
+        .unwrap();
+    assert_eq!((report.entries, report.memory_versions), (2, 1));
+    assert_eq!(engine.llm_usage(&agent, None, None).unwrap()[0].calls, 1);
+}
