@@ -50,6 +50,70 @@ pub const NODE_TURN: &str = "node.turn";
 /// the agent's tape so cost is visible per agent: `data` is an [`LlmCall`].
 pub const LLM_CALL: &str = "llm.call";
 
+/// A fact that a model's rewrite of a memory file left out (lossless rewrites), on the
+/// memory's own tape right after the change that dropped it: `data` is a [`Dropped`].
+/// Its text stays searchable, and it can be put back (`memtape memory dropped`).
+pub const MEMORY_DROPPED: &str = "memory.dropped";
+
+/// The longest fact line a `memory.dropped` event holds (a line of a memory file).
+const DROPPED_TEXT_MAX: usize = 16 * 1024;
+
+/// A fact a rewrite dropped, the data of a `memory.dropped` event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dropped {
+    /// The file it was in (`MEMORY.md`, `PROFILE.md`).
+    pub path: String,
+    /// The line as it was.
+    pub text: String,
+    /// The heading it sat under, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The memory version whose rewrite dropped it.
+    pub version: u64,
+    /// What rewrote the file (`consolidation`, `extraction`, `emergence`).
+    pub by: String,
+}
+
+impl Dropped {
+    /// Checks what the type cannot state: a valid memory path, a non-empty one-line fact
+    /// of bounded size, a named rewriter.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| {
+            Err(Error::InvalidEntry(format!(
+                "event {MEMORY_DROPPED}: {what}"
+            )))
+        };
+        crate::memory::check_path(&self.path)?;
+        if self.text.trim().is_empty() {
+            return bad("the text is empty".into());
+        }
+        if self.text.len() > DROPPED_TEXT_MAX {
+            return bad(format!(
+                "the text is {} bytes, more than {DROPPED_TEXT_MAX}",
+                self.text.len()
+            ));
+        }
+        for (name, text) in [
+            ("text", Some(&self.text)),
+            ("section", self.section.as_ref()),
+            ("by", Some(&self.by)),
+        ] {
+            let Some(t) = text else { continue };
+            if t.chars().any(|c| c.is_control() && c != '\t') {
+                return bad(format!("the {name} is not one line of text"));
+            }
+            if t.len() > DROPPED_TEXT_MAX {
+                return bad(format!("the {name} is more than {DROPPED_TEXT_MAX} bytes"));
+            }
+        }
+        if self.by.trim().is_empty() {
+            return bad("it does not say what rewrote the file (by)".into());
+        }
+        Ok(())
+    }
+}
+
 /// The longest text an [`LlmCall`] field may hold (names and errors, not prompts).
 const LLM_CALL_TEXT_MAX: usize = 2000;
 
@@ -188,6 +252,8 @@ pub enum BuiltinEvent {
     NodeTurn(NodeTurnMark),
     /// `llm.call`: one model call and its cost.
     LlmCall(LlmCall),
+    /// `memory.dropped`: a fact a rewrite left out.
+    Dropped(Dropped),
 }
 
 impl BuiltinEvent {
@@ -212,6 +278,7 @@ impl BuiltinEvent {
             BuiltinEvent::WorkingBuffer(_) => CONTEXT_WORKING_BUFFER,
             BuiltinEvent::NodeTurn(_) => NODE_TURN,
             BuiltinEvent::LlmCall(_) => LLM_CALL,
+            BuiltinEvent::Dropped(_) => MEMORY_DROPPED,
         }
     }
 
@@ -226,6 +293,7 @@ impl BuiltinEvent {
             CONTEXT_WORKING_BUFFER,
             NODE_TURN,
             LLM_CALL,
+            MEMORY_DROPPED,
         ]
         .contains(&name)
     }
@@ -265,6 +333,11 @@ impl BuiltinEvent {
                 call.validate()?;
                 BuiltinEvent::LlmCall(call)
             }
+            MEMORY_DROPPED => {
+                let dropped: Dropped = typed(&event.name, data)?;
+                dropped.validate()?;
+                BuiltinEvent::Dropped(dropped)
+            }
             _ => return Ok(None),
         };
         Ok(Some(decoded))
@@ -290,6 +363,7 @@ impl BuiltinEvent {
             BuiltinEvent::Compaction(c) => serde_json::to_value(c),
             BuiltinEvent::NodeTurn(m) => serde_json::to_value(m),
             BuiltinEvent::LlmCall(c) => serde_json::to_value(c),
+            BuiltinEvent::Dropped(d) => serde_json::to_value(d),
         };
         Event {
             name: self.name().to_owned(),
@@ -314,7 +388,8 @@ impl BuiltinEvent {
             BuiltinEvent::Metadata(_)
             | BuiltinEvent::Settings(_)
             | BuiltinEvent::NodeTurn(_)
-            | BuiltinEvent::LlmCall(_) => Vec::new(),
+            | BuiltinEvent::LlmCall(_)
+            | BuiltinEvent::Dropped(_) => Vec::new(),
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()
@@ -385,6 +460,30 @@ mod tests {
                 LLM_CALL,
                 json!({"model": "m", "purpose": "p", "session": "a\nb"}),
             ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "../x.md", "text": "t", "version": 1, "by": "b"}),
+            ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "MEMORY.md", "text": " ", "version": 1, "by": "b"}),
+            ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "MEMORY.md", "text": "a\nb", "version": 1, "by": "b"}),
+            ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "MEMORY.md", "text": "t", "version": -1, "by": "b"}),
+            ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "MEMORY.md", "text": "t", "version": 1, "by": ""}),
+            ),
+            (
+                MEMORY_DROPPED,
+                json!({"path": "MEMORY.md", "text": "x".repeat(16 * 1024 + 1), "version": 1, "by": "b"}),
+            ),
         ] {
             let err = BuiltinEvent::decode(&event(name, data.clone())).unwrap_err();
             let text = err.to_string();
@@ -441,6 +540,13 @@ mod tests {
                 message_id: "m1".into(),
                 parent_message_id: None,
                 starts_thread: true,
+            }),
+            BuiltinEvent::Dropped(Dropped {
+                path: "MEMORY.md".into(),
+                text: "- Works at Acme".into(),
+                section: Some("## Work".into()),
+                version: 3,
+                by: "consolidation".into(),
             }),
         ];
         for event in all {

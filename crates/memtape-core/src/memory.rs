@@ -16,6 +16,7 @@
 //! a change atomic by construction and keeps appends cheap.
 
 mod change;
+pub mod facts;
 mod log;
 pub mod paths;
 mod view;

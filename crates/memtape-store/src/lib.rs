@@ -17,6 +17,7 @@
 //! ```
 
 mod error;
+mod locks;
 mod memory;
 pub mod rules;
 mod sqlite;
@@ -25,6 +26,7 @@ use chrono::{DateTime, Utc};
 use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
 
 pub use error::Error;
+pub use locks::{StoreLock, Wait};
 pub use memory::MemoryStore;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
@@ -119,4 +121,10 @@ pub trait Store: Send + Sync {
     /// index), which follow the whole tape and record how far they have read; it is not
     /// for serving callers.
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
+
+    /// Takes the lock `name` of `tenant`, which holds across every process that opens this
+    /// store (and across threads of one process): with [`Wait::Try`], `None` when someone
+    /// holds it. The lock is released when the returned guard is dropped, or when its
+    /// process dies.
+    fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>>;
 }

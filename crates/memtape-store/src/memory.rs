@@ -5,14 +5,16 @@ use std::sync::{Mutex, MutexGuard};
 
 use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 
+use crate::locks::MemoryLocks;
 use crate::rules::{check_restored, plan_restore, prepare};
-use crate::{Restored, Result, ScopeInfo, Store};
+use crate::{Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
 /// A store held in memory.
 #[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     tape: String,
+    locks: MemoryLocks,
 }
 
 impl Default for MemoryStore {
@@ -20,6 +22,7 @@ impl Default for MemoryStore {
         MemoryStore {
             inner: Mutex::default(),
             tape: random_tape_id(),
+            locks: MemoryLocks::default(),
         }
     }
 }
@@ -83,7 +86,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn data(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the data consistent (every change is
         // undone on error), so a poisoned lock is still safe to use.
         self.inner
@@ -94,7 +97,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        self.lock().atomically(|inner| {
+        self.data().atomically(|inner| {
             let mut out = Vec::with_capacity(entries.len());
             for new in entries {
                 let id = crate::rules::next_id(inner.last_id())?;
@@ -112,7 +115,7 @@ impl Store for MemoryStore {
     }
 
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
-        self.lock().atomically(|inner| {
+        self.data().atomically(|inner| {
             let (entries, placement) = plan_restore(entries, inner.last_id())?;
             for entry in &entries {
                 let info = inner
@@ -129,7 +132,7 @@ impl Store for MemoryStore {
 
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
         Ok(self
-            .lock()
+            .data()
             .entries
             .get(&id.0)
             .filter(|e| e.scope.tenant() == tenant)
@@ -137,7 +140,7 @@ impl Store for MemoryStore {
     }
 
     fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
-        let inner = self.lock();
+        let inner = self.data();
         let matching = |e: &&Entry| &e.scope == scope && filter.matches(e);
         let limit = filter.limit.unwrap_or(usize::MAX);
         Ok(match filter.order {
@@ -160,12 +163,12 @@ impl Store for MemoryStore {
     }
 
     fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
-        Ok(self.lock().scopes.get(scope).cloned())
+        Ok(self.data().scopes.get(scope).cloned())
     }
 
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
         Ok(self
-            .lock()
+            .data()
             .scopes
             .values()
             .filter(|i| i.scope.tenant() == tenant)
@@ -174,7 +177,7 @@ impl Store for MemoryStore {
     }
 
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
-        let inner = self.lock();
+        let inner = self.data();
         let range = inner.entries.range(after.0.saturating_add(1)..);
         Ok(range.take(limit).map(|(_, e)| e.clone()).collect())
     }
@@ -184,6 +187,10 @@ impl Store for MemoryStore {
     }
 
     fn last_id(&self) -> Result<EntryId> {
-        Ok(self.lock().last_id())
+        Ok(self.data().last_id())
+    }
+
+    fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
+        Ok(self.locks.lock(tenant, name, wait))
     }
 }

@@ -13,8 +13,9 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 
+use crate::locks::{file_lock, lock_dir};
 use crate::rules::{check_restored, next_id, plan_restore, prepare};
-use crate::{Error, Restored, Result, ScopeInfo, Store};
+use crate::{Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
 /// The schema version this build writes. Databases with a higher version are refused.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -633,6 +634,14 @@ impl Store for SqliteStore {
             Ok(())
         })?;
         Ok(ids.iter().filter_map(|id| found.remove(&id.0)).collect())
+    }
+
+    fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
+        if self.writer.is_none() {
+            // A lock guards a write, and this store cannot write.
+            return Err(Error::ReadOnly(self.path.clone()));
+        }
+        file_lock(&lock_dir(&self.path), tenant, name, wait)
     }
 
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {

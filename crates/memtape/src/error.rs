@@ -67,6 +67,13 @@ pub enum Error {
     /// memory without a conversation).
     #[error("configuration error: {0}")]
     Config(String),
+    /// A call to a language model failed (after the client's retries).
+    #[error(transparent)]
+    Llm(#[from] memtape_llm::Error),
+    /// A model answered, but not in a form that can be used (no tool call, the wrong
+    /// tool, a required argument missing). Nothing was written.
+    #[error("the model's reply cannot be used: {0}")]
+    Model(String),
     /// A broken internal expectation.
     #[error("internal error: {0}")]
     Internal(String),

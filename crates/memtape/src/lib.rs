@@ -16,6 +16,7 @@
 
 mod bub;
 mod capture;
+mod consolidate;
 pub mod context;
 pub mod dify;
 mod error;
@@ -23,6 +24,8 @@ mod hooks;
 mod io;
 mod lifecycle;
 mod node;
+pub mod prompts;
+mod rewrite;
 mod search;
 mod tiers;
 pub mod tools;
@@ -31,6 +34,9 @@ mod workspace;
 
 pub use bub::SessionStart;
 pub use capture::Captured;
+pub use consolidate::{
+    ConsolidateOptions, Consolidated, MEMORY_WINDOW, SAVE_MEMORY, save_memory_tool,
+};
 pub use dify::{MemoryConfig, MemoryMode, MemoryWindowConfig, RolePrefix, WindowConfig};
 pub use hooks::{MemoryWrite, WriteHook};
 pub use io::ImportReport;
@@ -42,6 +48,7 @@ pub use node::{
     NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
     UUID_NIL,
 };
+pub use rewrite::{DroppedFact, Rewritten};
 pub use search::SearchHit;
 pub use tiers::{check_memory_scope, memory_scope};
 pub use usage::UsageLine;
@@ -97,7 +104,6 @@ pub struct Engine<S: Store = SqliteStore> {
     /// default), or leaves it to [`Engine::catch_up_index_step`] and the next search.
     index_on_write: bool,
     hooks: Vec<Box<dyn WriteHook<S>>>,
-    consolidation: lifecycle::ConsolidationLocks,
 }
 
 /// How many counted texts the default token counter remembers per generation (about
@@ -140,7 +146,6 @@ impl<S: Store> Engine<S> {
             index: None,
             index_on_write: true,
             hooks: Vec::new(),
-            consolidation: Default::default(),
         }
     }
 

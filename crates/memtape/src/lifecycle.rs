@@ -12,14 +12,11 @@
 //! prunes one memory scope, [`Engine::prune_all_daily`] every memory scope of a tenant, for
 //! servers and the CLI to call when they start.
 
-use std::collections::HashSet;
-use std::sync::{Condvar, Mutex, PoisonError};
-
 use memtape_core::events::BuiltinEvent;
 use memtape_core::memory::Recorded;
 use memtape_core::summary::Summarizer;
 use memtape_core::{Entry, EntryId, Message, NewEntry, Payload, Scope};
-use memtape_store::Store;
+use memtape_store::{Store, StoreLock, Wait};
 use serde_json::Map;
 
 use crate::{Engine, Error, Result, memory_scope};
@@ -32,40 +29,25 @@ pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 /// archived entry, 0 when there was nothing to archive).
 pub const SESSION_NEW: &str = "session/new";
 
-/// The sessions whose consolidation is running, in this process (nanobot's
-/// `_consolidation_locks`: one lock per session).
-#[derive(Debug, Default)]
-pub(crate) struct ConsolidationLocks {
-    held: Mutex<HashSet<Scope>>,
-    released: Condvar,
-}
-
 /// A session's consolidation lock, held until dropped. Consolidation (moving a session's
-/// pointer after summarizing) and /new take it, so they never overlap on one session.
+/// pointer after summarizing) and /new take it, so they never overlap on one session, in
+/// this process or any other that shares the store ([`Store::lock`]).
 #[derive(Debug)]
-pub struct ConsolidationGuard<'e> {
-    locks: &'e ConsolidationLocks,
+pub struct ConsolidationGuard {
     session: Scope,
+    _lock: StoreLock,
 }
 
-impl ConsolidationGuard<'_> {
+impl ConsolidationGuard {
     /// The session it locks.
     pub fn session(&self) -> &Scope {
         &self.session
     }
 }
 
-impl Drop for ConsolidationGuard<'_> {
-    fn drop(&mut self) {
-        // A panic while the set was held cannot leave it half-changed: take it anyway.
-        let mut held = self
-            .locks
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        held.remove(&self.session);
-        self.locks.released.notify_all();
-    }
+/// The name of a session's consolidation lock.
+fn consolidation_lock(session: &Scope) -> String {
+    format!("consolidation {session}")
 }
 
 /// What nanobot's /new did to a session.
@@ -95,37 +77,29 @@ impl PruneReport {
 }
 
 impl<S: Store> Engine<S> {
-    /// Takes `session`'s consolidation lock, waiting while another thread of this process
-    /// holds it (nanobot's per-session `asyncio.Lock`). The lock is in-process: two
-    /// processes writing one store are kept apart by the store's write rules only.
-    pub fn lock_consolidation(&self, session: &Scope) -> ConsolidationGuard<'_> {
-        let locks = &self.consolidation;
-        let mut held = locks.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while held.contains(session) {
-            held = locks
-                .released
-                .wait(held)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        held.insert(session.clone());
-        ConsolidationGuard {
-            locks,
+    /// Takes `session`'s consolidation lock, waiting while another thread or process
+    /// holds it (nanobot's per-session `asyncio.Lock`, made to hold across processes).
+    pub fn lock_consolidation(&self, session: &Scope) -> Result<ConsolidationGuard> {
+        let lock = self
+            .store
+            .lock(session.tenant(), &consolidation_lock(session), Wait::Block)?
+            .ok_or_else(|| Error::Internal("a blocking lock returned nothing".into()))?;
+        Ok(ConsolidationGuard {
             session: session.clone(),
-        }
+            _lock: lock,
+        })
     }
 
     /// Takes `session`'s consolidation lock if it is free (nanobot's `_consolidating` check:
-    /// a consolidation already running is not started twice).
-    pub fn try_lock_consolidation(&self, session: &Scope) -> Option<ConsolidationGuard<'_>> {
-        let locks = &self.consolidation;
-        let mut held = locks.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if !held.insert(session.clone()) {
-            return None;
-        }
-        Some(ConsolidationGuard {
-            locks,
+    /// a consolidation already running, here or in another process, is not started twice).
+    pub fn try_lock_consolidation(&self, session: &Scope) -> Result<Option<ConsolidationGuard>> {
+        let lock = self
+            .store
+            .lock(session.tenant(), &consolidation_lock(session), Wait::Try)?;
+        Ok(lock.map(|lock| ConsolidationGuard {
             session: session.clone(),
-        })
+            _lock: lock,
+        }))
     }
 
     /// nanobot's `/new`: waits for any running consolidation of `session`, archives its
@@ -150,7 +124,7 @@ impl<S: Store> Engine<S> {
                  cleared with NodeMemory::clear)"
             ))));
         }
-        let _lock = self.lock_consolidation(session);
+        let _lock = self.lock_consolidation(session)?;
         let Some(info) = self.store.scope_info(session)? else {
             return Ok(NewSession {
                 archived: 0,
@@ -197,6 +171,60 @@ impl<S: Store> Engine<S> {
             archived: messages.len(),
             history,
             boundary,
+        })
+    }
+
+    /// nanobot's `/new` with a model: waits for any running consolidation of `session`,
+    /// consolidates every unconsolidated message with `llm` (`archive_all`: a HISTORY.md
+    /// entry and the new MEMORY.md through `save_memory`), and clears the session in the
+    /// same transaction. If the model fails or answers badly, the error is returned and
+    /// nothing changed: the session is not cleared (nanobot: "Memory archival failed,
+    /// session not cleared").
+    pub fn new_session_with_model(
+        &self,
+        session: &Scope,
+        llm: &dyn memtape_llm::Llm,
+    ) -> Result<NewSession> {
+        crate::consolidate::check_session(session)?;
+        let _lock = self.lock_consolidation(session)?;
+        if self.store.scope_info(session)?.is_none() {
+            return Ok(NewSession {
+                archived: 0,
+                history: None,
+                boundary: None,
+            });
+        }
+        let now = self.now();
+        let anchor = |archived: usize, through: EntryId| {
+            let mut state = Map::new();
+            state.insert("archived".into(), archived.into());
+            state.insert("through".into(), through.0.into());
+            vec![NewEntry::new(
+                session.clone(),
+                Payload::Anchor(memtape_core::Anchor {
+                    name: SESSION_NEW.into(),
+                    state: Some(state),
+                }),
+                now,
+            )]
+        };
+        let options = crate::ConsolidateOptions {
+            archive_all: true,
+            ..Default::default()
+        };
+        let done = self.consolidate_locked(session, llm, options, &anchor)?;
+        let last_anchor = memtape_core::Filter {
+            kinds: vec![memtape_core::Kind::Anchor],
+            name: Some(SESSION_NEW.into()),
+            order: memtape_core::Order::Desc,
+            limit: Some(1),
+            ..Default::default()
+        };
+        let boundary = self.store.scan(session, &last_anchor)?;
+        Ok(NewSession {
+            archived: done.messages,
+            history: None,
+            boundary: boundary.into_iter().next(),
         })
     }
 

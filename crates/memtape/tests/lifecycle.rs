@@ -202,7 +202,7 @@ fn nanobot_new_waits_for_a_running_consolidation() {
         scope.spawn(move || {
             // A consolidation: holds the lock while it "calls the LLM", then moves the
             // pointer past the first two messages.
-            let guard = engine.lock_consolidation(s);
+            let guard = engine.lock_consolidation(s).unwrap();
             locked.send(()).unwrap();
             std::thread::sleep(Duration::from_millis(300));
             engine.mark_consolidated(s, stored[1].id).unwrap();
@@ -211,7 +211,7 @@ fn nanobot_new_waits_for_a_running_consolidation() {
         });
         wait_for_lock.recv().unwrap();
         assert!(
-            engine.try_lock_consolidation(s).is_none(),
+            engine.try_lock_consolidation(s).unwrap().is_none(),
             "the consolidation holds the lock"
         );
         let new = engine.new_session(s, &summarizer).unwrap();
@@ -221,9 +221,44 @@ fn nanobot_new_waits_for_a_running_consolidation() {
     assert_eq!(*order.lock().unwrap(), ["consolidation", "new"]);
     assert_eq!(*summarizer.seen.lock().unwrap(), ["three", "four"]);
     // The lock is free again, and is per session.
-    assert!(engine.try_lock_consolidation(s).is_some());
-    let _other = engine.lock_consolidation(&agent().with_session("other").unwrap());
-    assert!(engine.try_lock_consolidation(s).is_some());
+    assert!(engine.try_lock_consolidation(s).unwrap().is_some());
+    let _other = engine
+        .lock_consolidation(&agent().with_session("other").unwrap())
+        .unwrap();
+    assert!(engine.try_lock_consolidation(s).unwrap().is_some());
+}
+
+/// The consolidation lock holds across every opening of one data directory (each process
+/// opens its own): while one engine holds a session's lock, another engine on the same
+/// directory cannot take it, until the first lets go. Another tenant's session of the same
+/// name is a different lock.
+#[test]
+fn the_consolidation_lock_holds_across_openings_of_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Engine::init(dir.path()).unwrap();
+    let second = Engine::open(dir.path()).unwrap();
+    let s = session();
+    let held = first.lock_consolidation(&s).unwrap();
+    assert!(second.try_lock_consolidation(&s).unwrap().is_none());
+    let elsewhere = Scope::agent("other-tenant", "a")
+        .unwrap()
+        .with_session("s1")
+        .unwrap();
+    assert_eq!(elsewhere.session(), s.session());
+    assert!(second.try_lock_consolidation(&elsewhere).unwrap().is_some());
+    // A waiting taker gets it as soon as the holder lets go.
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| second.lock_consolidation(&s).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !waiter.is_finished(),
+            "the second engine waits for the lock"
+        );
+        drop(held);
+        let _got = waiter.join().unwrap();
+        assert!(first.try_lock_consolidation(&s).unwrap().is_none());
+    });
+    assert!(first.try_lock_consolidation(&s).unwrap().is_some());
 }
 
 /// nanobot appends a history entry only when the consolidation gave one: a span with
