@@ -240,9 +240,9 @@ fn the_consolidation_lock_holds_across_openings_of_one_store() {
     let s = session();
     let held = first.lock_consolidation(&s).unwrap();
     assert!(second.try_lock_consolidation(&s).unwrap().is_none());
-    let elsewhere = Scope::agent("other-tenant", "a")
+    let elsewhere = Scope::agent("other-tenant", "bot")
         .unwrap()
-        .with_session("s1")
+        .with_session("telegram:42")
         .unwrap();
     assert_eq!(elsewhere.session(), s.session());
     assert!(second.try_lock_consolidation(&elsewhere).unwrap().is_some());
