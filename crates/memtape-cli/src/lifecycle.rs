@@ -10,6 +10,7 @@ use clap::Args;
 use memtape::memory_scope;
 use memtape::summary::ExtractiveSummarizer;
 
+use crate::config;
 use crate::ctx::{Ctx, ScopeArgs, existing_session, open};
 
 /// `memtape new`.
@@ -56,17 +57,30 @@ pub fn start_session(ctx: &Ctx, a: &StartArgs, stdout: &mut impl Write) -> Resul
 pub fn new_session(ctx: &Ctx, a: &NewArgs, stdout: &mut impl Write) -> Result<()> {
     let engine = open(ctx)?;
     let scope = existing_session(&engine, ctx, &a.session)?;
-    let new = engine
-        .new_session(&scope, &ExtractiveSummarizer::default())
-        .with_context(|| format!("archiving {scope} (the session was not cleared)"))?;
-    match (&new.history, new.archived) {
-        (_, 0) => writeln!(stdout, "nothing to archive; {scope} cleared")?,
-        (Some(h), n) => writeln!(
+    // With a model configured, /new archives as nanobot does: through save_memory.
+    let config = config::load(ctx)?;
+    let new = match &config.llm {
+        Some(llm) => engine.new_session_with_model(&scope, llm.connect()?.as_ref()),
+        None => engine.new_session(&scope, &ExtractiveSummarizer::default()),
+    }
+    .with_context(|| format!("archiving {scope} (the session was not cleared)"))?;
+    match (&new.history, new.archived, &new.consolidated) {
+        (_, 0, _) => writeln!(stdout, "nothing to archive; {scope} cleared")?,
+        (_, n, Some(done)) => writeln!(
+            stdout,
+            "archived {n} messages to HISTORY.md{} with the model; {scope} cleared",
+            if done.memory_changed {
+                " and MEMORY.md"
+            } else {
+                ""
+            }
+        )?,
+        (Some(h), n, None) => writeln!(
             stdout,
             "archived {n} messages to HISTORY.md (memory version {}); {scope} cleared",
             h.version
         )?,
-        (None, n) => writeln!(
+        (None, n, None) => writeln!(
             stdout,
             "archived {n} messages (nothing worth a HISTORY.md entry); {scope} cleared"
         )?,

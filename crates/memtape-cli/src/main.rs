@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_serve;
+mod config;
 mod context;
 mod ctx;
 mod dify;

@@ -13,7 +13,8 @@ use memtape::{Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::ctx::{Ctx, ModelArgs, ScopeArgs, open, open_read_only};
+use crate::config;
+use crate::ctx::{Ctx, ModelArgs, ScopeArgs, existing_session, open, open_read_only};
 use crate::output::{self, escape};
 use crate::retrieval;
 
@@ -123,6 +124,29 @@ pub enum MemoryCommand {
         /// Keep this many days of daily notes.
         #[arg(long, default_value_t = 30)]
         days: u32,
+    },
+    /// Consolidate a session now with the configured model (nanobot): the messages before
+    /// the newest half window go to HISTORY.md and MEMORY.md, and the pointer moves past
+    /// them. Prints {through, history_entry, memory_changed, messages, dropped} as JSON;
+    /// on any failure exits non-zero with nothing changed.
+    Consolidate {
+        /// The session key.
+        session: String,
+        /// Consolidate every unconsolidated message (what /new does before clearing).
+        #[arg(long)]
+        all: bool,
+    },
+    /// List the facts that model rewrites of MEMORY.md or PROFILE.md dropped (newest
+    /// first), each with the id `memory restore` takes and whether the file has it again.
+    Dropped {
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a dropped fact back into its file (in its old section when the file has it).
+    Restore {
+        /// The dropped fact's id (from `memory dropped`).
+        id: u64,
     },
 }
 
@@ -414,7 +438,8 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
     let engine = match command {
         MemoryCommand::Show { .. }
         | MemoryCommand::Versions { .. }
-        | MemoryCommand::Diff { .. } => open_read_only(ctx)?,
+        | MemoryCommand::Diff { .. }
+        | MemoryCommand::Dropped { .. } => open_read_only(ctx)?,
         _ => open(ctx)?,
     };
     match command {
@@ -517,6 +542,50 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         MemoryCommand::Prune { days } => {
             let n = engine.prune_daily(&scope, *days)?;
             writeln!(out, "removed {n} daily note(s) older than {days} days")?;
+        }
+        MemoryCommand::Consolidate { session, all } => {
+            let config = config::load(ctx)?;
+            let llm = config.require_llm()?;
+            let session = existing_session(&engine, ctx, session)?;
+            let done =
+                engine.consolidate(&session, llm.as_ref(), config.lifecycle.consolidation(*all))?;
+            output::json(out, &done)?;
+        }
+        MemoryCommand::Dropped { json } => {
+            for d in engine.dropped_facts(&scope)? {
+                if *json {
+                    writeln!(out, "{}", serde_json::to_string(&d)?)?;
+                } else {
+                    let state = if d.present { "back" } else { "dropped" };
+                    writeln!(
+                        out,
+                        "#{}\t{}\t{}\tv{} by {}\t{}\t{}",
+                        d.id,
+                        d.at.format("%Y-%m-%d %H:%M:%S"),
+                        state,
+                        d.fact.version,
+                        escape(&d.fact.by, false),
+                        escape(&d.fact.path, false),
+                        escape(&d.fact.text, false)
+                    )?;
+                }
+            }
+        }
+        MemoryCommand::Restore { id } => {
+            match engine.restore_dropped(&scope, memtape::EntryId(*id))? {
+                Some(r) => writeln!(
+                    out,
+                    "restored into {}, recorded as version {}",
+                    r.change
+                        .ops
+                        .iter()
+                        .flat_map(|op| op.paths())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    r.version
+                )?,
+                None => writeln!(out, "the file already has that fact; nothing changed")?,
+            }
         }
         MemoryCommand::Recall { .. } | MemoryCommand::Search { .. } => {}
     }

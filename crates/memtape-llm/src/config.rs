@@ -1,10 +1,14 @@
-//! Which model to talk to, from the environment: `MEMTAPE_LLM_PROVIDER` (`openai`, the
-//! default, or `anthropic`), `MEMTAPE_LLM_BASE_URL`, `MEMTAPE_LLM_MODEL`,
+//! Which model to talk to, from the `[llm]` table of a configuration file
+//! ([`LlmSettings`]) and the environment, which wins key by key: `MEMTAPE_LLM_PROVIDER`
+//! (`openai`, the default, or `anthropic`), `MEMTAPE_LLM_BASE_URL`, `MEMTAPE_LLM_MODEL`,
 //! `MEMTAPE_LLM_API_KEY`, and optionally `MEMTAPE_LLM_TIMEOUT` (seconds per attempt) and
-//! `MEMTAPE_LLM_MAX_RETRIES`. With none of the first three set there is no model, and
-//! nothing is ever sent anywhere.
+//! `MEMTAPE_LLM_MAX_RETRIES`. The file names the variable that holds the key
+//! (`api_key_env`) rather than the key itself, though it may hold one. With no provider,
+//! URL or model set anywhere there is no model, and nothing is ever sent anywhere.
 
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::http::DEFAULT_TIMEOUT;
@@ -51,6 +55,46 @@ impl std::fmt::Debug for LlmConfig {
     }
 }
 
+/// The `[llm]` table of a configuration file: every key optional, an unknown key refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    /// `openai` or `anthropic`.
+    pub provider: Option<String>,
+    /// Where the model is served.
+    pub base_url: Option<String>,
+    /// The model's name.
+    pub model: Option<String>,
+    /// The key itself (prefer `api_key_env`: a file that holds a key is a secret).
+    pub api_key: Option<String>,
+    /// The environment variable that holds the key (`OPENAI_API_KEY`, say).
+    pub api_key_env: Option<String>,
+    /// Seconds one attempt may take.
+    pub timeout: Option<u64>,
+    /// How many times a failed call is retried.
+    pub max_retries: Option<u64>,
+}
+
+impl LlmSettings {
+    /// The file's value for the variable `name`, as text.
+    fn get(&self, name: &str) -> Option<String> {
+        match name {
+            "MEMTAPE_LLM_PROVIDER" => self.provider.clone(),
+            "MEMTAPE_LLM_BASE_URL" => self.base_url.clone(),
+            "MEMTAPE_LLM_MODEL" => self.model.clone(),
+            "MEMTAPE_LLM_API_KEY" => self.api_key.clone(),
+            "MEMTAPE_LLM_TIMEOUT" => self.timeout.map(|n| n.to_string()),
+            "MEMTAPE_LLM_MAX_RETRIES" => self.max_retries.map(|n| n.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// The key in `[llm]` that stands for the variable `name`.
+fn file_key(name: &str) -> String {
+    name.trim_start_matches("MEMTAPE_LLM_").to_ascii_lowercase()
+}
+
 impl LlmConfig {
     /// The configuration in this process's environment; `None` when no model is configured.
     pub fn from_env() -> Result<Option<LlmConfig>> {
@@ -60,7 +104,27 @@ impl LlmConfig {
     /// The configuration that `get` (a variable's value by name) describes; an empty value
     /// counts as unset.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<LlmConfig>> {
-        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        LlmConfig::from_sources(get, &LlmSettings::default(), "")
+    }
+
+    /// The configuration of `file` (the `[llm]` table of the file `file_name`) with the
+    /// variables `get` finds put over it, key by key. An error names the variable or the
+    /// file's key that is wrong.
+    pub fn from_sources(
+        get: impl Fn(&str) -> Option<String>,
+        file: &LlmSettings,
+        file_name: &str,
+    ) -> Result<Option<LlmConfig>> {
+        // Each value with what it is called where it came from, for error messages.
+        let lookup = |name: &str| -> Option<(String, String)> {
+            if let Some(v) = get(name).filter(|v| !v.trim().is_empty()) {
+                return Some((v, name.to_owned()));
+            }
+            let v = file.get(name).filter(|v| !v.trim().is_empty())?;
+            Some((v, format!("{} in [llm] of {file_name}", file_key(name))))
+        };
+        let var = |name: &str| lookup(name).map(|(v, _)| v);
+        let label = |name: &str| lookup(name).map_or_else(|| name.to_owned(), |(_, l)| l);
         let (provider, base_url, model) = (
             var("MEMTAPE_LLM_PROVIDER"),
             var("MEMTAPE_LLM_BASE_URL"),
@@ -74,12 +138,16 @@ impl LlmConfig {
             Some("anthropic") => Provider::Anthropic,
             Some(other) => {
                 return Err(Error::Config(format!(
-                    "MEMTAPE_LLM_PROVIDER is {other:?}; use openai (any OpenAI-compatible server) or anthropic"
+                    "{} is {other:?}; use openai (any OpenAI-compatible server) or anthropic",
+                    label("MEMTAPE_LLM_PROVIDER")
                 )));
             }
         };
         let model = model.ok_or_else(|| {
-            Error::Config("MEMTAPE_LLM_MODEL is not set: name the model to use".into())
+            Error::Config(
+                "no model is named: set MEMTAPE_LLM_MODEL (or model in [llm] of memtape.toml)"
+                    .into(),
+            )
         })?;
         let base_url = base_url.unwrap_or_else(|| {
             match provider {
@@ -93,16 +161,18 @@ impl LlmConfig {
                 .map(|v| match v.trim().parse::<u64>() {
                     Ok(n) if n <= max => Ok(n),
                     _ => Err(Error::Config(format!(
-                        "{name} is {v:?}; expected a whole number from 0 to {max}"
+                        "{} is {v:?}; expected a whole number from 0 to {max}",
+                        label(name)
                     ))),
                 })
                 .transpose()
         };
         let timeout = match number("MEMTAPE_LLM_TIMEOUT", 3600)? {
             Some(0) => {
-                return Err(Error::Config(
-                    "MEMTAPE_LLM_TIMEOUT must be at least 1".into(),
-                ));
+                return Err(Error::Config(format!(
+                    "{} must be at least 1",
+                    label("MEMTAPE_LLM_TIMEOUT")
+                )));
             }
             Some(s) => Duration::from_secs(s),
             None => DEFAULT_TIMEOUT,
@@ -115,7 +185,17 @@ impl LlmConfig {
             provider,
             base_url,
             model: model.trim().to_owned(),
-            api_key: var("MEMTAPE_LLM_API_KEY"),
+            api_key: match (var("MEMTAPE_LLM_API_KEY"), &file.api_key_env) {
+                (Some(key), _) => Some(key),
+                (None, Some(name)) => {
+                    Some(get(name).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                        Error::Config(format!(
+                            "api_key_env in [llm] of {file_name} names {name}, which is not set"
+                        ))
+                    })?)
+                }
+                (None, None) => None,
+            },
             timeout,
             retry,
         };
@@ -200,6 +280,55 @@ mod tests {
         assert_eq!(c.connect().unwrap().model(), "claude-haiku");
         // The key never shows in debug output (logs).
         assert!(!format!("{c:?}").contains("sk-ant"));
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_file_key_by_key() {
+        let file = LlmSettings {
+            provider: Some("openai".into()),
+            base_url: Some("http://127.0.0.1:11434/v1".into()),
+            model: Some("llama3.2".into()),
+            api_key_env: Some("OLLAMA_KEY".into()),
+            timeout: Some(30),
+            ..LlmSettings::default()
+        };
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let c = LlmConfig::from_sources(
+            env(&[("MEMTAPE_LLM_MODEL", "qwen"), ("OLLAMA_KEY", "k1")]),
+            &file,
+            "memtape.toml",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.model, "qwen");
+        assert_eq!(c.base_url, "http://127.0.0.1:11434/v1");
+        assert_eq!(c.api_key.as_deref(), Some("k1"));
+        assert_eq!(c.timeout, Duration::from_secs(30));
+        // A missing key variable and a bad value from the file are named as the file's.
+        let missing = LlmConfig::from_sources(env(&[]), &file, "memtape.toml").unwrap_err();
+        assert!(missing.to_string().contains("OLLAMA_KEY"), "{missing}");
+        let bad = LlmSettings {
+            timeout: Some(0),
+            ..file.clone()
+        };
+        let err =
+            LlmConfig::from_sources(env(&[("OLLAMA_KEY", "k")]), &bad, "memtape.toml").unwrap_err();
+        assert!(
+            err.to_string().contains("timeout in [llm] of memtape.toml"),
+            "{err}"
+        );
+        // Nothing in either: no model.
+        assert_eq!(
+            LlmConfig::from_sources(env(&[]), &LlmSettings::default(), "f").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@
 //! retry policy that honours `Retry-After` ([`RetryPolicy`]), an OpenAI-compatible chat
 //! completions client ([`OpenAi`]: OpenAI, Ollama, vLLM, llama.cpp's server, LM
 //! Studio), an Anthropic Messages API client ([`Anthropic`]), both also streaming
-//! ([`Llm::chat_stream`]), and the configuration from the environment ([`LlmConfig`]).
-//! Not yet here: configuration from a file, and token usage recorded on the tape (the
-//! replies carry it, in [`Usage`]).
+//! ([`Llm::chat_stream`]), and the configuration from a file and the environment
+//! ([`LlmConfig`]). The replies carry token usage ([`Usage`]); the engine records it on the
+//! tape.
 
 mod anthropic;
 pub mod arguments;
@@ -22,7 +22,7 @@ mod sse;
 mod types;
 
 pub use anthropic::Anthropic;
-pub use config::{LlmConfig, Provider};
+pub use config::{LlmConfig, LlmSettings, Provider};
 pub use error::{Error, Result};
 pub use openai::OpenAi;
 pub use retry::{RetryPolicy, retry_after};

@@ -27,6 +27,7 @@ mod node;
 pub mod prompts;
 mod rewrite;
 mod search;
+mod settings;
 mod tiers;
 pub mod tools;
 mod usage;
@@ -50,6 +51,7 @@ pub use node::{
 };
 pub use rewrite::{DroppedFact, Rewritten};
 pub use search::SearchHit;
+pub use settings::LifecycleConfig;
 pub use tiers::{check_memory_scope, memory_scope};
 pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};

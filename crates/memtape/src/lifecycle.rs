@@ -60,6 +60,9 @@ pub struct NewSession {
     pub history: Option<Recorded>,
     /// The [`SESSION_NEW`] anchor (`None` when the session had no entries at all).
     pub boundary: Option<Entry>,
+    /// What the model's consolidation did, when a model archived the messages
+    /// ([`Engine::new_session_with_model`]).
+    pub consolidated: Option<crate::Consolidated>,
 }
 
 /// What pruning a tenant's daily notes removed.
@@ -130,6 +133,7 @@ impl<S: Store> Engine<S> {
                 archived: 0,
                 history: None,
                 boundary: None,
+                consolidated: None,
             });
         };
         let pending = match info.head {
@@ -171,6 +175,7 @@ impl<S: Store> Engine<S> {
             archived: messages.len(),
             history,
             boundary,
+            consolidated: None,
         })
     }
 
@@ -192,6 +197,7 @@ impl<S: Store> Engine<S> {
                 archived: 0,
                 history: None,
                 boundary: None,
+                consolidated: None,
             });
         }
         let now = self.now();
@@ -225,6 +231,7 @@ impl<S: Store> Engine<S> {
             archived: done.messages,
             history: None,
             boundary: boundary.into_iter().next(),
+            consolidated: Some(done),
         })
     }
 

@@ -9,6 +9,23 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// The model settings of the environment the tests run in, blanked: a test reaches a model
+/// only through a memtape.toml it writes.
+pub fn no_model_settings() -> Vec<(&'static str, &'static str)> {
+    [
+        "MEMTAPE_LLM_PROVIDER",
+        "MEMTAPE_LLM_BASE_URL",
+        "MEMTAPE_LLM_MODEL",
+        "MEMTAPE_LLM_API_KEY",
+        "MEMTAPE_LLM_TIMEOUT",
+        "MEMTAPE_LLM_MAX_RETRIES",
+        "MEMTAPE_CONFIG",
+    ]
+    .into_iter()
+    .map(|name| (name, ""))
+    .collect()
+}
+
 /// A scratch working directory with a data directory in it.
 pub struct Run {
     /// The working directory; the data directory is `data` inside it.
@@ -31,6 +48,7 @@ impl Run {
             .args(args)
             .env("MEMTAPE_DATA_DIR", self.dir.path().join("data"))
             .env_remove("MEMTAPE_MODEL")
+            .envs(no_model_settings())
             .current_dir(self.dir.path())
             .output()
             .unwrap()

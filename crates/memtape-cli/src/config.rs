@@ -1,0 +1,98 @@
+//! `memtape.toml`: the configuration file, in the data directory (or where
+//! `MEMTAPE_CONFIG` points). `[llm]` says which model the memory lifecycle talks to (the
+//! `MEMTAPE_LLM_*` variables win key by key); `[lifecycle]` when and how it runs. No file
+//! means the defaults and no model: nothing is ever sent anywhere.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use memtape::LifecycleConfig;
+use memtape_llm::{Llm, LlmConfig, LlmSettings};
+use serde::Deserialize;
+
+use crate::ctx::Ctx;
+
+/// The file's name in the data directory.
+pub const FILE_NAME: &str = "memtape.toml";
+
+/// The largest configuration file read (a config is a few lines).
+const MAX_BYTES: u64 = 1024 * 1024;
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    llm: LlmSettings,
+    #[serde(default)]
+    lifecycle: LifecycleConfig,
+}
+
+/// The configuration in effect.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it came from (which may not exist).
+    pub path: PathBuf,
+    /// The model, if one is configured.
+    pub llm: Option<LlmConfig>,
+    /// The lifecycle settings.
+    pub lifecycle: LifecycleConfig,
+}
+
+impl Config {
+    /// The configured model's client, or an error that says how to configure one.
+    pub fn require_llm(&self) -> Result<Box<dyn Llm>> {
+        let Some(llm) = &self.llm else {
+            bail!(
+                "no model is configured: set MEMTAPE_LLM_MODEL (and MEMTAPE_LLM_BASE_URL, \
+                 MEMTAPE_LLM_PROVIDER=openai|anthropic, MEMTAPE_LLM_API_KEY as needed), or \
+                 write them under [llm] in {}",
+                self.path.display()
+            );
+        };
+        Ok(llm.connect()?)
+    }
+}
+
+/// The configuration for `ctx`: its data directory's `memtape.toml` (or `MEMTAPE_CONFIG`),
+/// with the environment over it.
+pub fn load(ctx: &Ctx) -> Result<Config> {
+    let path = match std::env::var_os("MEMTAPE_CONFIG").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => ctx.data_dir()?.join(FILE_NAME),
+    };
+    let file = read(&path)?;
+    file.lifecycle
+        .validate()
+        .with_context(|| format!("[lifecycle] of {}", path.display()))?;
+    let name = path.display().to_string();
+    let llm = LlmConfig::from_sources(|n| std::env::var(n).ok(), &file.llm, &name)?;
+    Ok(Config {
+        path,
+        llm,
+        lifecycle: file.lifecycle,
+    })
+}
+
+/// The file at `path`, or the defaults when there is none.
+fn read(path: &std::path::Path) -> Result<File> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(File::default()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if !meta.is_file() {
+        bail!("{} is not a file", path.display());
+    }
+    if meta.len() > MAX_BYTES {
+        bail!(
+            "{} is {} bytes; a configuration file is at most {MAX_BYTES}",
+            path.display(),
+            meta.len()
+        );
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("{} is not a valid memtape.toml", path.display()))
+}

@@ -1,0 +1,220 @@
+//! The model-driven lifecycle through the real binary: `memtape.toml`, `memtape memory
+//! consolidate` against a scripted OpenAI-compatible server on loopback (JSON out, a
+//! non-zero exit with nothing changed on failure), `/new` with the model, the dropped-fact
+//! commands, and the consolidation lock holding between two processes.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Run;
+use memtape_scripted::{Answer, Scripted, text, tool_call};
+use serde_json::{Value, json};
+
+/// Points the run's data directory at `server` through memtape.toml.
+fn configure(r: &Run, server: &Scripted) {
+    let toml = format!(
+        "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntimeout = 5\nmax_retries = 0\n",
+        server.base
+    );
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
+}
+
+fn chat(r: &Run, session: &str, n: usize) {
+    for i in 0..n {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        r.ok(&[
+            "append",
+            session,
+            "--role",
+            role,
+            "--content",
+            &format!("message {i} about the kayak trip"),
+            "--no-wal",
+        ]);
+    }
+}
+
+fn save_memory(memory: &str) -> Answer {
+    tool_call(
+        "save_memory",
+        json!({"history_entry": "[2026-03-10 14:30] Planned a kayak trip.", "memory_update": memory}),
+    )
+}
+
+#[test]
+fn consolidate_without_a_model_says_how_to_configure_one() {
+    let r = Run::new();
+    chat(&r, "s1", 2);
+    let err = r.fails(&["memory", "consolidate", "s1"]);
+    assert!(err.contains("no model is configured"), "{err}");
+    assert!(err.contains("memtape.toml"), "{err}");
+    // A bad file is named with its key; nothing runs.
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        "[llm]\nmodle = \"x\"\n",
+    )
+    .unwrap();
+    let err = r.fails(&["memory", "consolidate", "s1"]);
+    assert!(err.contains("modle"), "{err}");
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        "[lifecycle]\nmemory_window = 1\n",
+    )
+    .unwrap();
+    let err = r.fails(&["memory", "consolidate", "s1"]);
+    assert!(err.contains("memory_window"), "{err}");
+}
+
+#[test]
+fn consolidate_prints_what_it_did_and_changes_nothing_on_failure() {
+    let r = Run::new();
+    chat(&r, "s1", 6);
+    let server = Scripted::start(vec![
+        text("I will not call tools."),
+        save_memory("# Memory\n- Plans a kayak trip\n"),
+    ]);
+    configure(&r, &server);
+    let err = r.fails(&["memory", "consolidate", "s1", "--all"]);
+    assert!(err.contains("did not call save_memory"), "{err}");
+    assert_eq!(
+        r.json(&["history", "s1", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+
+    let done = r.json(&["memory", "consolidate", "s1", "--all"]);
+    assert_eq!(done["memory_changed"], true);
+    assert_eq!(done["messages"], 6);
+    assert_eq!(
+        done["history_entry"],
+        "[2026-03-10 14:30] Planned a kayak trip."
+    );
+    assert!(done["through"].as_u64().unwrap() > 0);
+    assert_eq!(r.json(&["history", "s1", "--json"]), json!([]));
+    let memory = r.json(&["memory", "show", "--json"]);
+    assert_eq!(
+        memory["files"]["MEMORY.md"]["content"],
+        "# Memory\n- Plans a kayak trip\n"
+    );
+    // Both calls are counted, the failed one with its error.
+    let usage = r.json(&["usage", "--json"]);
+    let text = usage.to_string();
+    assert!(text.contains("consolidation"), "{text}");
+    assert!(text.contains("scripted"), "{text}");
+}
+
+#[test]
+fn a_dropped_fact_is_listed_and_restored_from_the_command_line() {
+    let r = Run::new();
+    r.ok(&[
+        "memory",
+        "save",
+        "# Memory\n- Ada is allergic to penicillin\n- Ada lives in Oslo\n",
+    ]);
+    chat(&r, "s1", 4);
+    let server = Scripted::start(vec![save_memory("# Memory\n- Ada lives in Oslo\n")]);
+    configure(&r, &server);
+    let done = r.json(&["memory", "consolidate", "s1", "--all"]);
+    assert_eq!(done["dropped"], 1);
+    let listed = r.ok(&["memory", "dropped", "--json"]);
+    let line: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert_eq!(line["text"], "- Ada is allergic to penicillin");
+    assert_eq!(line["present"], false);
+    let id = line["id"].as_u64().unwrap().to_string();
+    let table = r.ok(&["memory", "dropped"]);
+    assert!(
+        table.contains("dropped") && table.contains("penicillin"),
+        "{table}"
+    );
+    assert!(
+        r.ok(&["memory", "restore", &id])
+            .contains("restored into MEMORY.md")
+    );
+    let memory = r.json(&["memory", "show", "--json"]);
+    assert!(
+        memory["files"]["MEMORY.md"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("penicillin")
+    );
+    assert!(r.ok(&["memory", "restore", &id]).contains("already has"));
+    // An id that is not a dropped fact is refused by name.
+    let err = r.fails(&["memory", "restore", "1"]);
+    assert!(err.contains("not a dropped fact"), "{err}");
+}
+
+/// `memtape new` with a model archives through save_memory; when the model fails, the
+/// session is not cleared.
+#[test]
+fn new_with_a_model_archives_through_save_memory() {
+    let r = Run::new();
+    chat(&r, "s1", 4);
+    let server = Scripted::start(vec![
+        text("no tools today"),
+        save_memory("# Memory\n- Plans a kayak trip\n"),
+    ]);
+    configure(&r, &server);
+    let err = r.fails(&["new", "s1"]);
+    assert!(err.contains("not cleared"), "{err}");
+    assert_eq!(
+        r.json(&["history", "s1", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let out = r.ok(&["new", "s1"]);
+    assert!(
+        out.contains("archived 4 messages to HISTORY.md and MEMORY.md with the model"),
+        "{out}"
+    );
+    assert_eq!(r.json(&["history", "s1", "--json"]), json!([]));
+}
+
+/// The consolidation lock holds between processes: while one `memtape memory consolidate`
+/// waits on a slow model, `memtape new` in another process waits for it, then finds
+/// nothing left to archive (it did not archive the same messages twice).
+#[test]
+fn the_consolidation_lock_holds_between_processes() {
+    let r = Run::new();
+    chat(&r, "s1", 4);
+    let server = Scripted::start(vec![Answer::Delayed(
+        Duration::from_millis(1500),
+        Box::new(save_memory("# Memory\n- Plans a kayak trip\n")),
+    )]);
+    configure(&r, &server);
+    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["memory", "consolidate", "s1", "--all"])
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .envs(common::no_model_settings())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while server.requests() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the first process never called"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = Instant::now();
+    let out = r.ok(&["new", "s1"]);
+    let waited = waited.elapsed();
+    assert!(first.wait().unwrap().success());
+    assert!(
+        waited >= Duration::from_millis(800),
+        "/new ran beside the consolidation ({waited:?})"
+    );
+    assert!(out.contains("nothing to archive"), "{out}");
+    assert_eq!(
+        server.requests(),
+        1,
+        "the messages were sent to the model once"
+    );
+}
