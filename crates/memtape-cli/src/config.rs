@@ -40,6 +40,39 @@ pub struct Config {
 }
 
 impl Config {
+    /// The model setup a server runs with (`None` without a model), and the banner line
+    /// that says so.
+    pub fn server_model(&self) -> Result<(Option<memtape_server::ModelSetup>, String)> {
+        let Some(llm) = &self.llm else {
+            return Ok((
+                None,
+                format!(
+                    "none (memory is kept by the caller; set MEMTAPE_LLM_MODEL or [llm] in {} \
+                     for consolidation by a model)",
+                    self.path.display()
+                ),
+            ));
+        };
+        let line = format!(
+            "{} at {}{}",
+            llm.model,
+            llm.base_url,
+            if self.lifecycle.consolidate {
+                format!(
+                    "; sessions consolidate in the background at {} messages",
+                    self.lifecycle.memory_window
+                )
+            } else {
+                String::new()
+            }
+        );
+        let setup = memtape_server::ModelSetup {
+            llm: std::sync::Arc::from(llm.connect()?),
+            lifecycle: self.lifecycle.clone(),
+        };
+        Ok((Some(setup), line))
+    }
+
     /// The configured model's client, or an error that says how to configure one.
     pub fn require_llm(&self) -> Result<Box<dyn Llm>> {
         let Some(llm) = &self.llm else {

@@ -32,7 +32,8 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     // The embedding model (ONNX Runtime) is loaded here, before the runtime starts any
     // thread.
     let engine = open_indexed(ctx, &args.tuning)?;
-    let state = AppState::new(engine, KeyStore::open(&dir), Limits::default(), true);
+    let (model, _) = crate::config::load(ctx)?.server_model()?;
+    let state = AppState::with_model(engine, KeyStore::open(&dir), Limits::default(), true, model);
     // The standard streams are duplicated: `main` holds the lock of Rust's stdout for the
     // other commands' output, and the MCP transport writes from other threads.
     let input = duplicate(&std::io::stdin())?;

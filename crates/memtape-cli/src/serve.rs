@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use memtape_server::{AppState, KeyStore, Limits, Role};
 
+use crate::config;
 use crate::ctx::{Ctx, ModelArgs, StoreArgs};
 use crate::retrieval::{Tuning, open_indexed_text_first};
 
@@ -85,7 +86,8 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         request_timeout: Duration::from_secs(a.request_timeout.into()),
         header_timeout: Duration::from_secs(a.header_timeout.into()),
     };
-    let state = AppState::new(engine, keys, limits, loopback);
+    let (model, model_line) = config::load(&ctx)?.server_model()?;
+    let state = AppState::with_model(engine, keys, limits, loopback, model);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -102,6 +104,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     if let Some(index) = index {
         writeln!(out, "  index     {index}")?;
     }
+    writeln!(out, "  model     {model_line}")?;
     writeln!(out, "  stop with Ctrl-C")?;
     out.flush()?;
     runtime.block_on(memtape_server::serve(

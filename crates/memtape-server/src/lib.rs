@@ -28,7 +28,7 @@ use utoipa::OpenApi;
 pub use auth::DEFAULT_TENANT;
 pub use error::{ApiError, Result};
 pub use keys::{KeyError, KeyRecord, KeyStore};
-pub use state::{AppState, Caller, Limits, Role};
+pub use state::{AppState, Caller, Limits, ModelSetup, Role};
 
 /// The OpenAPI document of the REST API.
 #[derive(OpenApi)]

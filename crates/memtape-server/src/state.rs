@@ -4,7 +4,11 @@
 
 use std::sync::{Arc, Weak};
 
-use memtape::{Engine, Entry, NewEntry, Payload, Scope, SqliteStore, WriteHook, events};
+use memtape::{
+    Background, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, SqliteStore, WriteHook,
+    events,
+};
+use memtape_llm::Llm;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast};
 use utoipa::ToSchema;
@@ -128,6 +132,17 @@ struct Inner {
     limits: Limits,
     loopback: bool,
     memory_changed: broadcast::Sender<Scope>,
+    background: Option<Arc<Background<SqliteStore>>>,
+}
+
+/// The model a server keeps memory with, and how (`[llm]` and `[lifecycle]` of
+/// memtape.toml).
+#[derive(Clone)]
+pub struct ModelSetup {
+    /// The model.
+    pub llm: Arc<dyn Llm>,
+    /// When and how the lifecycle runs.
+    pub lifecycle: LifecycleConfig,
 }
 
 /// How many memory changes wait for a slow listener before it is told it missed some.
@@ -169,10 +184,37 @@ impl AppState {
         limits: Limits,
         loopback: bool,
     ) -> Self {
+        AppState::with_model(engine, keys, limits, loopback, None)
+    }
+
+    /// [`AppState::new`], keeping memory with `model` when one is given: sessions are
+    /// consolidated in the background as they fill their window, and the model-driven
+    /// routes work.
+    pub fn with_model(
+        engine: Engine<SqliteStore>,
+        keys: KeyStore,
+        limits: Limits,
+        loopback: bool,
+        model: Option<ModelSetup>,
+    ) -> Self {
         let mut engine = engine;
         let (memory_changed, _) = broadcast::channel(CHANGES_QUEUED);
         engine.add_write_hook(OnMemoryChange(memory_changed.clone()));
         let (engine, indexer) = Indexer::start(engine);
+        let background = model.map(|m| {
+            Arc::new(
+                Background::new(engine.clone(), m.llm, m.lifecycle).on_done(|session, outcome| {
+                    match outcome {
+                        Ok(done) if done.through.is_some() => tracing::info!(
+                            %session, messages = done.messages, dropped = done.dropped,
+                            "consolidated"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(%session, error = %e, "consolidation failed; the pointer did not move"),
+                    }
+                }),
+            )
+        });
         AppState {
             inner: Arc::new(Inner {
                 appender: Appender::start(engine.clone()),
@@ -183,6 +225,7 @@ impl AppState {
                 limits,
                 loopback,
                 memory_changed,
+                background,
             }),
         }
     }
@@ -191,6 +234,40 @@ impl AppState {
     /// they are written.
     pub fn memory_changes(&self) -> broadcast::Receiver<Scope> {
         self.inner.memory_changed.subscribe()
+    }
+
+    /// The background consolidation, when the server has a model.
+    pub fn background(&self) -> Option<&Arc<Background<SqliteStore>>> {
+        self.inner.background.as_ref()
+    }
+
+    /// The model, or 503 naming how to configure one.
+    pub fn model(&self) -> Result<Arc<dyn Llm>> {
+        self.inner
+            .background
+            .as_ref()
+            .map(|b| Arc::clone(b.llm()))
+            .ok_or_else(|| {
+                ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "no_model",
+                    "no model is configured on this server: set MEMTAPE_LLM_MODEL (or [llm] in \
+                     memtape.toml) and restart it",
+                )
+            })
+    }
+
+    /// After messages were appended to `session`: starts its consolidation in the
+    /// background if it is due (the check runs on the blocking pool, off the reply's path).
+    pub fn nudge(&self, session: &Scope) {
+        if let Some(background) = self.inner.background.clone() {
+            let session = session.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = background.nudge(&session) {
+                    tracing::warn!(%session, error = %e, "could not check whether to consolidate");
+                }
+            });
+        }
     }
 
     /// A handle that does not keep the state alive.

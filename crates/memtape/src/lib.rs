@@ -14,6 +14,7 @@
 //! # Ok::<(), memtape::Error>(())
 //! ```
 
+mod background;
 mod bub;
 mod capture;
 mod consolidate;
@@ -33,6 +34,7 @@ pub mod tools;
 mod usage;
 mod workspace;
 
+pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
 pub use capture::Captured;
 pub use consolidate::{

@@ -565,3 +565,72 @@ fn a_span_without_text_moves_the_pointer_without_a_call() {
     assert_eq!(server.requests(), 0);
     assert_eq!(pointer(&engine), stored[3].id.0);
 }
+
+/// nanobot's background consolidation: a nudge after an append starts the consolidation
+/// on its own thread once the window is full and returns at once (the model is still
+/// thinking when it returns); a second nudge while it runs starts nothing; messages
+/// appended meanwhile stay unconsolidated; the outcome reaches the callback.
+#[test]
+fn background_consolidation_starts_at_the_window_and_runs_once_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(open(dir.path()));
+    let server = Scripted::start(vec![Answer::Delayed(
+        Duration::from_millis(300),
+        Box::new(tool_call("save_memory", good_arguments())),
+    )]);
+    let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = outcomes.clone();
+    let config = memtape::LifecycleConfig {
+        memory_window: 10,
+        ..Default::default()
+    };
+    let background =
+        memtape::Background::new(engine.clone(), std::sync::Arc::new(client(&server)), config)
+            .on_done(move |s, outcome| {
+                seen.lock().unwrap().push((
+                    s.clone(),
+                    outcome
+                        .as_ref()
+                        .map(|c| c.messages)
+                        .map_err(|e| e.to_string()),
+                ));
+            });
+    let stored = chat(&engine, 9);
+    assert!(
+        !background.nudge(&session()).unwrap(),
+        "9 < the window of 10"
+    );
+    let stored = [stored, chat(&engine, 1)].concat();
+    assert!(background.nudge(&session()).unwrap());
+    assert!(
+        background.is_running(&session()),
+        "the nudge returned before the model answered"
+    );
+    assert!(
+        !background.nudge(&session()).unwrap(),
+        "one at a time per session"
+    );
+    let late = chat(&engine, 1);
+    background.wait_idle();
+    assert_eq!(
+        *outcomes.lock().unwrap(),
+        [(session(), Ok(5))],
+        "10 messages, keep 5: the first 5 consolidated"
+    );
+    assert_eq!(pointer(&engine), stored[4].id.0);
+    // The 5 kept and the late one are still unconsolidated.
+    assert_eq!(engine.unconsolidated(&session(), 100).unwrap(), 6);
+    let history = engine
+        .history(&session(), &HistoryLimits::default())
+        .unwrap();
+    assert_eq!(history.last().unwrap().id, late[0].id);
+    // A session busy in another process (its lock held elsewhere) is left to it.
+    chat(&engine, 10);
+    let other = Engine::open(dir.path()).unwrap();
+    let held = other.lock_consolidation(&session()).unwrap();
+    assert!(background.nudge(&session()).unwrap());
+    background.wait_idle();
+    assert_eq!(outcomes.lock().unwrap().len(), 1, "skipped: held elsewhere");
+    drop(held);
+    assert_eq!(server.requests(), 1);
+}

@@ -37,6 +37,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/memory/clear", post(clear))
         .route("/v1/memory/prune", post(prune))
         .route("/v1/memory/flags", put(flags))
+        .route("/v1/memory/dropped", get(dropped))
+        .route("/v1/memory/dropped/{id}/restore", post(restore_dropped))
 }
 
 /// One memory file.
@@ -615,4 +617,86 @@ pub async fn flags(
         })
         .await?;
     Ok(Json(VersionWire::of(&r)))
+}
+
+/// A fact a model's rewrite of a memory file left out.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DroppedWire {
+    /// The `memory.dropped` entry (what restore takes).
+    pub id: u64,
+    /// When it was dropped (RFC 3339).
+    pub at: String,
+    /// The file it was in.
+    pub path: String,
+    /// The line as it was.
+    pub text: String,
+    /// The heading it sat under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The memory version whose rewrite dropped it.
+    pub version: u64,
+    /// What rewrote the file (`consolidation`, `extraction`, `emergence`).
+    pub by: String,
+    /// Whether the file states it again now.
+    pub present: bool,
+}
+
+/// The dropped facts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DroppedList {
+    /// Newest first.
+    pub dropped: Vec<DroppedWire>,
+}
+
+/// The facts that model rewrites of MEMORY.md or PROFILE.md left out (lossless rewrites),
+/// newest first: each stays on the tape and in search, and can be restored.
+#[utoipa::path(get, path = "/v1/memory/dropped", tag = "memory", params(ScopeParams),
+    responses((status = 200, body = DroppedList), (status = 400, body = ErrorBody)))]
+pub async fn dropped(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<DroppedList>> {
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let list = state
+        .run(move |engine| Ok(engine.dropped_facts(&scope)?))
+        .await?;
+    Ok(Json(DroppedList {
+        dropped: list
+            .into_iter()
+            .map(|d| DroppedWire {
+                id: d.id.0,
+                at: d.at.to_rfc3339(),
+                path: d.fact.path,
+                text: d.fact.text,
+                section: d.fact.section,
+                version: d.fact.version,
+                by: d.fact.by,
+                present: d.present,
+            })
+            .collect(),
+    }))
+}
+
+/// Puts a dropped fact back into its file (in its old section when the file still has
+/// it), as a new version; none when the file states it already.
+#[utoipa::path(post, path = "/v1/memory/dropped/{id}/restore", tag = "memory",
+    params(("id" = u64, Path, maximum = 9007199254740991_u64, description = "The dropped fact's id"), ScopeParams),
+    responses((status = 200, body = MaybeRecorded), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn restore_dropped(
+    State(state): State<AppState>,
+    caller: Caller,
+    crate::extract::ApiPath(id): crate::extract::ApiPath<u64>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<MaybeRecorded>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let id = EntryId::new(id)?;
+    let r = state
+        .run(move |engine| Ok(engine.restore_dropped(&scope, id)?))
+        .await?;
+    Ok(Json(MaybeRecorded {
+        recorded: r.as_ref().map(VersionWire::of),
+    }))
 }

@@ -56,6 +56,7 @@ pub fn routes() -> Router<AppState> {
     wal_scan,
     session::anchor,
     session::consolidate,
+    session::consolidation,
     session::new_session,
     session::start,
     session::context,
@@ -72,6 +73,8 @@ pub fn routes() -> Router<AppState> {
     memory::clear,
     memory::prune,
     memory::flags,
+    memory::dropped,
+    memory::restore_dropped,
     files::view,
     files::create,
     files::edit,
@@ -214,6 +217,7 @@ pub async fn append(
         })
         .collect();
     let stored = state.append(entries).await?;
+    state.nudge(&scope);
     let appended = Appended {
         ids: stored.iter().map(|e| e.id.0).collect(),
         captured,

@@ -26,6 +26,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/sessions/{session}/anchors", post(anchor))
         .route("/v1/sessions/{session}/consolidate", post(consolidate))
+        .route("/v1/sessions/{session}/consolidation", post(consolidation))
         .route("/v1/sessions/{session}/new", post(new_session))
         .route("/v1/sessions/{session}/start", post(start))
         .route("/v1/sessions/{session}/context", post(context))
@@ -111,6 +112,80 @@ pub async fn consolidate(
     Ok((StatusCode::CREATED, Json(Written { id: entry.id.0 })))
 }
 
+/// A consolidation to run with the server's model.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsolidationBody {
+    /// Consolidate every unconsolidated message, not only those before the newest half
+    /// window (what /new does before clearing).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// What a consolidation did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConsolidationWire {
+    /// The pointer after it (none: nothing was due, the pointer did not move).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub through: Option<u64>,
+    /// The paragraph appended to HISTORY.md.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_entry: Option<String>,
+    /// Whether MEMORY.md changed.
+    pub memory_changed: bool,
+    /// How many entries were consolidated.
+    pub messages: usize,
+    /// How many facts the rewrite of MEMORY.md left out (kept as `memory.dropped`).
+    pub dropped: usize,
+}
+
+impl ConsolidationWire {
+    fn of(c: &memtape::Consolidated) -> Self {
+        ConsolidationWire {
+            through: c.through.map(|t| t.0),
+            history_entry: c.history_entry.clone(),
+            memory_changed: c.memory_changed,
+            messages: c.messages,
+            dropped: c.dropped,
+        }
+    }
+}
+
+/// nanobot's consolidation, now, with the server's model: the messages before the newest
+/// half window (all of them with `all`) go to HISTORY.md and MEMORY.md through the
+/// `save_memory` tool call, and the pointer moves past them; a fact the rewrite of
+/// MEMORY.md leaves out is kept as `memory.dropped`. Waits for a consolidation of the
+/// session already running (in any process). On any failure of the model (502) nothing
+/// changed. `/consolidate` moves the pointer by hand instead.
+#[utoipa::path(post, path = "/v1/sessions/{session}/consolidation", tag = "lifecycle",
+    params(("session" = String, Path, description = "The session key"), ScopeParams),
+    request_body = ConsolidationBody,
+    responses((status = 200, body = ConsolidationWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 502, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn consolidation(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<ConsolidationBody>,
+) -> Result<Json<ConsolidationWire>> {
+    caller.require(KeyRole::Write)?;
+    let scope = session(&caller, &p, &name)?;
+    let llm = state.model()?;
+    let options = state
+        .background()
+        .map(|b| b.config().consolidation(body.all))
+        .unwrap_or_default();
+    let done = state
+        .run(move |engine| {
+            existing(engine, &scope, &name)?;
+            Ok(engine.consolidate(&scope, llm.as_ref(), options)?)
+        })
+        .await?;
+    Ok(Json(ConsolidationWire::of(&done)))
+}
+
 /// The options of `/new`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -138,15 +213,21 @@ pub struct NewWire {
     pub boundary: Option<u64>,
     /// How many old daily notes were removed.
     pub pruned: usize,
+    /// What the model's consolidation did, when the server has a model (it archives
+    /// through `save_memory` then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<ConsolidationWire>,
 }
 
-/// nanobot's `/new`: archives the session's unconsolidated messages to HISTORY.md (the
-/// extractive summarizer), then clears the session (every entry stays on the tape), then
-/// prunes old daily notes, as `memtape new` does. If archiving fails, nothing is cleared.
+/// nanobot's `/new`: archives the session's unconsolidated messages (with the server's
+/// model through `save_memory` when it has one, else to HISTORY.md with the extractive
+/// summarizer), then clears the session (every entry stays on the tape), then prunes old
+/// daily notes, as `memtape new` does. If archiving fails (502 for a model failure),
+/// nothing is cleared.
 #[utoipa::path(post, path = "/v1/sessions/{session}/new", tag = "lifecycle",
     params(("session" = String, Path, description = "The session key"), NewParams),
     responses((status = 200, body = NewWire), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn new_session(
     State(state): State<AppState>,
     caller: Caller,
@@ -157,10 +238,14 @@ pub async fn new_session(
     let scope_params = ScopeParams::new(p.agent.clone(), p.user.clone());
     let scope = session(&caller, &scope_params, &name)?;
     let days = p.retention_days.unwrap_or(memtape::DEFAULT_RETENTION_DAYS);
+    let llm = state.model().ok();
     let out = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
-            let new = engine.new_session(&scope, &ExtractiveSummarizer::default())?;
+            let new = match &llm {
+                Some(llm) => engine.new_session_with_model(&scope, llm.as_ref())?,
+                None => engine.new_session(&scope, &ExtractiveSummarizer::default())?,
+            };
             let pruned = if days > 0 {
                 engine.prune_daily(&memory_scope(&scope)?, days)?
             } else {
@@ -171,6 +256,7 @@ pub async fn new_session(
                 history_version: new.history.map(|h| h.version),
                 boundary: new.boundary.map(|b| b.id.0),
                 pruned,
+                consolidation: new.consolidated.as_ref().map(ConsolidationWire::of),
             })
         })
         .await?;

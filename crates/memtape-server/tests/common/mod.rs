@@ -35,7 +35,17 @@ impl Server {
 
     /// A server over the store in `dir` (created if missing).
     pub fn start_in(dir: tempfile::TempDir, limits: Limits) -> Self {
-        Self::start_indexed(dir, limits, None)
+        Self::start_indexed(dir, limits, None, None)
+    }
+
+    /// A server over a fresh store that keeps memory with `model`.
+    pub fn start_with_model(model: memtape_server::ModelSetup) -> Self {
+        Self::start_indexed(
+            tempfile::tempdir().unwrap(),
+            Limits::default(),
+            None,
+            Some(model),
+        )
     }
 
     /// A server over a fresh store whose index embeds with `embedder`.
@@ -45,6 +55,7 @@ impl Server {
             tempfile::tempdir().unwrap(),
             Limits::default(),
             Some(embedder),
+            None,
         )
     }
 
@@ -52,6 +63,7 @@ impl Server {
         dir: tempfile::TempDir,
         limits: Limits,
         embedder: Option<std::sync::Arc<dyn memtape::Embedder>>,
+        model: Option<memtape_server::ModelSetup>,
     ) -> Self {
         let engine = Engine::init(dir.path()).unwrap();
         let index = Index::open(
@@ -62,7 +74,7 @@ impl Server {
         .unwrap();
         let engine = engine.with_index(index).unwrap();
         let keys = KeyStore::open(dir.path());
-        let state = AppState::new(engine, keys, limits, true);
+        let state = AppState::with_model(engine, keys, limits, true, model);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

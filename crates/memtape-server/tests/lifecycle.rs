@@ -1,0 +1,195 @@
+//! The model-driven memory lifecycle through the REST API, on a real server with a
+//! scripted OpenAI-compatible model on loopback: background consolidation after appends
+//! (the append is answered before the model is), consolidation on demand (502 with
+//! nothing changed when the model fails, 503 without a model), /new through the model,
+//! and the dropped facts listed and restored.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use memtape::LifecycleConfig;
+use memtape_llm::{OpenAi, RetryPolicy};
+use memtape_scripted::{Answer, Scripted, text, tool_call};
+use memtape_server::ModelSetup;
+use serde_json::{Value, json};
+
+fn model(server: &Scripted, window: usize) -> ModelSetup {
+    let llm = OpenAi::new(&server.base, "scripted")
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .retry(RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        });
+    ModelSetup {
+        llm: Arc::new(llm),
+        lifecycle: LifecycleConfig {
+            memory_window: window,
+            ..LifecycleConfig::default()
+        },
+    }
+}
+
+fn save_memory(memory: &str) -> Answer {
+    tool_call(
+        "save_memory",
+        json!({"history_entry": "[2026-03-10 14:30] Talked about kayaks.", "memory_update": memory}),
+    )
+}
+
+fn say(server: &Server, n: usize) {
+    let messages: Vec<Value> = (0..n)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "content": format!("kayak message {i}")})
+        })
+        .collect();
+    let (status, _) = server.call(
+        "POST",
+        "/v1/sessions/s1/messages",
+        Some(&json!({"messages": messages})),
+        None,
+    );
+    assert_eq!(status, 201);
+}
+
+fn history_len(server: &Server) -> usize {
+    let (status, body) = server.call("GET", "/v1/sessions/s1/history", None, None);
+    assert_eq!(status, 200);
+    body["messages"].as_array().unwrap().len()
+}
+
+#[test]
+fn appends_start_a_background_consolidation_at_the_window() {
+    let model_server = Scripted::start(vec![Answer::Delayed(
+        Duration::from_millis(500),
+        Box::new(save_memory("# Memory\n- Likes kayaks\n")),
+    )]);
+    let server = Server::start_with_model(model(&model_server, 10));
+    say(&server, 10);
+    // The append was answered; the model is still thinking.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while model_server.requests() == 0 {
+        assert!(Instant::now() < deadline, "no consolidation started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        history_len(&server),
+        10,
+        "nothing moved before the model answered"
+    );
+    loop {
+        let (_, memory) = server.call("GET", "/v1/memory", None, None);
+        if memory.to_string().contains("Likes kayaks") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the consolidation never landed: {memory}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // 10 messages, keep 5; nanobot's history then drops a leading assistant message.
+    assert!(history_len(&server) <= 5);
+    assert_eq!(model_server.requests(), 1);
+}
+
+#[test]
+fn consolidation_on_demand_changes_nothing_when_the_model_fails() {
+    let model_server = Scripted::start(vec![
+        text("no tools"),
+        save_memory("# Memory\n- Ada likes kayaks\n"),
+    ]);
+    let server = Server::start_with_model(model(&model_server, 100));
+    server.call(
+        "POST",
+        "/v1/memory/save",
+        Some(&json!({"content": "# Memory\n- Ada is allergic to penicillin\n"})),
+        None,
+    );
+    say(&server, 4);
+    let (status, body) = server.call(
+        "POST",
+        "/v1/sessions/s1/consolidation",
+        Some(&json!({"all": true})),
+        None,
+    );
+    assert_eq!(status, 502, "{body}");
+    assert!(body.to_string().contains("save_memory"), "{body}");
+    assert_eq!(history_len(&server), 4);
+
+    let (status, done) = server.call(
+        "POST",
+        "/v1/sessions/s1/consolidation",
+        Some(&json!({"all": true})),
+        None,
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["messages"], 4);
+    assert_eq!(done["dropped"], 1);
+    assert_eq!(history_len(&server), 0);
+
+    let (status, list) = server.call("GET", "/v1/memory/dropped", None, None);
+    assert_eq!(status, 200);
+    let fact = &list["dropped"][0];
+    assert_eq!(fact["text"], "- Ada is allergic to penicillin");
+    assert_eq!(fact["present"], false);
+    let id = fact["id"].as_u64().unwrap();
+    let (status, restored) = server.call(
+        "POST",
+        &format!("/v1/memory/dropped/{id}/restore"),
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "{restored}");
+    assert!(restored["recorded"]["version"].as_u64().is_some());
+    let (_, list) = server.call("GET", "/v1/memory/dropped", None, None);
+    assert_eq!(list["dropped"][0]["present"], true);
+    // Another agent cannot restore it.
+    let (status, _) = server.call(
+        "POST",
+        &format!("/v1/memory/dropped/{id}/restore?agent=other"),
+        None,
+        None,
+    );
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn without_a_model_consolidation_is_unavailable_and_new_is_extractive() {
+    let server = Server::start();
+    say(&server, 4);
+    let (status, body) = server.call(
+        "POST",
+        "/v1/sessions/s1/consolidation",
+        Some(&json!({})),
+        None,
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(body.to_string().contains("MEMTAPE_LLM_MODEL"), "{body}");
+    let (status, new) = server.call("POST", "/v1/sessions/s1/new", None, None);
+    assert_eq!(status, 200);
+    assert!(new.get("consolidation").is_none());
+}
+
+#[test]
+fn new_goes_through_the_model_and_clears_nothing_when_it_fails() {
+    let model_server = Scripted::start(vec![
+        text("no tools"),
+        save_memory("# Memory\n- Ada likes kayaks\n"),
+    ]);
+    let server = Server::start_with_model(model(&model_server, 100));
+    say(&server, 4);
+    let (status, _) = server.call("POST", "/v1/sessions/s1/new", None, None);
+    assert_eq!(status, 502);
+    assert_eq!(history_len(&server), 4);
+    let (status, new) = server.call("POST", "/v1/sessions/s1/new", None, None);
+    assert_eq!(status, 200, "{new}");
+    assert_eq!(new["archived"], 4);
+    assert_eq!(new["consolidation"]["memory_changed"], true);
+    assert_eq!(history_len(&server), 0);
+}
