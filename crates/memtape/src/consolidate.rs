@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use memtape_core::events::{BuiltinEvent, LlmCall};
-use memtape_core::memory::{Change, MAX_FILE_BYTES, Op, paths};
+use memtape_core::memory::{MAX_FILE_BYTES, paths};
 use memtape_core::{Entry, EntryId, NewEntry, Scope};
 use memtape_llm::{ChatRequest, ChatResponse, Llm, ToolSpec};
 use memtape_store::Store;
@@ -30,8 +30,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::prompts::{CONSOLIDATION_SYSTEM, CONSOLIDATION_USER};
-use crate::rewrite::dropped_entries;
-use crate::tiers::ATTEMPTS;
+use crate::rewrite::Edit;
 use crate::{Engine, Error, Result, memory_scope};
 
 /// nanobot's `memory_window`: consolidation starts when a session has this many messages
@@ -375,70 +374,28 @@ impl<S: Store> Engine<S> {
         };
         done.history_entry = Some(history.clone());
         let source = format!("consolidation of {session} through entry {through}");
-        for _ in 0..ATTEMPTS {
-            let (log, base) = self.memory_log(&memory)?;
-            let own = log.view();
-            let current = self
-                .layered(&memory, own.clone())?
-                .content(paths::MEMORY)
-                .unwrap_or_default()
-                .to_owned();
-            let mut ops = vec![Op::Append {
-                path: paths::HISTORY.into(),
-                text: format!("{history}\n\n"),
-                heading: None,
-            }];
-            let mut rewrite = None;
-            if let Some(update) = &update {
-                let merged = memtape_core::memory::facts::carry_over(&seen, &current, update);
-                if merged.trim() != current.trim() {
-                    ops.push(Op::Write {
-                        path: paths::MEMORY.into(),
-                        content: merged.clone(),
-                    });
-                    rewrite = Some(merged);
-                }
-            }
-            let change = own.admit(Change {
-                ops,
-                source: source.clone(),
-            })?;
-            let version = log.version() + 1;
-            let now = self.now();
-            let mut entries =
-                vec![NewEntry::new(memory.clone(), change.to_payload(), now).if_last(base)];
-            let dropped = match &rewrite {
-                Some(new) => dropped_entries(
-                    &memory,
-                    paths::MEMORY,
-                    &current,
-                    new,
-                    version,
-                    "consolidation",
-                    now,
-                ),
-                None => Vec::new(),
-            };
-            done.dropped = dropped.len();
-            entries.extend(dropped);
-            entries.push(NewEntry::new(
-                session.clone(),
-                BuiltinEvent::consolidated(through).to_payload(),
-                now,
-            ));
-            entries.extend(extra(old.len(), through));
-            match self.append_entries(entries) {
-                Ok(_) => {
-                    done.memory_changed = rewrite.is_some();
-                    return Ok(done);
-                }
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => continue,
-                Err(e) => return Err(e),
-            }
+        let mut edits = vec![Edit::Append {
+            path: paths::HISTORY.into(),
+            text: format!("{history}\n\n"),
+            heading: None,
+        }];
+        if let Some(update) = update {
+            edits.push(Edit::Rewrite {
+                path: paths::MEMORY.into(),
+                seen,
+                new: update,
+            });
         }
-        Err(Error::Internal(format!(
-            "{memory}: memory kept changing under this consolidation ({ATTEMPTS} attempts); try again"
-        )))
+        let mut entries = vec![NewEntry::new(
+            session.clone(),
+            BuiltinEvent::consolidated(through).to_payload(),
+            self.now(),
+        )];
+        entries.extend(extra(old.len(), through));
+        let applied = self.apply_edits(&memory, &edits, "consolidation", &source, &entries)?;
+        done.memory_changed = applied.changed.iter().any(|p| p == paths::MEMORY);
+        done.dropped = applied.dropped;
+        Ok(done)
     }
 
     /// How many conversational entries `session` has after its consolidation pointer, up

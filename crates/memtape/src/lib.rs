@@ -24,6 +24,7 @@ mod error;
 mod hooks;
 mod io;
 mod lifecycle;
+mod mateclaw;
 mod node;
 pub mod prompts;
 mod rewrite;
@@ -46,14 +47,15 @@ pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
 };
+pub use mateclaw::{MemoryRun, Trigger, json_reply};
 pub use node::{
     DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
     NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
     UUID_NIL,
 };
-pub use rewrite::{DroppedFact, Rewritten};
+pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
-pub use settings::LifecycleConfig;
+pub use settings::{EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule};
 pub use tiers::{check_memory_scope, memory_scope};
 pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
@@ -81,7 +83,7 @@ pub use memtape_search::{
     EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, PendingVectors, Ranked,
     SearchFilter, SearchRequest,
 };
-pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store};
+pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -32,16 +32,36 @@ impl Template {
     }
 
     /// `text` with each of this template's variables replaced by its value in `values`
-    /// (a missing value counts as empty).
+    /// (a missing value counts as empty), in one pass: a value that itself contains
+    /// `{memory}` (a user wrote it) is not replaced again.
     pub fn render(&self, text: &str, values: &[(&str, &str)]) -> String {
-        let mut out = text.trim_end().to_owned();
-        for var in self.vars {
-            let value = values
-                .iter()
-                .find(|(name, _)| name == var)
-                .map_or("", |(_, v)| *v);
-            out = out.replace(&format!("{{{var}}}"), value);
+        let text = text.trim_end();
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find('{') {
+            out.push_str(&rest[..at]);
+            let tail = &rest[at..];
+            let var = self.vars.iter().find(|var| {
+                tail.len() > var.len() + 1
+                    && tail[1..].starts_with(**var)
+                    && tail[1 + var.len()..].starts_with('}')
+            });
+            match var {
+                Some(var) => {
+                    let value = values
+                        .iter()
+                        .find(|(name, _)| name == var)
+                        .map_or("", |(_, v)| *v);
+                    out.push_str(value);
+                    rest = &tail[var.len() + 2..];
+                }
+                None => {
+                    out.push('{');
+                    rest = &tail[1..];
+                }
+            }
         }
+        out.push_str(rest);
         out
     }
 }
@@ -61,8 +81,56 @@ pub const CONSOLIDATION_USER: Template = Template {
     vars: &["memory", "conversation"],
 };
 
+/// MateClaw's post-conversation extraction, the system message (the JSON reply it asks
+/// for: `should_update`, `daily_entry`, `memory_update`, `profile_update`, `reason`).
+pub const EXTRACTION_SYSTEM: Template = Template {
+    name: "extraction-system",
+    default: include_str!("../prompts/extraction-system.md"),
+    vars: &[],
+};
+
+/// MateClaw's extraction, the user message: `{today}` (YYYY-MM-DD), `{profile}`,
+/// `{memory}`, `{daily_filename}` and `{daily}` (PROFILE.md, MEMORY.md and today's note as
+/// they are), `{transcript}` (the last user and assistant messages, `User: …` and
+/// `Assistant: …`).
+pub const EXTRACTION_USER: Template = Template {
+    name: "extraction-user",
+    default: include_str!("../prompts/extraction-user.md"),
+    vars: &[
+        "today",
+        "profile",
+        "memory",
+        "daily_filename",
+        "daily",
+        "transcript",
+    ],
+};
+
+/// MateClaw's emergence (daily notes into MEMORY.md), the system message (the JSON reply
+/// it asks for: `should_update`, `memory_content`, `reason`).
+pub const EMERGENCE_SYSTEM: Template = Template {
+    name: "emergence-system",
+    default: include_str!("../prompts/emergence-system.md"),
+    vars: &[],
+};
+
+/// MateClaw's emergence, the user message: `{memory}` (MEMORY.md), `{day_range}` (how many
+/// notes), `{daily_notes}` (each note under `### memory/YYYY-MM-DD.md`, newest first).
+pub const EMERGENCE_USER: Template = Template {
+    name: "emergence-user",
+    default: include_str!("../prompts/emergence-user.md"),
+    vars: &["memory", "day_range", "daily_notes"],
+};
+
 /// Every template memtape ships.
-pub const TEMPLATES: &[Template] = &[CONSOLIDATION_SYSTEM, CONSOLIDATION_USER];
+pub const TEMPLATES: &[Template] = &[
+    CONSOLIDATION_SYSTEM,
+    CONSOLIDATION_USER,
+    EXTRACTION_SYSTEM,
+    EXTRACTION_USER,
+    EMERGENCE_SYSTEM,
+    EMERGENCE_USER,
+];
 
 /// The text of `template` for an agent whose memory is `agent_memory`: its override when
 /// it has a non-empty one, else the default.
@@ -99,9 +167,19 @@ mod tests {
             vars: &["memory"],
         };
         assert_eq!(
-            t.render("{memory} and {\"json\": 1} {other}\n", &[("memory", "M")]),
-            "M and {\"json\": 1} {other}"
+            t.render(
+                "{memory} and {\"json\": 1} {other} {memory\n",
+                &[("memory", "M")]
+            ),
+            "M and {\"json\": 1} {other} {memory"
         );
+        // One pass: a value holding a variable's name is not substituted again.
+        let two = Template {
+            name: "t",
+            default: "",
+            vars: &["a", "b"],
+        };
+        assert_eq!(two.render("{a}|{b}", &[("a", "{b}"), ("b", "B")]), "{b}|B");
     }
 
     #[test]

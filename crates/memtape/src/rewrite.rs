@@ -56,76 +56,160 @@ pub struct DroppedFact {
     pub present: bool,
 }
 
-/// What a rewrite of a memory file recorded.
+/// One change a model's answer asks for, applied by [`Engine::apply_edits`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Edit {
+    /// Replace `path` with `new`, the model's rewrite of `seen` (what it was shown).
+    Rewrite {
+        /// The file.
+        path: String,
+        /// Its text as the model saw it.
+        seen: String,
+        /// The model's new text (empty: nothing changes; a model never wipes a file).
+        new: String,
+    },
+    /// Append `text` to `path` as it is, starting the file with `heading` when new
+    /// (nanobot's HISTORY.md entry).
+    Append {
+        /// The file.
+        path: String,
+        /// The text.
+        text: String,
+        /// What a new file starts with.
+        heading: Option<String>,
+    },
+    /// Append `entry` to the note `path` after a blank line, or after `heading` and a
+    /// blank line when the note is new (MateClaw's daily entry).
+    Note {
+        /// The note.
+        path: String,
+        /// The entry.
+        entry: String,
+        /// The heading of a new note.
+        heading: String,
+    },
+}
+
+/// What [`Engine::apply_edits`] recorded.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Rewritten {
-    /// The new version (`None`: the text was already that).
+pub struct Applied {
+    /// The new version (`None`: nothing changed).
     pub recorded: Option<Recorded>,
-    /// How many facts it dropped (kept as `memory.dropped`).
+    /// The files that changed.
+    pub changed: Vec<String>,
+    /// How many facts the rewrites dropped (kept as `memory.dropped`).
     pub dropped: usize,
 }
 
 impl<S: Store> Engine<S> {
-    /// Replaces `path` in `scope`'s memory with `new`, a model's rewrite of `seen`, losing
-    /// nothing: lines another writer added since `seen` are carried over, and every fact
-    /// the rewrite drops is recorded as `memory.dropped` in the same transaction. `by` names
-    /// the rewriter (`extraction`, `emergence`), `source` the change. An empty `new` writes
-    /// nothing (a model never wipes a file).
-    pub fn rewrite_memory(
+    /// Applies `edits` to `scope`'s memory as one version, losing nothing: a rewrite keeps
+    /// the lines another writer added since the model read the file, and every fact it
+    /// drops is recorded as `memory.dropped` (by `by`) in the same transaction. `extra`
+    /// entries (a pointer move) are written in that transaction too, even when no file
+    /// changes. On a conflict with another writer everything is computed again from the
+    /// new state; the model is not asked again.
+    pub fn apply_edits(
         &self,
         scope: &Scope,
-        path: &str,
-        seen: &str,
-        new: &str,
+        edits: &[Edit],
         by: &str,
         source: &str,
-    ) -> Result<Rewritten> {
+        extra: &[NewEntry],
+    ) -> Result<Applied> {
         check_memory_scope(scope)?;
-        if new.trim().is_empty() {
-            return Ok(Rewritten {
-                recorded: None,
-                dropped: 0,
-            });
-        }
         for _ in 0..ATTEMPTS {
             let (log, base) = self.memory_log(scope)?;
             let own = log.view();
-            let current = self
-                .layered(scope, own.clone())?
-                .content(path)
-                .unwrap_or_default()
-                .to_owned();
-            let merged = facts::carry_over(seen, &current, new);
-            if merged.trim() == current.trim() {
-                return Ok(Rewritten {
+            let layered = self.layered(scope, own.clone())?;
+            let version = log.version() + 1;
+            let now = self.now();
+            let mut ops = Vec::new();
+            let mut dropped = Vec::new();
+            let mut changed = Vec::new();
+            for edit in edits {
+                match edit {
+                    Edit::Rewrite { path, seen, new } => {
+                        if new.trim().is_empty() {
+                            continue;
+                        }
+                        let current = layered.content(path).unwrap_or_default();
+                        let merged = facts::carry_over(seen, current, new);
+                        if merged.trim() == current.trim() {
+                            continue;
+                        }
+                        dropped.extend(dropped_entries(
+                            scope, path, current, &merged, version, by, now,
+                        ));
+                        ops.push(Op::Write {
+                            path: path.clone(),
+                            content: merged,
+                        });
+                        changed.push(path.clone());
+                    }
+                    Edit::Append {
+                        path,
+                        text,
+                        heading,
+                    } => {
+                        ops.push(Op::Append {
+                            path: path.clone(),
+                            text: text.clone(),
+                            heading: heading.clone(),
+                        });
+                        changed.push(path.clone());
+                    }
+                    Edit::Note {
+                        path,
+                        entry,
+                        heading,
+                    } => {
+                        let current = own.content(path).unwrap_or_default();
+                        let sep = if current.trim().is_empty() || current.ends_with("\n\n") {
+                            ""
+                        } else if current.ends_with('\n') {
+                            "\n"
+                        } else {
+                            "\n\n"
+                        };
+                        ops.push(Op::Append {
+                            path: path.clone(),
+                            text: format!("{sep}{}\n", entry.trim_end()),
+                            heading: Some(format!("{}\n\n", heading.trim_end())),
+                        });
+                        changed.push(path.clone());
+                    }
+                }
+            }
+            if ops.is_empty() {
+                if !extra.is_empty() {
+                    self.append_entries(extra.to_vec())?;
+                }
+                return Ok(Applied {
                     recorded: None,
+                    changed,
                     dropped: 0,
                 });
             }
-            let change = own.admit(Change::one(
-                Op::Write {
-                    path: path.to_owned(),
-                    content: merged.clone(),
-                },
-                source,
-            ))?;
-            let version = log.version() + 1;
-            let now = self.now();
-            let dropped = dropped_entries(scope, path, &current, &merged, version, by, now);
+            let change = own.admit(Change {
+                ops,
+                source: source.to_owned(),
+            })?;
             let count = dropped.len();
             let mut entries =
                 vec![NewEntry::new(scope.clone(), change.to_payload(), now).if_last(base)];
             entries.extend(dropped);
+            entries.extend(extra.iter().cloned());
             match self.append_entries(entries) {
                 Ok(stored) => {
                     let first = &stored[0];
-                    return Ok(Rewritten {
+                    return Ok(Applied {
                         recorded: Some(Recorded {
                             version,
                             id: first.id,
                             at: first.created_at,
                             change,
                         }),
+                        changed,
                         dropped: count,
                     });
                 }
@@ -134,8 +218,27 @@ impl<S: Store> Engine<S> {
             }
         }
         Err(Error::Internal(format!(
-            "{scope}: memory kept changing under this rewrite ({ATTEMPTS} attempts); try again"
+            "{scope}: memory kept changing under this write ({ATTEMPTS} attempts); try again"
         )))
+    }
+
+    /// Replaces `path` in `scope`'s memory with `new`, a model's rewrite of `seen`, losing
+    /// nothing ([`Engine::apply_edits`] with one rewrite).
+    pub fn rewrite_memory(
+        &self,
+        scope: &Scope,
+        path: &str,
+        seen: &str,
+        new: &str,
+        by: &str,
+        source: &str,
+    ) -> Result<Applied> {
+        let edit = Edit::Rewrite {
+            path: path.to_owned(),
+            seen: seen.to_owned(),
+            new: new.to_owned(),
+        };
+        self.apply_edits(scope, &[edit], by, source, &[])
     }
 
     /// The facts rewrites dropped from `scope`'s memory, newest first, each with whether

@@ -16,6 +16,10 @@ pub struct LifecycleConfig {
     /// Whether servers and `memtape chat` consolidate in the background when a model is
     /// configured (default true).
     pub consolidate: bool,
+    /// MateClaw's post-conversation extraction (`[lifecycle.extraction]`).
+    pub extraction: ExtractionConfig,
+    /// MateClaw's emergence (`[lifecycle.emergence]`).
+    pub emergence: EmergenceConfig,
 }
 
 impl Default for LifecycleConfig {
@@ -23,7 +27,137 @@ impl Default for LifecycleConfig {
         LifecycleConfig {
             memory_window: crate::MEMORY_WINDOW,
             consolidate: true,
+            extraction: ExtractionConfig::default(),
+            emergence: EmergenceConfig::default(),
         }
+    }
+}
+
+/// MateClaw's post-conversation extraction, with its defaults.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExtractionConfig {
+    /// Whether it runs after conversations (`autoSummarizeEnabled`, default true).
+    pub enabled: bool,
+    /// Skip conversations a scheduled task started (default true: no recursion).
+    pub skip_cron: bool,
+    /// A session needs this many messages (default 4).
+    pub min_messages: usize,
+    /// Its last user message needs this many characters (default 10).
+    pub min_user_chars: usize,
+    /// An agent is analysed at most once in this many minutes (default 5).
+    pub cooldown_minutes: u32,
+    /// The transcript holds the last this many user and assistant messages (default 30).
+    pub transcript_messages: usize,
+    /// Each message is cut to this many characters (default 2000).
+    pub message_chars: usize,
+    /// The reply's token budget (MateClaw's `summary-max-tokens`, default 1000).
+    pub max_tokens: u32,
+}
+
+impl Default for ExtractionConfig {
+    fn default() -> Self {
+        ExtractionConfig {
+            enabled: true,
+            skip_cron: true,
+            min_messages: 4,
+            min_user_chars: 10,
+            cooldown_minutes: 5,
+            transcript_messages: 30,
+            message_chars: 2000,
+            max_tokens: 1000,
+        }
+    }
+}
+
+/// MateClaw's emergence: the newest daily notes merged into MEMORY.md on a schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmergenceConfig {
+    /// Whether `memtape serve` runs it on schedule (default true).
+    pub enabled: bool,
+    /// When, as a 5-field cron expression (minute hour day month weekday; default
+    /// `0 2 * * *`, every day at 02:00).
+    pub cron: String,
+    /// The clock the schedule is read on: `utc` (default) or `local`.
+    pub timezone: String,
+    /// How many of the newest daily notes are read (default 7).
+    pub days: usize,
+    /// Per-agent schedules, by agent name: a cron expression, or `off`.
+    pub agents: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for EmergenceConfig {
+    fn default() -> Self {
+        EmergenceConfig {
+            enabled: true,
+            cron: "0 2 * * *".into(),
+            timezone: "utc".into(),
+            days: 7,
+            agents: Default::default(),
+        }
+    }
+}
+
+/// A parsed emergence schedule.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    cron: croner::Cron,
+    local: bool,
+}
+
+impl Schedule {
+    /// Parses a 5-field cron expression (MateClaw's form), read on UTC or local time.
+    pub fn parse(expression: &str, local: bool) -> Result<Schedule> {
+        let fields = expression.split_whitespace().count();
+        if fields != 5 {
+            return Err(Error::Config(format!(
+                "the cron expression {expression:?} has {fields} fields; it must have 5 \
+                 (minute hour day month weekday), like \"0 2 * * *\""
+            )));
+        }
+        let cron = <croner::Cron as std::str::FromStr>::from_str(expression).map_err(|e| {
+            Error::Config(format!(
+                "the cron expression {expression:?} is not valid: {e}"
+            ))
+        })?;
+        Ok(Schedule { cron, local })
+    }
+
+    /// The first time after `after` the schedule fires.
+    pub fn next_after(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        if self.local {
+            let local = after.with_timezone(&chrono::Local);
+            self.cron
+                .find_next_occurrence(&local, false)
+                .ok()
+                .map(|t| t.with_timezone(&chrono::Utc))
+        } else {
+            self.cron.find_next_occurrence(&after, false).ok()
+        }
+    }
+}
+
+impl EmergenceConfig {
+    /// The schedule of `agent` (its own, else the default), `None` when it is off.
+    pub fn schedule(&self, agent: &str) -> Result<Option<Schedule>> {
+        let expression = self.agents.get(agent).unwrap_or(&self.cron);
+        if !self.enabled || expression.trim().eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let local = match self.timezone.to_ascii_lowercase().as_str() {
+            "utc" => false,
+            "local" => true,
+            other => {
+                return Err(Error::Config(format!(
+                    "emergence timezone is {other:?}; use utc or local"
+                )));
+            }
+        };
+        Schedule::parse(expression, local).map(Some)
     }
 }
 
@@ -36,6 +170,44 @@ impl LifecycleConfig {
                 self.memory_window
             )));
         }
+        let x = &self.extraction;
+        for (name, value, range) in [
+            ("extraction.min_messages", x.min_messages, 1..=10_000),
+            ("extraction.min_user_chars", x.min_user_chars, 0..=100_000),
+            (
+                "extraction.transcript_messages",
+                x.transcript_messages,
+                1..=1000,
+            ),
+            ("extraction.message_chars", x.message_chars, 1..=100_000),
+            ("emergence.days", self.emergence.days, 1..=366),
+        ] {
+            if !range.contains(&value) {
+                return Err(Error::Config(format!(
+                    "{name} is {value}; it must be from {} to {}",
+                    range.start(),
+                    range.end()
+                )));
+            }
+        }
+        if !(1..=100_000).contains(&x.max_tokens) {
+            return Err(Error::Config(format!(
+                "extraction.max_tokens is {}; it must be from 1 to 100000",
+                x.max_tokens
+            )));
+        }
+        if x.cooldown_minutes > 10_080 {
+            return Err(Error::Config(format!(
+                "extraction.cooldown_minutes is {}; at most a week (10080)",
+                x.cooldown_minutes
+            )));
+        }
+        self.emergence.schedule("")?;
+        for (agent, expression) in &self.emergence.agents {
+            self.emergence.schedule(agent).map_err(|e| {
+                Error::Config(format!("emergence.agents.{agent} ({expression}): {e}"))
+            })?;
+        }
         Ok(())
     }
 
@@ -45,5 +217,49 @@ impl LifecycleConfig {
             window: self.memory_window,
             archive_all,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_field_cron_expressions_only() {
+        let s = Schedule::parse("0 2 * * *", false).unwrap();
+        let t = chrono::DateTime::parse_from_rfc3339("2026-03-10T01:59:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(
+            s.next_after(t).unwrap().to_rfc3339(),
+            "2026-03-10T02:00:00+00:00"
+        );
+        assert_eq!(
+            s.next_after(s.next_after(t).unwrap()).unwrap().to_rfc3339(),
+            "2026-03-11T02:00:00+00:00"
+        );
+        for bad in ["0 0 2 * * *", "0 2 * *", "61 2 * * *", "x y z a b", ""] {
+            assert!(Schedule::parse(bad, false).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_checked_by_name() {
+        let mut c = LifecycleConfig::default();
+        c.validate().unwrap();
+        c.emergence
+            .agents
+            .insert("night-owl".into(), "0 25 * * *".into());
+        assert!(c.validate().unwrap_err().to_string().contains("night-owl"));
+        c.emergence.agents.insert("night-owl".into(), "off".into());
+        c.validate().unwrap();
+        assert!(c.emergence.schedule("night-owl").unwrap().is_none());
+        c.extraction.min_messages = 0;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("min_messages")
+        );
     }
 }
