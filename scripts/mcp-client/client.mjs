@@ -88,7 +88,8 @@ async function walk() {
   }
   const expected = [
     "edit_workspace_memory_file", "list_workspace_memory_files", "memory", "memory_clear",
-    "memory_daily", "memory_forget", "memory_recall", "memory_save", "memory_search",
+    "memory_consolidate", "memory_daily", "memory_dropped", "memory_emerge", "memory_extract",
+    "memory_forget", "memory_recall", "memory_restore", "memory_save", "memory_search",
     "memory_show", "read_workspace_memory_file", "tape_append", "tape_context",
     "tape_history", "tape_search", "write_workspace_memory_file",
   ];

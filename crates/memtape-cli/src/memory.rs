@@ -143,6 +143,26 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run MateClaw's extraction on a session now with the configured model (the cooldown
+    /// is skipped; the 4-message floor and the lock are not). Prints what it did as JSON.
+    Extract {
+        /// The session key.
+        session: String,
+    },
+    /// Run MateClaw's emergence now: the newest daily notes merged into MEMORY.md by the
+    /// configured model (waits for an extraction or emergence of this memory running
+    /// elsewhere). Prints what it did as JSON.
+    Emerge {
+        /// How many of the newest daily notes to read (default: [lifecycle.emergence] days, 7).
+        #[arg(long)]
+        days: Option<usize>,
+    },
+    /// List the prompt templates (name, the variables each takes, whether this agent
+    /// overrides it with prompts/NAME.md), or print one as this agent has it.
+    Prompts {
+        /// A template's name.
+        name: Option<String>,
+    },
     /// Put a dropped fact back into its file (in its old section when the file has it).
     Restore {
         /// The dropped fact's id (from `memory dropped`).
@@ -439,7 +459,8 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         MemoryCommand::Show { .. }
         | MemoryCommand::Versions { .. }
         | MemoryCommand::Diff { .. }
-        | MemoryCommand::Dropped { .. } => open_read_only(ctx)?,
+        | MemoryCommand::Dropped { .. }
+        | MemoryCommand::Prompts { .. } => open_read_only(ctx)?,
         _ => open(ctx)?,
     };
     match command {
@@ -550,6 +571,70 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
             let done =
                 engine.consolidate(&session, llm.as_ref(), config.lifecycle.consolidation(*all))?;
             output::json(out, &done)?;
+        }
+        MemoryCommand::Extract { session } => {
+            let config = config::load(ctx)?;
+            let llm = config.require_llm()?;
+            let session = existing_session(&engine, ctx, session)?;
+            let run = engine.extract(
+                &session,
+                llm.as_ref(),
+                &config.lifecycle.extraction,
+                memtape::Trigger::Manual,
+            )?;
+            output::json(out, &run)?;
+        }
+        MemoryCommand::Emerge { days } => {
+            let config = config::load(ctx)?;
+            let llm = config.require_llm()?;
+            let run = engine.emerge(
+                &scope,
+                llm.as_ref(),
+                &config.lifecycle.emergence,
+                *days,
+                memtape::Wait::Block,
+            )?;
+            output::json(out, &run)?;
+        }
+        MemoryCommand::Prompts { name } => {
+            let agent = engine.memory(&scope.agent_scope())?;
+            match name {
+                None => {
+                    for t in memtape::prompts::TEMPLATES {
+                        let own = agent
+                            .content(&t.path())
+                            .is_some_and(|c| !c.trim().is_empty());
+                        let vars: Vec<String> = t.vars.iter().map(|v| format!("{{{v}}}")).collect();
+                        writeln!(
+                            out,
+                            "{}\t{}\t{}",
+                            t.name,
+                            if vars.is_empty() {
+                                "-".into()
+                            } else {
+                                vars.join(" ")
+                            },
+                            if own { t.path() } else { "default".into() }
+                        )?;
+                    }
+                }
+                Some(name) => {
+                    let Some(t) = memtape::prompts::TEMPLATES.iter().find(|t| t.name == name)
+                    else {
+                        let names: Vec<&str> =
+                            memtape::prompts::TEMPLATES.iter().map(|t| t.name).collect();
+                        bail!(
+                            "no template {name:?}; the templates are {}",
+                            names.join(", ")
+                        );
+                    };
+                    writeln!(
+                        out,
+                        "{}",
+                        memtape::prompts::template_text(&agent, t).trim_end()
+                    )?;
+                }
+            }
         }
         MemoryCommand::Dropped { json } => {
             for d in engine.dropped_facts(&scope)? {

@@ -218,3 +218,67 @@ fn the_consolidation_lock_holds_between_processes() {
         "the messages were sent to the model once"
     );
 }
+
+/// `memory extract` and `memory emerge` through the binary, and a prompt template
+/// overridden by the agent's own `prompts/NAME.md`.
+#[test]
+fn extract_emerge_and_prompt_overrides() {
+    let r = Run::new();
+    chat(&r, "s1", 4);
+    let reply = |v: Value| text(&v.to_string());
+    let server = Scripted::start(vec![
+        reply(
+            json!({"should_update": true, "daily_entry": "## 10:00 Planned kayaking", "reason": "plan"}),
+        ),
+        reply(
+            json!({"should_update": true, "memory_content": "# Memory\n- Kayaks\n", "reason": "recurs"}),
+        ),
+        reply(json!({"should_update": false, "reason": "override seen"})),
+    ]);
+    configure(&r, &server);
+    let run = r.json(&["memory", "extract", "s1"]);
+    assert_eq!(run["should_update"], true);
+    assert_eq!(
+        run["changed"][0].as_str().unwrap().len(),
+        "memory/2026-01-01.md".len()
+    );
+    let run = r.json(&["memory", "emerge", "--days", "3"]);
+    assert_eq!(run["changed"], json!(["MEMORY.md"]));
+    let prompt = server.body(1).unwrap()["messages"][1]["content"].to_string();
+    assert!(
+        prompt.contains("Daily notes of the last 3 days"),
+        "{prompt}"
+    );
+
+    let list = r.ok(&["memory", "prompts"]);
+    assert_eq!(list.lines().count(), 6, "{list}");
+    assert!(
+        list.contains("extraction-user\t{today} {profile}"),
+        "{list}"
+    );
+    r.ok(&[
+        "files",
+        "write",
+        "prompts/extraction-user.md",
+        "Our own words. Transcript: {transcript}",
+    ]);
+    assert!(
+        r.ok(&["memory", "prompts"])
+            .contains("prompts/extraction-user.md")
+    );
+    assert_eq!(
+        r.ok(&["memory", "prompts", "extraction-user"]),
+        "Our own words. Transcript: {transcript}\n"
+    );
+    let err = r.fails(&["memory", "prompts", "nope"]);
+    assert!(err.contains("extraction-user"), "{err}");
+    r.json(&["memory", "extract", "s1"]);
+    let sent = server.body(2).unwrap()["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.starts_with("Our own words. Transcript: User: message 0"),
+        "{sent}"
+    );
+}

@@ -201,6 +201,30 @@ fn router(
         .with_state(state)
 }
 
+/// How often the emergence schedule is looked at: a schedule fires within this of its time.
+const SCHEDULE_TICK: Duration = Duration::from_secs(20);
+
+/// Runs each agent's emergence on its schedule until `stop` (MateClaw's per-agent cron
+/// job), when the server has a model. Each tick covers the time since the last one, so a
+/// slow tick misses nothing.
+async fn emergence_schedule(state: state::WeakState, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    let mut last = chrono::Utc::now();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SCHEDULE_TICK) => {}
+            () = &mut stop => return,
+        }
+        let Some(state) = state.upgrade() else { return };
+        if state.background().is_none() {
+            return;
+        }
+        let now = chrono::Utc::now();
+        state.run_due_emergences(last, now).await;
+        last = now;
+    }
+}
+
 /// Serves `app(state)` on `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for the requests in flight. Returns once they are done (or the
 /// grace ran out); the caller then drops the state, which closes the store.
@@ -225,6 +249,10 @@ pub async fn serve(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let header_timeout = state.limits().header_timeout;
+    tokio::spawn(emergence_schedule(
+        state.downgrade(),
+        stopped(stop_rx.clone()),
+    ));
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
     let app = router(state, mcp);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();

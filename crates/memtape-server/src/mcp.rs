@@ -57,8 +57,9 @@ mod tools;
 use hub::{Hub, Sub};
 pub use tools::tools;
 use tools::{
-    AppendInput, ContextInput, HistoryInput, PolicyInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT,
-    TAPE_HISTORY, TAPE_SEARCH, is_tool,
+    AppendInput, ConsolidateInput, ContextInput, EmergeInput, ExtractInput, HistoryInput,
+    MEMORY_CONSOLIDATE, MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput,
+    RestoreInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
 /// The memory skill: the `memory_skill` prompt.
@@ -267,6 +268,58 @@ impl Memtape {
                 let Json(out) = rest::search(state, caller, ApiQuery(params)).await?;
                 to_text(&out)
             }
+            MEMORY_CONSOLIDATE => {
+                // The role first, as the registry's tools do: a read key learns no more.
+                who.caller.require(Role::Write)?;
+                let input: ConsolidateInput = input(name, args)?;
+                let body = rest::ConsolidationBody {
+                    all: input.all.unwrap_or(false),
+                };
+                let call = rest::consolidation(
+                    state,
+                    caller,
+                    ApiPath(input.session),
+                    ApiQuery(who.params()),
+                    ApiJson(body),
+                );
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
+            MEMORY_EXTRACT => {
+                // The role first, as the registry's tools do: a read key learns no more.
+                who.caller.require(Role::Write)?;
+                let input: ExtractInput = input(name, args)?;
+                let call = rest::extraction(
+                    state,
+                    caller,
+                    ApiPath(input.session),
+                    ApiQuery(who.params()),
+                );
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
+            MEMORY_EMERGE => {
+                // The role first, as the registry's tools do: a read key learns no more.
+                who.caller.require(Role::Write)?;
+                let input: EmergeInput = input(name, args)?;
+                let body = rest::EmergenceBody { days: input.days };
+                let call = rest::emergence(state, caller, ApiQuery(who.params()), ApiJson(body));
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
+            MEMORY_DROPPED => {
+                let Json(out) = rest::dropped(state, caller, ApiQuery(who.params())).await?;
+                to_text(&out)
+            }
+            MEMORY_RESTORE => {
+                // The role first, as the registry's tools do: a read key learns no more.
+                who.caller.require(Role::Write)?;
+                let input: RestoreInput = input(name, args)?;
+                let call =
+                    rest::restore_dropped(state, caller, ApiPath(input.id), ApiQuery(who.params()));
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
             TAPE_CONTEXT => {
                 let input: ContextInput = input(name, args)?;
                 let record = input.record.unwrap_or(true);
@@ -355,7 +408,12 @@ enum Refusal {
 
 impl From<ApiError> for Refusal {
     fn from(e: ApiError) -> Self {
-        if e.status.is_client_error() {
+        // A model that failed (502) or is not configured (503) is the tool's error to
+        // show, as a refusal is: nothing changed, and the caller can act on it.
+        if e.status.is_client_error()
+            || e.status == axum::http::StatusCode::BAD_GATEWAY
+            || e.status == axum::http::StatusCode::SERVICE_UNAVAILABLE
+        {
             Refusal::Tool(format!("Error: {}", e.message))
         } else {
             Refusal::Server(e)

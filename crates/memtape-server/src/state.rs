@@ -241,6 +241,15 @@ impl AppState {
         self.inner.background.as_ref()
     }
 
+    /// The lifecycle settings (the defaults without a model).
+    pub fn lifecycle(&self) -> LifecycleConfig {
+        self.inner
+            .background
+            .as_ref()
+            .map(|b| b.config().clone())
+            .unwrap_or_default()
+    }
+
     /// The model, or 503 naming how to configure one.
     pub fn model(&self) -> Result<Arc<dyn Llm>> {
         self.inner
@@ -257,17 +266,73 @@ impl AppState {
             })
     }
 
-    /// After messages were appended to `session`: starts its consolidation in the
-    /// background if it is due (the check runs on the blocking pool, off the reply's path).
-    pub fn nudge(&self, session: &Scope) {
-        if let Some(background) = self.inner.background.clone() {
-            let session = session.clone();
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = background.nudge(&session) {
-                    tracing::warn!(%session, error = %e, "could not check whether to consolidate");
+    /// After messages were appended to `session`, off the reply's path (on the blocking
+    /// pool): starts its consolidation in the background if it is due, and when the
+    /// appends ended with the assistant's reply (a completed exchange, MateClaw's
+    /// `ConversationCompletedEvent`), runs the post-conversation extraction, which its
+    /// pre-checks and the agent's cooldown usually skip without a call.
+    pub fn after_append(&self, session: &Scope, replied: bool) {
+        let Some(background) = self.inner.background.clone() else {
+            return;
+        };
+        let engine = self.inner.engine.clone();
+        let session = session.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = background.nudge(&session) {
+                tracing::warn!(%session, error = %e, "could not check whether to consolidate");
+            }
+            let config = &background.config().extraction;
+            if !replied || !config.enabled {
+                return;
+            }
+            let trigger = memtape::Trigger::Conversation { source: "web" };
+            match engine.extract(&session, background.llm().as_ref(), config, trigger) {
+                Ok(run) if run.skipped.is_none() => tracing::info!(
+                    %session, changed = ?run.changed, dropped = run.dropped, reason = %run.reason,
+                    "extracted"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(%session, error = %e, "extraction failed; nothing was written")
                 }
-            });
-        }
+            }
+        });
+    }
+
+    /// Runs the emergences due between `after` and `until` (each agent's schedule), one at a
+    /// time on the blocking pool; a memory busy elsewhere is skipped.
+    pub async fn run_due_emergences(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) {
+        let Some(background) = self.inner.background.clone() else {
+            return;
+        };
+        let engine = self.inner.engine.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let config = &background.config().emergence;
+            let due = match engine.due_emergences(config, after, until) {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not list the emergences due");
+                    return;
+                }
+            };
+            for scope in due {
+                let llm = background.llm().as_ref();
+                match engine.emerge(&scope, llm, config, None, memtape::Wait::Try) {
+                    Ok(run) => tracing::info!(
+                        %scope, skipped = ?run.skipped, changed = ?run.changed,
+                        dropped = run.dropped, "emergence"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(%scope, error = %e, "emergence failed; nothing was written")
+                    }
+                }
+            }
+        });
+        let _ = done.await;
     }
 
     /// A handle that does not keep the state alive.

@@ -244,7 +244,12 @@ fn no_route_reaches_another_tenant() {
                 let (status, response) =
                     s.call(&method, &url, body.as_ref().or(Some(&json!({}))), b);
                 calls += 1;
-                assert!(status < 500, "{method} {url}: {status} {response}");
+                // The model routes answer 503 on a server without a model, by design.
+                let no_model = status == 503 && response["error"]["code"] == "no_model";
+                assert!(
+                    status < 500 || no_model,
+                    "{method} {url}: {status} {response}"
+                );
                 let text = response.to_string();
                 assert!(
                     !text.contains(SECRET) && !text.contains("4711") && !text.contains("acme"),

@@ -17,7 +17,15 @@ use memtape_scripted::{Answer, Scripted, text, tool_call};
 use memtape_server::ModelSetup;
 use serde_json::{Value, json};
 
+/// The scripted model with consolidation at `window` messages and no automatic extraction
+/// (each test scripts exactly the calls it expects).
 fn model(server: &Scripted, window: usize) -> ModelSetup {
+    let mut setup = model_with_extraction(server, window);
+    setup.lifecycle.extraction.enabled = false;
+    setup
+}
+
+fn model_with_extraction(server: &Scripted, window: usize) -> ModelSetup {
     let llm = OpenAi::new(&server.base, "scripted")
         .unwrap()
         .timeout(Duration::from_secs(5))
@@ -192,4 +200,54 @@ fn new_goes_through_the_model_and_clears_nothing_when_it_fails() {
     assert_eq!(new["archived"], 4);
     assert_eq!(new["consolidation"]["memory_changed"], true);
     assert_eq!(history_len(&server), 0);
+}
+
+/// MateClaw's post-conversation extraction runs after an exchange completes (the append
+/// ends with the assistant's reply), off the reply's path; the agent's cooldown keeps the
+/// next exchange from calling again. Manual extraction and emergence are routes too.
+#[test]
+fn a_completed_exchange_is_analysed_and_the_triggers_are_routes() {
+    let reply = |v: Value| text(&v.to_string());
+    let model_server = Scripted::start(vec![
+        reply(json!({"should_update": true, "daily_entry": "## Kayak plans", "reason": "plan"})),
+        reply(json!({"should_update": false, "reason": "manual run"})),
+        reply(
+            json!({"should_update": true, "memory_content": "# Memory\n- Kayaks\n", "reason": "recurs"}),
+        ),
+    ]);
+    let server = Server::start_with_model(model_with_extraction(&model_server, 100));
+    say(&server, 4);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, memory) = server.call("GET", "/v1/memory", None, None);
+        if memory.to_string().contains("Kayak plans") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no extraction landed: {memory}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Another exchange within the cooldown: no call.
+    say(&server, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(model_server.requests(), 1);
+    let (status, run) = server.call("POST", "/v1/sessions/s1/extraction", None, None);
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["reason"], "manual run");
+    let (status, run) = server.call(
+        "POST",
+        "/v1/memory/emergence",
+        Some(&json!({"days": 3})),
+        None,
+    );
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["changed"], json!(["MEMORY.md"]));
+    let (status, _) = server.call(
+        "POST",
+        "/v1/memory/emergence",
+        Some(&json!({"days": 0})),
+        None,
+    );
+    assert_eq!(status, 400);
+    let (status, _) = server.call("POST", "/v1/sessions/nope/extraction", None, None);
+    assert_eq!(status, 404);
 }

@@ -153,6 +153,12 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
             ("tape_search", json!({"query": "launch code 4711", "mode": "bm25", "scope": "tenant", "session": "chat"})),
             ("tape_search", json!({"query": "secret plan", "mode": "bm25", "kind": "event", "scope": "tenant"})),
             ("tape_context", json!({"session": "chat", "budget": 2000, "message": "what is the launch code?"})),
+            // Without a model these refuse; with acme's ids they must not reach acme.
+            ("memory_consolidate", json!({"session": "chat", "all": true})),
+            ("memory_extract", json!({"session": "chat"})),
+            ("memory_emerge", json!({"days": 3})),
+            ("memory_dropped", json!({})),
+            ("memory_restore", json!({"id": acme_change})),
             ("memory_clear", json!({})),
         ];
         let mut called: Vec<String> = calls.iter().map(|(t, _)| (*t).to_owned()).collect();

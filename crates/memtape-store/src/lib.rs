@@ -107,6 +107,10 @@ pub trait Store: Send + Sync {
     /// Every scope of `tenant` that has entries.
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>>;
 
+    /// Every tenant that has entries, sorted. For background work that runs for every
+    /// tenant (scheduled emergence), not for serving callers.
+    fn tenants(&self) -> Result<Vec<String>>;
+
     /// A random id made when the store was created: projections kept beside the tape (the
     /// search index) record it, so a replaced or reset tape is never mistaken for the one
     /// they were built from.

@@ -176,6 +176,18 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn tenants(&self) -> Result<Vec<String>> {
+        let mut out: Vec<String> = self
+            .data()
+            .scopes
+            .values()
+            .map(|i| i.scope.tenant().to_owned())
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         let inner = self.data();
         let range = inner.entries.range(after.0.saturating_add(1)..);

@@ -749,6 +749,16 @@ impl Store for SqliteStore {
         })
     }
 
+    fn tenants(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT DISTINCT tenant FROM scopes WHERE entries > 0 ORDER BY tenant",
+            )?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+        })
+    }
+
     fn tape_id(&self) -> Result<String> {
         self.read(|c| Ok(c.query_row("SELECT id FROM tape", [], |r| r.get(0))?))
     }

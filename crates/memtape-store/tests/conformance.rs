@@ -298,6 +298,7 @@ fn tenants_never_see_each_other() {
         assert!(store.get("globex", a).unwrap().is_none());
         assert_eq!(store.scopes("acme").unwrap().len(), 1);
         assert_eq!(store.scopes("globex").unwrap()[0].scope, theirs);
+        assert_eq!(store.tenants().unwrap(), ["acme", "globex"]);
         // The same session name under another tenant has its own head.
         let next = store
             .append(vec![msg(&theirs, Message::assistant("x"), 1)])

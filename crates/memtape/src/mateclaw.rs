@@ -400,6 +400,45 @@ impl<S: Store> Engine<S> {
     }
 }
 
+impl<S: Store> Engine<S> {
+    /// The memories (each agent's, and each agent-and-user's, of every tenant) whose
+    /// emergence schedule fires after `after` and at or before `until`: what a server's
+    /// scheduler runs [`Engine::emerge`] on. An agent whose schedule is off is left out.
+    pub fn due_emergences(
+        &self,
+        config: &EmergenceConfig,
+        after: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Scope>> {
+        let mut due = Vec::new();
+        let mut fires: std::collections::HashMap<String, bool> = Default::default();
+        for tenant in self.store.tenants()? {
+            for info in self.store.scopes(&tenant)? {
+                let scope = info.scope;
+                if scope.session().is_some() {
+                    continue;
+                }
+                let agent = scope.agent_name().to_owned();
+                let fire = match fires.get(&agent) {
+                    Some(f) => *f,
+                    None => {
+                        let f = config
+                            .schedule(&agent)?
+                            .and_then(|s| s.next_after(after))
+                            .is_some_and(|next| next <= until);
+                        fires.insert(agent, f);
+                        f
+                    }
+                };
+                if fire {
+                    due.push(scope);
+                }
+            }
+        }
+        Ok(due)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -439,3 +439,49 @@ fn emergence_merges_the_newest_notes_into_memory() {
         "emergence"
     );
 }
+
+/// The scheduler's question: whose emergence fires in a window of time. Each agent's own
+/// schedule wins over the default; `off` leaves it out; sessions are not memories.
+#[test]
+fn due_emergences_follow_each_agents_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = open(dir.path());
+    let note = |tenant: &str, agent: &str| {
+        let scope = Scope::agent(tenant, agent).unwrap();
+        engine.append_daily(&scope, "a note", None).unwrap();
+        scope
+    };
+    let a = note("t", "a");
+    let b = note("t", "b");
+    let c = note("u", "c");
+    talk(&engine, "a long enough message");
+    let mut config = EmergenceConfig::default();
+    config.agents.insert("b".into(), "30 3 * * *".into());
+    config.agents.insert("c".into(), "off".into());
+    let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+    let due = engine
+        .due_emergences(
+            &config,
+            at("2026-03-10T01:59:30Z"),
+            at("2026-03-10T02:00:30Z"),
+        )
+        .unwrap();
+    assert_eq!(due, [a], "a fires at 02:00; b at 03:30; c is off");
+    let due = engine
+        .due_emergences(
+            &config,
+            at("2026-03-10T03:00:00Z"),
+            at("2026-03-10T03:31:00Z"),
+        )
+        .unwrap();
+    assert_eq!(due, [b]);
+    let due = engine
+        .due_emergences(
+            &config,
+            at("2026-03-10T02:00:30Z"),
+            at("2026-03-10T02:01:00Z"),
+        )
+        .unwrap();
+    assert!(due.is_empty(), "02:00 already passed");
+    assert!(c.session().is_none());
+}

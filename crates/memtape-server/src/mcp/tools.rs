@@ -12,6 +12,58 @@ pub(super) const TAPE_APPEND: &str = "tape_append";
 pub(super) const TAPE_HISTORY: &str = "tape_history";
 pub(super) const TAPE_SEARCH: &str = "tape_search";
 pub(super) const TAPE_CONTEXT: &str = "tape_context";
+pub(super) const MEMORY_CONSOLIDATE: &str = "memory_consolidate";
+pub(super) const MEMORY_EXTRACT: &str = "memory_extract";
+pub(super) const MEMORY_EMERGE: &str = "memory_emerge";
+pub(super) const MEMORY_DROPPED: &str = "memory_dropped";
+pub(super) const MEMORY_RESTORE: &str = "memory_restore";
+
+/// `memory_consolidate`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct ConsolidateInput {
+    /// The session to consolidate.
+    pub(super) session: String,
+    /// Every unconsolidated message, not only those before the newest half window.
+    #[serde(default)]
+    pub(super) all: Option<bool>,
+}
+
+/// `memory_extract`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExtractInput {
+    /// The session to analyse.
+    pub(super) session: String,
+}
+
+/// `memory_emerge`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct EmergeInput {
+    /// How many of the newest daily notes to read (default 7).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 366))]
+    pub(super) days: Option<usize>,
+}
+
+/// `memory_restore`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct RestoreInput {
+    /// The dropped fact's id (from memory_dropped).
+    pub(super) id: u64,
+}
+
+/// `memory_dropped`'s input: nothing.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct NoInput {}
 
 /// `tape_append`'s input.
 #[derive(Deserialize, JsonSchema)]
@@ -276,7 +328,7 @@ pub fn tools() -> Vec<Tool> {
                 .with_annotations(annotations(read_only))
         })
         .collect();
-    let tape: [(&str, &str, Arc<JsonObject>, bool); 4] = [
+    let tape: [(&str, &str, Arc<JsonObject>, bool); 9] = [
         (
             TAPE_APPEND,
             "Append messages to a session of the tape (one transaction); the user's messages \
@@ -309,6 +361,43 @@ pub fn tools() -> Vec<Tool> {
             schema::<ContextInput>(),
             false,
         ),
+        (
+            MEMORY_CONSOLIDATE,
+            "Consolidate a session now with the server's model (nanobot): the older messages \
+             become a HISTORY.md entry and an updated MEMORY.md, and leave the history. A fact \
+             the model leaves out of MEMORY.md is kept (memory_dropped). Needs a model on the \
+             server; on failure nothing changes.",
+            schema::<ConsolidateInput>(),
+            false,
+        ),
+        (
+            MEMORY_EXTRACT,
+            "Analyse the end of a session now with the server's model (MateClaw) and save what \
+             is worth keeping: a daily-note entry, MEMORY.md, PROFILE.md. Needs a model on the \
+             server; on failure nothing changes.",
+            schema::<ExtractInput>(),
+            false,
+        ),
+        (
+            MEMORY_EMERGE,
+            "Merge the newest daily notes into MEMORY.md now with the server's model \
+             (MateClaw's emergence); the notes are kept as they are.",
+            schema::<EmergeInput>(),
+            false,
+        ),
+        (
+            MEMORY_DROPPED,
+            "The facts that model rewrites of MEMORY.md or PROFILE.md left out, newest first, \
+             each with its id and whether the file has it again.",
+            schema::<NoInput>(),
+            true,
+        ),
+        (
+            MEMORY_RESTORE,
+            "Put a dropped fact (its id from memory_dropped) back into its file.",
+            schema::<RestoreInput>(),
+            false,
+        ),
     ];
     for (name, description, schema, read_only) in tape {
         out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
@@ -339,6 +428,14 @@ fn annotations(read_only: bool) -> ToolAnnotations {
 pub(super) fn is_tool(name: &str) -> bool {
     matches!(
         name,
-        TAPE_APPEND | TAPE_HISTORY | TAPE_SEARCH | TAPE_CONTEXT
+        TAPE_APPEND
+            | TAPE_HISTORY
+            | TAPE_SEARCH
+            | TAPE_CONTEXT
+            | MEMORY_CONSOLIDATE
+            | MEMORY_EXTRACT
+            | MEMORY_EMERGE
+            | MEMORY_DROPPED
+            | MEMORY_RESTORE
     ) || memtape::tools::find(name).is_some()
 }

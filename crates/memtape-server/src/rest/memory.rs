@@ -38,6 +38,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/memory/prune", post(prune))
         .route("/v1/memory/flags", put(flags))
         .route("/v1/memory/dropped", get(dropped))
+        .route("/v1/memory/emergence", post(emergence))
         .route("/v1/memory/dropped/{id}/restore", post(restore_dropped))
 }
 
@@ -699,4 +700,50 @@ pub async fn restore_dropped(
     Ok(Json(MaybeRecorded {
         recorded: r.as_ref().map(VersionWire::of),
     }))
+}
+
+/// An emergence to run.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmergenceBody {
+    /// How many of the newest daily notes to read (default: the server's setting, 7).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 366)]
+    pub days: Option<usize>,
+}
+
+/// MateClaw's emergence, now, with the server's model: the newest daily notes merged into
+/// MEMORY.md (dropped facts kept; the notes never change). Waits for an extraction or
+/// emergence of this memory running elsewhere. 502 with nothing changed when the model
+/// fails or answers badly; 503 without a model.
+#[utoipa::path(post, path = "/v1/memory/emergence", tag = "lifecycle", params(ScopeParams),
+    request_body = EmergenceBody,
+    responses((status = 200, body = crate::rest::session::MemoryRunWire),
+        (status = 400, body = ErrorBody), (status = 502, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn emergence(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<EmergenceBody>,
+) -> Result<Json<crate::rest::session::MemoryRunWire>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    if body.days.is_some_and(|d| !(1..=366).contains(&d)) {
+        return Err(ApiError::bad_request("days must be from 1 to 366"));
+    }
+    let llm = state.model()?;
+    let config = state.lifecycle().emergence.clone();
+    let run = state
+        .run(move |engine| {
+            Ok(engine.emerge(
+                &scope,
+                llm.as_ref(),
+                &config,
+                body.days,
+                memtape::Wait::Block,
+            )?)
+        })
+        .await?;
+    Ok(Json(crate::rest::session::MemoryRunWire::of(run)))
 }

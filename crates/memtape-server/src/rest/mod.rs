@@ -5,6 +5,9 @@
 mod files;
 mod memory;
 mod session;
+
+pub(crate) use memory::{EmergenceBody, dropped, emergence, restore_dropped};
+pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
 
 use axum::extract::State;
@@ -57,6 +60,7 @@ pub fn routes() -> Router<AppState> {
     session::anchor,
     session::consolidate,
     session::consolidation,
+    session::extraction,
     session::new_session,
     session::start,
     session::context,
@@ -75,6 +79,7 @@ pub fn routes() -> Router<AppState> {
     memory::flags,
     memory::dropped,
     memory::restore_dropped,
+    memory::emergence,
     files::view,
     files::create,
     files::edit,
@@ -217,7 +222,10 @@ pub async fn append(
         })
         .collect();
     let stored = state.append(entries).await?;
-    state.nudge(&scope);
+    let replied = stored.last().and_then(|e| e.message()).is_some_and(|m| {
+        m.role == Role::Assistant && m.tool_calls.is_empty() && !m.content_text().trim().is_empty()
+    });
+    state.after_append(&scope, replied);
     let appended = Appended {
         ids: stored.iter().map(|e| e.id.0).collect(),
         captured,

@@ -27,6 +27,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/sessions/{session}/anchors", post(anchor))
         .route("/v1/sessions/{session}/consolidate", post(consolidate))
         .route("/v1/sessions/{session}/consolidation", post(consolidation))
+        .route("/v1/sessions/{session}/extraction", post(extraction))
         .route("/v1/sessions/{session}/new", post(new_session))
         .route("/v1/sessions/{session}/start", post(start))
         .route("/v1/sessions/{session}/context", post(context))
@@ -173,10 +174,7 @@ pub async fn consolidation(
     caller.require(KeyRole::Write)?;
     let scope = session(&caller, &p, &name)?;
     let llm = state.model()?;
-    let options = state
-        .background()
-        .map(|b| b.config().consolidation(body.all))
-        .unwrap_or_default();
+    let options = state.lifecycle().consolidation(body.all);
     let done = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
@@ -184,6 +182,64 @@ pub async fn consolidation(
         })
         .await?;
     Ok(Json(ConsolidationWire::of(&done)))
+}
+
+/// What an extraction or emergence did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryRunWire {
+    /// Why it did not run (nothing was sent to the model), if it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Whether the model said memory needed updating.
+    pub should_update: bool,
+    /// The model's reason.
+    pub reason: String,
+    /// The files that changed.
+    pub changed: Vec<String>,
+    /// How many facts its rewrites left out (kept as `memory.dropped`).
+    pub dropped: usize,
+}
+
+impl MemoryRunWire {
+    /// The wire form of `run`.
+    pub fn of(run: memtape::MemoryRun) -> Self {
+        MemoryRunWire {
+            skipped: run.skipped,
+            should_update: run.should_update,
+            reason: run.reason,
+            changed: run.changed,
+            dropped: run.dropped,
+        }
+    }
+}
+
+/// MateClaw's extraction, now, with the server's model: the end of the conversation and
+/// the memory files go to the model, and its JSON answer becomes one memory version (a
+/// daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to
+/// this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing
+/// changed when the model fails or answers badly; 503 without a model.
+#[utoipa::path(post, path = "/v1/sessions/{session}/extraction", tag = "lifecycle",
+    params(("session" = String, Path, description = "The session key"), ScopeParams),
+    responses((status = 200, body = MemoryRunWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 502, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn extraction(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<MemoryRunWire>> {
+    caller.require(KeyRole::Write)?;
+    let scope = session(&caller, &p, &name)?;
+    let llm = state.model()?;
+    let config = state.lifecycle().extraction.clone();
+    let run = state
+        .run(move |engine| {
+            existing(engine, &scope, &name)?;
+            Ok(engine.extract(&scope, llm.as_ref(), &config, memtape::Trigger::Manual)?)
+        })
+        .await?;
+    Ok(Json(MemoryRunWire::of(run)))
 }
 
 /// The options of `/new`.

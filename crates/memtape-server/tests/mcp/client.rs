@@ -166,7 +166,20 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
     let mut expected: Vec<String> = memtape::tools::registry()
         .iter()
         .map(|s| s.function_name())
-        .chain(["tape_append", "tape_history", "tape_search", "tape_context"].map(str::to_owned))
+        .chain(
+            [
+                "tape_append",
+                "tape_history",
+                "tape_search",
+                "tape_context",
+                "memory_consolidate",
+                "memory_extract",
+                "memory_emerge",
+                "memory_dropped",
+                "memory_restore",
+            ]
+            .map(str::to_owned),
+        )
         .collect();
     expected.sort();
     assert_eq!(names, expected);
