@@ -64,6 +64,29 @@ impl<S: Store> Engine<S> {
         self.context_with(session, request, &ExtractiveSummarizer::new(max_tokens))
     }
 
+    /// [`Engine::context`] with the compaction summary made by `llm` (MateClaw: the older
+    /// messages summarized by the model within the policy's summary bound, 300 tokens by
+    /// default; cached as every compaction is). If the model fails, the compaction keeps
+    /// the messages it would have replaced, as with any summarizer.
+    pub fn context_with_model(
+        &self,
+        session: &Scope,
+        request: &ContextRequest,
+        llm: &dyn memtape_llm::Llm,
+    ) -> Result<Context> {
+        let max_tokens = match &request.config.policy {
+            Policy::MateClaw(p) => p.summary_max_tokens,
+            Policy::Qanot(_) => DEFAULT_SUMMARY_MAX_TOKENS,
+        };
+        let summarizer = ModelSummarizer {
+            engine: self,
+            llm,
+            session,
+            max_tokens,
+        };
+        self.context_with(session, request, &summarizer)
+    }
+
     /// [`Engine::context`] with `summarizer` making compaction summaries.
     pub fn context_with(
         &self,
@@ -272,5 +295,75 @@ impl<S: Store> Engine<S> {
             NewEntry::new(session.clone(), mark, now),
         ])?;
         Ok(())
+    }
+}
+
+/// A compaction summary made by a model (MateClaw's `ConversationWindowManager`), each call
+/// recorded on the tape.
+struct ModelSummarizer<'a, S: Store> {
+    engine: &'a Engine<S>,
+    llm: &'a dyn memtape_llm::Llm,
+    session: &'a Scope,
+    max_tokens: usize,
+}
+
+/// MateClaw cuts each message of the summary input at this many characters.
+const SUMMARY_MESSAGE_CHARS: usize = 2000;
+
+impl<S: Store> Summarizer for ModelSummarizer<'_, S> {
+    fn summarize(
+        &self,
+        messages: &[memtape_core::Message],
+        previous: Option<&str>,
+    ) -> memtape_core::Result<String> {
+        let mut conversation = String::new();
+        if let Some(previous) = previous.filter(|p| !p.trim().is_empty()) {
+            conversation.push_str(&format!("Summary so far: {}\n\n", previous.trim()));
+        }
+        for m in messages {
+            let text = m.content_text();
+            if text.trim().is_empty() {
+                continue;
+            }
+            let label = match m.role {
+                memtape_core::Role::User => "User",
+                memtape_core::Role::System => "System",
+                _ => "Assistant",
+            };
+            let text = if text.chars().count() > SUMMARY_MESSAGE_CHARS {
+                let cut: String = text.chars().take(SUMMARY_MESSAGE_CHARS).collect();
+                format!("{cut}...[truncated]")
+            } else {
+                text.into_owned()
+            };
+            conversation.push_str(&format!("{label}: {text}\n\n"));
+        }
+        let failed = |e: Error| memtape_core::Error::Summarize(e.to_string());
+        let system = self
+            .engine
+            .prompt(self.session, &crate::prompts::SUMMARY_SYSTEM, &[])
+            .map_err(failed)?;
+        let user = self
+            .engine
+            .prompt(
+                self.session,
+                &crate::prompts::SUMMARY_USER,
+                &[("conversation", conversation.trim_end())],
+            )
+            .map_err(failed)?;
+        let mut request = memtape_llm::ChatRequest::new(vec![
+            memtape_llm::Message::system(system),
+            memtape_llm::Message::user(user),
+        ]);
+        request.max_tokens = Some(u32::try_from(self.max_tokens).unwrap_or(u32::MAX));
+        self.engine
+            .call_llm(self.llm, self.session, "compaction", &request, |reply| {
+                let text = reply.content.trim();
+                if text.is_empty() {
+                    return Err(Error::Model("the summary is empty".into()));
+                }
+                Ok(text.to_owned())
+            })
+            .map_err(failed)
     }
 }

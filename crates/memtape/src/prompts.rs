@@ -122,8 +122,26 @@ pub const EMERGENCE_USER: Template = Template {
     vars: &["memory", "day_range", "daily_notes"],
 };
 
+/// MateClaw's context summary (compaction), the system message.
+pub const SUMMARY_SYSTEM: Template = Template {
+    name: "context-summary-system",
+    default: include_str!("../prompts/context-summary-system.md"),
+    vars: &[],
+};
+
+/// MateClaw's context summary, the user message: `{conversation}` (the older messages,
+/// `User: …` / `Assistant: …` / `System: …`, each cut at 2000 characters, after the
+/// summary so far when there is one).
+pub const SUMMARY_USER: Template = Template {
+    name: "context-summary-user",
+    default: include_str!("../prompts/context-summary-user.md"),
+    vars: &["conversation"],
+};
+
 /// Every template memtape ships.
 pub const TEMPLATES: &[Template] = &[
+    SUMMARY_SYSTEM,
+    SUMMARY_USER,
     CONSOLIDATION_SYSTEM,
     CONSOLIDATION_USER,
     EXTRACTION_SYSTEM,

@@ -524,3 +524,53 @@ fn a_context_needs_a_session_and_a_workable_configuration() {
             .sum::<usize>()
     );
 }
+
+/// MateClaw's compaction summary from a model: the older messages go to it (labelled, cut
+/// at 2000 characters) with the summary bound as max_tokens; the summary is recorded and
+/// reused like any other; a model that fails leaves the messages in place and records
+/// nothing.
+#[test]
+fn a_model_writes_the_compaction_summary_and_a_failure_keeps_the_messages() {
+    use memtape_scripted::{Scripted, status, text};
+    let client = |server: &Scripted| {
+        memtape_llm::OpenAi::new(&server.base, "scripted")
+            .unwrap()
+            .retry(memtape_llm::RetryPolicy {
+                max_retries: 0,
+                ..Default::default()
+            })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::new();
+    let e = engine(dir.path(), &clock);
+    chat(&e, 0, 12);
+    let budget = (full_tokens(&e, Policy::default()) as f64 / 0.75) as usize - 1;
+    let req = request(budget, Policy::default());
+
+    let failing = Scripted::start(vec![status(500, "down")]);
+    let kept = e.context_with_model(&session(), &req, &client(&failing)).unwrap();
+    assert!(!kept.compacted);
+    assert!(compaction_events(&e).is_empty(), "nothing recorded");
+    assert!(kept.history_messages >= 24, "{}", kept.history_messages);
+
+    let server = Scripted::start(vec![text("Falcon: services 0-9 run on ports 8000-8009.")]);
+    let built = e.context_with_model(&session(), &req, &client(&server)).unwrap();
+    assert!(built.compacted);
+    let body = server.body(0).unwrap();
+    assert_eq!(body["max_tokens"], 300);
+    let prompt = body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.starts_with("The following conversation history needs summarising:"));
+    assert!(prompt.contains("User: Question 0:"), "{prompt}");
+    assert!(prompt.contains("Assistant: Answer 9:"), "{prompt}");
+    assert!(!prompt.contains("Question 11"), "the recent pairs stay as they are");
+    let summary_message = built
+        .messages
+        .iter()
+        .find(|m| m.content_text().contains("ports 8000-8009"))
+        .expect("the summary is in the prompt");
+    assert_eq!(summary_message.role, Role::User, "as MateClaw injects it");
+    // Reused by the next call: no second request.
+    let again = e.context_with_model(&session(), &req, &client(&server)).unwrap();
+    assert_eq!(again.messages, built.messages);
+    assert_eq!(server.requests(), 1);
+}
