@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_serve;
+mod chat;
 mod config;
 mod context;
 mod ctx;
@@ -55,6 +56,9 @@ enum Command {
     /// The agent's language-model calls (consolidation, extraction, …) and the tokens
     /// they cost, by model and purpose.
     Usage(tape::UsageArgs),
+    /// Talk to the configured model in a terminal, with memtape keeping its memory: the
+    /// WAL, the context builder, the memory tools, daily notes, consolidation, extraction.
+    Chat(chat::ChatArgs),
     /// Show the thread that ends at an entry (regenerated answers replace their siblings).
     Thread(tape::ThreadArgs),
     /// Write an anchor (a named boundary) into a session; prints its id.
@@ -153,6 +157,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sessions(a) => tape::sessions(&ctx.scope(&a.scope), a, out)?,
         Command::Thread(a) => tape::thread(&ctx.scope(&a.scope), a, out)?,
         Command::Usage(a) => tape::usage(&ctx.scope(&a.scope), a, out)?,
+        Command::Chat(a) => chat::chat(&ctx.scope(&a.scope).models(&a.models), a, out)?,
         Command::Anchor(a) => tape::anchor(&ctx.scope(&a.scope), a, out)?,
         Command::Entries(a) => tape::entries(&ctx.scope(&a.scope), a, out)?,
         Command::Consolidate(a) => tape::consolidate(&ctx.scope(&a.scope), a, out)?,

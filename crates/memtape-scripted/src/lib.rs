@@ -248,3 +248,44 @@ pub fn status(code: u16, message: &str) -> Answer {
         serde_json::json!({"error": {"message": message, "type": "server_error"}}).to_string(),
     )
 }
+
+/// An OpenAI stream that says `text` in a few pieces, then its usage and `[DONE]`.
+pub fn stream_text(text: &str) -> Answer {
+    let chars: Vec<char> = text.chars().collect();
+    let mut events: Vec<String> = chars
+        .chunks(8)
+        .map(|piece| delta(serde_json::json!({"content": piece.iter().collect::<String>()})))
+        .collect();
+    events.push(finish("stop"));
+    events.push("data: [DONE]\n\n".into());
+    Answer::Stream { events, cut: false }
+}
+
+/// An OpenAI stream that calls `tool` with `arguments` (a JSON text), sent in two pieces.
+pub fn stream_tool_call(tool: &str, arguments: &str) -> Answer {
+    let half = arguments.len() / 2;
+    let half = (0..=half)
+        .rev()
+        .find(|i| arguments.is_char_boundary(*i))
+        .unwrap_or(0);
+    let events = vec![
+        delta(
+            serde_json::json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": tool, "arguments": &arguments[..half]}}]}),
+        ),
+        delta(serde_json::json!({"tool_calls": [{"index": 0,
+            "function": {"arguments": &arguments[half..]}}]})),
+        finish("tool_calls"),
+        "data: [DONE]\n\n".into(),
+    ];
+    Answer::Stream { events, cut: false }
+}
+
+/// The last chunk of an OpenAI stream: the finish reason and the usage.
+fn finish(reason: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+    )
+}

@@ -548,13 +548,17 @@ fn a_model_writes_the_compaction_summary_and_a_failure_keeps_the_messages() {
     let req = request(budget, Policy::default());
 
     let failing = Scripted::start(vec![status(500, "down")]);
-    let kept = e.context_with_model(&session(), &req, &client(&failing)).unwrap();
+    let kept = e
+        .context_with_model(&session(), &req, &client(&failing))
+        .unwrap();
     assert!(!kept.compacted);
     assert!(compaction_events(&e).is_empty(), "nothing recorded");
     assert!(kept.history_messages >= 24, "{}", kept.history_messages);
 
     let server = Scripted::start(vec![text("Falcon: services 0-9 run on ports 8000-8009.")]);
-    let built = e.context_with_model(&session(), &req, &client(&server)).unwrap();
+    let built = e
+        .context_with_model(&session(), &req, &client(&server))
+        .unwrap();
     assert!(built.compacted);
     let body = server.body(0).unwrap();
     assert_eq!(body["max_tokens"], 300);
@@ -562,7 +566,10 @@ fn a_model_writes_the_compaction_summary_and_a_failure_keeps_the_messages() {
     assert!(prompt.starts_with("The following conversation history needs summarising:"));
     assert!(prompt.contains("User: Question 0:"), "{prompt}");
     assert!(prompt.contains("Assistant: Answer 9:"), "{prompt}");
-    assert!(!prompt.contains("Question 11"), "the recent pairs stay as they are");
+    assert!(
+        !prompt.contains("Question 11"),
+        "the recent pairs stay as they are"
+    );
     let summary_message = built
         .messages
         .iter()
@@ -570,7 +577,9 @@ fn a_model_writes_the_compaction_summary_and_a_failure_keeps_the_messages() {
         .expect("the summary is in the prompt");
     assert_eq!(summary_message.role, Role::User, "as MateClaw injects it");
     // Reused by the next call: no second request.
-    let again = e.context_with_model(&session(), &req, &client(&server)).unwrap();
+    let again = e
+        .context_with_model(&session(), &req, &client(&server))
+        .unwrap();
     assert_eq!(again.messages, built.messages);
     assert_eq!(server.requests(), 1);
 }

@@ -1,0 +1,487 @@
+//! `memtape chat`: a terminal agent that uses all of memtape's memory, for people to try
+//! it and for the end-to-end test. Each line of standard input is a turn (so it also runs
+//! non-interactively, from a pipe):
+//!
+//! 1. Qanot's WAL scans the user's message before anything answers it, and the message is
+//!    on the tape before the model is called.
+//! 2. The context builder fits the system prompt, memory and history into the budget (a
+//!    compaction summary made by the model when one is due); a `context_length_exceeded`
+//!    from the provider rebuilds it with MateClaw's emergency path and tries once more.
+//! 3. The memory tools (Bub's and memory_search by default) are offered to the model and
+//!    run; their calls and results go on the tape. The reply is streamed.
+//! 4. After the reply: Qanot's daily note for the exchange, and nanobot's consolidation in
+//!    the background once the session reaches its window.
+//!
+//! `/new` (nanobot: wait for consolidation, archive everything, clear), `/memory`,
+//! `/search QUERY`, `/undo`, `/help` and `/quit`. On exit, MateClaw's post-conversation
+//! extraction runs and background consolidations are waited for.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use clap::{Args, ValueEnum};
+use memtape::{
+    Background, ContextConfig, ContextRequest, Engine, MateClaw, Message, Mode, Policy, Qanot,
+    Role, Scope, SearchFilter, SearchRequest, SqliteStore, ToolCall, Trigger, memory_scope,
+};
+use memtape_llm::{ChatRequest, Llm, ToolSpec};
+use serde_json::Value;
+
+use crate::config;
+use crate::ctx::{Ctx, ModelArgs, ScopeArgs, open};
+use crate::output::escape;
+use crate::retrieval::{Tuning, open_indexed};
+
+/// Which memory tools the model is offered.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolSet {
+    /// Bub's memory tools and memory_search (small enough for small models).
+    Bub,
+    /// Every tool of the registry.
+    All,
+    /// None: the model only answers.
+    None,
+}
+
+/// The context policy.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyArg {
+    /// MateClaw: summarize all but the most recent pairs.
+    Mateclaw,
+    /// Qanot: keep the first and last messages, summarize the middle.
+    Qanot,
+}
+
+/// `memtape chat`'s arguments.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// The session to talk in (created if new).
+    #[arg(default_value = "chat")]
+    session: String,
+    /// The system prompt.
+    #[arg(
+        long,
+        default_value = "You are a helpful assistant with long-term memory. Save what the user wants remembered, and their stable preferences, with the memory tools."
+    )]
+    system: String,
+    /// The prompt's token budget.
+    #[arg(long, default_value_t = 8000)]
+    budget: usize,
+    /// The context policy.
+    #[arg(long, value_enum, default_value = "mateclaw")]
+    policy: PolicyArg,
+    /// The memory tools offered to the model.
+    #[arg(long, value_enum, default_value = "bub")]
+    tools: ToolSet,
+    /// Wait for each reply whole instead of streaming it.
+    #[arg(long)]
+    no_stream: bool,
+    /// Print, on exit, how long memory work took per turn (the model's time left out).
+    #[arg(long)]
+    timings: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+/// At most this many rounds of tool calls per turn.
+const TOOL_ROUNDS: usize = 5;
+
+/// The chat's state.
+struct Chat<'a> {
+    engine: Arc<Engine<SqliteStore>>,
+    llm: Arc<dyn Llm>,
+    background: Background<SqliteStore>,
+    session: Scope,
+    args: &'a ChatArgs,
+    lifecycle: memtape::LifecycleConfig,
+    tools: Vec<ToolSpec>,
+    /// Memory work per turn, the model's time left out.
+    spent: Vec<Duration>,
+}
+
+/// `memtape chat`.
+pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
+    let config = config::load(ctx)?;
+    let llm: Arc<dyn Llm> = Arc::from(config.require_llm()?);
+    let dir = ctx.data_dir()?;
+    drop(Engine::init(&dir).with_context(|| format!("opening {}", dir.display()))?);
+    let engine = if dir.join("index.db").exists() {
+        open_indexed(ctx, &Tuning::default())?
+    } else {
+        open(ctx)?
+    };
+    let engine = Arc::new(engine);
+    let session = ctx.base_scope()?.with_session(&args.session)?;
+    let background = Background::new(engine.clone(), llm.clone(), config.lifecycle.clone())
+        .on_done(|session, outcome| match outcome {
+            Ok(done) if done.through.is_some() => eprintln!(
+                "[memory] consolidated {} messages of {session}{}",
+                done.messages,
+                if done.dropped > 0 {
+                    format!(" ({} dropped facts kept)", done.dropped)
+                } else {
+                    String::new()
+                }
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("[memory] consolidation failed, nothing lost: {e}"),
+        });
+    let tools = match args.tools {
+        ToolSet::None => Vec::new(),
+        ToolSet::All => memtape::tools::registry(),
+        ToolSet::Bub => memtape::tools::registry()
+            .into_iter()
+            .filter(|t| t.name.starts_with("memory.") || t.name == "memory_search")
+            .filter(|t| t.name != "memory.clear" && t.name != "memory.forget")
+            .collect(),
+    }
+    .into_iter()
+    .map(|t| ToolSpec {
+        name: t.function_name(),
+        description: t.description.to_owned(),
+        parameters: t.input_schema.clone(),
+    })
+    .collect();
+    let mut chat = Chat {
+        engine,
+        llm,
+        background,
+        session,
+        args,
+        lifecycle: config.lifecycle,
+        tools,
+        spent: Vec::new(),
+    };
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "memtape chat: {} with {} ({}). /help for commands, /quit or Ctrl-D to leave.",
+            chat.session,
+            chat.llm.model(),
+            config.path.display()
+        );
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("you> ");
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.context("reading standard input")?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(command) = line.strip_prefix('/') {
+            if !chat.command(command, out)? {
+                break;
+            }
+            continue;
+        }
+        if let Err(e) = chat.turn(line, out) {
+            // The user's message is on the tape; the turn can be tried again.
+            writeln!(out)?;
+            eprintln!("error: {e:#}");
+        }
+    }
+    chat.finish(out)
+}
+
+impl Chat<'_> {
+    /// The context request for this turn.
+    fn request(&self, emergency: bool) -> ContextRequest {
+        let policy = match self.args.policy {
+            PolicyArg::Mateclaw => Policy::MateClaw(MateClaw::default()),
+            PolicyArg::Qanot => Policy::Qanot(Qanot::default()),
+        };
+        ContextRequest {
+            system_prompt: self.args.system.clone(),
+            message: None,
+            config: ContextConfig::new(self.args.budget, policy),
+            emergency,
+            record: true,
+        }
+    }
+
+    /// One exchange: the user's `text`, the model's reply (with any tool calls run).
+    fn turn(&mut self, text: &str, out: &mut impl Write) -> Result<()> {
+        let mut memory_time = Duration::ZERO;
+        let started = Instant::now();
+        let engine = self.engine.clone();
+        // Qanot's WAL before the reply; the message on the tape before the model is called.
+        let captured = engine.capture(&self.session, text)?;
+        for hit in &captured.matches {
+            eprintln!(
+                "[memory] noted {}: {}",
+                hit.category,
+                escape(&hit.text, false)
+            );
+        }
+        engine.append(&self.session, Message::user(text), Default::default())?;
+        memory_time += started.elapsed();
+        let mut emergency = false;
+        let mut reply = String::new();
+        for _ in 0..TOOL_ROUNDS {
+            let built = Instant::now();
+            let context = engine.context_with_model(
+                &self.session,
+                &self.request(emergency),
+                self.llm.as_ref(),
+            )?;
+            let mut request = ChatRequest::new(context.messages.iter().map(to_llm).collect());
+            request.tools = self.tools.clone();
+            memory_time += built.elapsed();
+            let answer = if self.args.no_stream {
+                self.llm.chat(&request)
+            } else {
+                self.llm.chat_stream(&request, &mut |piece| {
+                    // Streaming is for the person watching; a closed pipe ends at the next line.
+                    let _ = write!(out, "{piece}");
+                    let _ = out.flush();
+                })
+            };
+            let answer = match answer {
+                Err(memtape_llm::Error::ContextLength { .. }) if !emergency => {
+                    // MateClaw's compactForRetry: only the last messages, one more try.
+                    eprintln!(
+                        "[memory] the prompt was too long for the model; retrying with the last messages only"
+                    );
+                    emergency = true;
+                    continue;
+                }
+                other => other?,
+            };
+            let bookkeeping = Instant::now();
+            if self.args.no_stream && !answer.content.is_empty() {
+                write!(out, "{}", answer.content)?;
+            }
+            if answer.tool_calls.is_empty() {
+                reply = answer.content.clone();
+                if !reply.trim().is_empty() {
+                    engine.append(
+                        &self.session,
+                        Message::assistant(&reply),
+                        Default::default(),
+                    )?;
+                }
+                memory_time += bookkeeping.elapsed();
+                break;
+            }
+            let calls: Vec<ToolCall> = answer
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    ToolCall::function(
+                        &c.id,
+                        &c.name,
+                        Value::Object(c.arguments.clone()).to_string(),
+                    )
+                })
+                .collect();
+            let mut said = Message::assistant_tool_calls(calls);
+            if !answer.content.trim().is_empty() {
+                said.content = Some(memtape::Content::Text(answer.content.clone()));
+            }
+            let mut results = vec![said];
+            for call in &answer.tool_calls {
+                let input = Value::Object(call.arguments.clone());
+                let output = engine.call_tool(&self.session, &call.name, &input)?;
+                eprintln!(
+                    "[tool] {}{}",
+                    call.name,
+                    if output.is_error { " (refused)" } else { "" }
+                );
+                results.push(Message::tool_result(&call.id, output.text));
+            }
+            engine.append_messages(&self.session, results)?;
+            memory_time += bookkeeping.elapsed();
+        }
+        writeln!(out)?;
+        let after = Instant::now();
+        if !reply.trim().is_empty() {
+            self.daily_note(text, &reply)?;
+        }
+        if let Err(e) = self.background.nudge(&self.session) {
+            eprintln!("[memory] could not check whether to consolidate: {e}");
+        }
+        memory_time += after.elapsed();
+        self.spent.push(memory_time);
+        Ok(())
+    }
+
+    /// Qanot's automatic daily note for one exchange: the time, and the start of both
+    /// sides (`...` always follows, as in Qanot).
+    fn daily_note(&self, user: &str, reply: &str) -> Result<()> {
+        let now = self.engine.now();
+        let cut = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+        let note = format!(
+            "## [{}]\n**User:** {}...\n**Agent:** {}...",
+            now.format("%H:%M:%S"),
+            cut(user, 100),
+            cut(reply, 200)
+        );
+        self.engine
+            .append_daily(&memory_scope(&self.session)?, &note, Some(now.date_naive()))?;
+        Ok(())
+    }
+
+    /// Runs a slash command; `false` ends the chat.
+    fn command(&mut self, command: &str, out: &mut impl Write) -> Result<bool> {
+        let (name, rest) = command.split_once(' ').unwrap_or((command, ""));
+        let memory = memory_scope(&self.session)?;
+        match name {
+            "quit" | "exit" => return Ok(false),
+            "help" => writeln!(
+                out,
+                "/new — start a new conversation (the current one is archived to memory)\n\
+                 /memory — show the memory\n/search QUERY — search the tape and memory\n\
+                 /undo — undo the last change to memory\n/quit — leave"
+            )?,
+            "new" => {
+                // nanobot: wait for the consolidation in flight, archive all, then clear.
+                self.background.wait_idle();
+                match self
+                    .engine
+                    .new_session_with_model(&self.session, self.llm.as_ref())
+                {
+                    Ok(_) => writeln!(out, "New session started.")?,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        writeln!(
+                            out,
+                            "Memory archival failed, session not cleared. Please try again."
+                        )?;
+                    }
+                }
+            }
+            "memory" => {
+                let shown = self.engine.call_tool(
+                    &memory,
+                    "memory.show",
+                    &Value::Object(Default::default()),
+                )?;
+                writeln!(out, "{}", escape(&shown.text, false))?;
+            }
+            "search" => {
+                let query = rest.trim();
+                if query.is_empty() {
+                    writeln!(out, "usage: /search QUERY")?;
+                } else if self.engine.index().is_some() {
+                    let filter = SearchFilter::within(&self.session.agent_scope());
+                    let request = SearchRequest::new(query, filter)
+                        .limit(5)
+                        .mode(Mode::Hybrid);
+                    let hits = self.engine.search(&request)?;
+                    if hits.is_empty() {
+                        writeln!(out, "nothing found")?;
+                    }
+                    for hit in hits {
+                        let text = hit.entry.payload.search_text().unwrap_or_default();
+                        let text: String = text.chars().take(160).collect();
+                        writeln!(out, "#{} {}", hit.entry.id, escape(&text, false))?;
+                    }
+                } else {
+                    let input = serde_json::json!({"query": query, "limit": 5});
+                    let found = self.engine.call_tool(&memory, "memory_search", &input)?;
+                    writeln!(out, "{}", escape(&found.text, false))?;
+                }
+            }
+            "undo" => {
+                let (log, _) = self.engine.memory_log(&memory)?;
+                let version = log.version();
+                if version == 0 {
+                    writeln!(out, "memory has no changes to undo")?;
+                } else {
+                    match self.engine.undo_memory(&memory, version - 1)? {
+                        Some(r) => writeln!(
+                            out,
+                            "memory is back to version {}, recorded as version {}",
+                            version - 1,
+                            r.version
+                        )?,
+                        None => writeln!(out, "memory already matches version {}", version - 1)?,
+                    }
+                }
+            }
+            other => writeln!(out, "unknown command /{other}; /help lists them")?,
+        }
+        Ok(true)
+    }
+
+    /// Leaving: MateClaw's post-conversation extraction, then the background work.
+    fn finish(&mut self, out: &mut impl Write) -> Result<()> {
+        let config = &self.lifecycle.extraction;
+        let trigger = Trigger::Conversation { source: "chat" };
+        match self
+            .engine
+            .extract(&self.session, self.llm.as_ref(), config, trigger)
+        {
+            Ok(run) => match run.skipped {
+                Some(why) => eprintln!("[memory] no extraction: {why}"),
+                None if run.changed.is_empty() => {
+                    eprintln!("[memory] extraction: nothing new ({})", run.reason)
+                }
+                None => eprintln!(
+                    "[memory] extraction saved {}{}",
+                    run.changed.join(", "),
+                    if run.dropped > 0 {
+                        format!(" ({} dropped facts kept)", run.dropped)
+                    } else {
+                        String::new()
+                    }
+                ),
+            },
+            Err(e) => eprintln!("[memory] extraction failed, nothing written: {e}"),
+        }
+        self.background.wait_idle();
+        if self.args.timings && !self.spent.is_empty() {
+            let mut ms: Vec<f64> = self
+                .spent
+                .iter()
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            let p50 = ms[ms.len() / 2];
+            let max = ms[ms.len() - 1];
+            eprintln!(
+                "[timings] memory work per turn over {} turns (model time excluded): p50 {p50:.2} ms, max {max:.2} ms",
+                ms.len()
+            );
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// A message of the built context as the model client takes it.
+fn to_llm(m: &Message) -> memtape_llm::Message {
+    let role = match m.role {
+        Role::System => memtape_llm::Role::System,
+        Role::User => memtape_llm::Role::User,
+        Role::Assistant => memtape_llm::Role::Assistant,
+        Role::Tool => memtape_llm::Role::Tool,
+    };
+    let mut out = memtape_llm::Message::new(role, m.content_text());
+    out.tool_call_id = m.tool_call_id.clone();
+    out.tool_calls = m
+        .tool_calls
+        .iter()
+        .map(|c| {
+            let arguments = serde_json::from_str::<Value>(&c.function.arguments)
+                .ok()
+                .and_then(|v| memtape_llm::arguments::parse(&c.function.name, &v).ok())
+                .unwrap_or_default();
+            memtape_llm::ToolCall {
+                id: c.id.clone(),
+                name: c.function.name.clone(),
+                arguments,
+            }
+        })
+        .collect();
+    out
+}

@@ -1,0 +1,224 @@
+//! `memtape chat` run non-interactively through the real binary against a scripted
+//! OpenAI-compatible server on loopback: streamed replies, the memory tools run and kept
+//! on the tape, the commands, Qanot's daily note, nanobot's /new through the model,
+//! MateClaw's extraction on exit, and the emergency retry after context_length_exceeded.
+
+#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::Run;
+use memtape_scripted::{
+    Answer, Scripted, context_length_exceeded, stream_text, stream_tool_call, text, tool_call,
+};
+use serde_json::{Value, json};
+
+fn configure(r: &Run, server: &Scripted) {
+    let toml = format!(
+        "[llm]\nbase_url = \"{}\"\nmodel = \"scripted\"\ntimeout = 5\nmax_retries = 0\n",
+        server.base
+    );
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
+}
+
+/// Runs `memtape chat ARGS` with `input` on standard input; returns (stdout, stderr).
+fn chat(r: &Run, args: &[&str], input: &str) -> (String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .arg("chat")
+        .args(args)
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .envs(common::no_model_settings())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "chat failed: {stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn a_conversation_uses_every_part_of_memory() {
+    let r = Run::new();
+    let server = Scripted::start(vec![
+        // Turn 1: the model saves, then answers (streamed).
+        stream_tool_call(
+            "memory_save",
+            r#"{"content": "- The user's name is Ada\n- Prefers window seats\n"}"#,
+        ),
+        stream_text("Saved, Ada!"),
+        // Turn 2: a plain answer.
+        stream_text("Your name is Ada."),
+        // /new: nanobot's archive through save_memory.
+        tool_call(
+            "save_memory",
+            json!({"history_entry": "[2026-03-10 14:30] Ada introduced herself.",
+                   "memory_update": "- The user's name is Ada\n- Prefers window seats\n"}),
+        ),
+        // On exit: MateClaw's extraction.
+        text(r#"{"should_update": false, "reason": "already known"}"#),
+    ]);
+    configure(&r, &server);
+    let (stdout, stderr) = chat(
+        &r,
+        &["s1", "--timings"],
+        "My name is Ada and I prefer window seats.\n/memory\nWhat is my name, please?\n/search window\n/undo\n/memory\n/new\n",
+    );
+    assert!(stdout.contains("Saved, Ada!"), "{stdout}");
+    assert!(stdout.contains("Your name is Ada."), "{stdout}");
+    assert!(
+        stdout.contains("Prefers window seats"),
+        "/memory shows it: {stdout}"
+    );
+    assert!(stdout.contains("memory is back to version"), "{stdout}");
+    assert!(stdout.contains("New session started."), "{stdout}");
+    assert!(stderr.contains("[tool] memory_save"), "{stderr}");
+    assert!(
+        stderr.contains("noted preference"),
+        "the WAL saw it: {stderr}"
+    );
+    assert!(
+        stderr.contains("extraction: nothing new (already known)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[timings] memory work per turn over 2 turns"),
+        "{stderr}"
+    );
+    // The tools were offered, and the tool call and its result are on the tape.
+    let first = server.body(0).unwrap();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        offered.contains(&"memory_save") && offered.contains(&"memory_search"),
+        "{offered:?}"
+    );
+    assert_eq!(first["stream"], true);
+    let entries = r.json(&["entries", "s1", "--json"]);
+    let kinds: Vec<&str> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"tool_call") && kinds.contains(&"tool_result"),
+        "{kinds:?}"
+    );
+    // The second call saw the tool's result.
+    let second = server.body(1).unwrap().to_string();
+    assert!(second.contains("tool"), "{second}");
+    // Qanot's daily note, one entry per exchange.
+    let memory = r.json(&["memory", "show", "--json"]);
+    let daily = memory["files"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(p, _)| p.starts_with("memory/20"))
+        .map(|(_, f)| f["content"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        daily.contains("**User:** My name is Ada and I prefer window seats...."),
+        "{daily}"
+    );
+    assert!(daily.contains("**Agent:** Saved, Ada!..."), "{daily}");
+    // Two exchanges wrote two entries; /undo took back the last change to memory, which
+    // was the second one.
+    assert_eq!(daily.matches("**User:**").count(), 1, "{daily}");
+    assert!(!daily.contains("What is my name"), "{daily}");
+    let log_versions = r.ok(&["memory", "versions"]);
+    assert!(log_versions.contains("undo"), "{log_versions}");
+    // /new archived and cleared.
+    assert!(
+        memory["files"]["HISTORY.md"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Ada introduced herself")
+    );
+    assert_eq!(r.json(&["history", "s1", "--json"]), json!([]));
+    let usage = r.json(&["usage", "--json"]).to_string();
+    for purpose in ["consolidation", "extraction"] {
+        assert!(usage.contains(purpose), "{usage}");
+    }
+}
+
+/// A prompt the provider refuses as too long is rebuilt with MateClaw's emergency path
+/// (only the last messages) and sent once more.
+#[test]
+fn context_length_exceeded_retries_once_with_the_last_messages() {
+    let r = Run::new();
+    for i in 0..6 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        r.ok(&[
+            "append",
+            "s1",
+            "--role",
+            role,
+            "--content",
+            &format!("earlier message {i}"),
+            "--no-wal",
+        ]);
+    }
+    let server = Scripted::start(vec![
+        context_length_exceeded(),
+        text("Short answer."),
+        text(r#"{"should_update": false, "reason": "nothing"}"#),
+    ]);
+    configure(&r, &server);
+    let (stdout, stderr) = chat(&r, &["s1", "--no-stream"], "And now?\n");
+    assert!(stdout.contains("Short answer."), "{stdout}");
+    assert!(stderr.contains("too long"), "{stderr}");
+    let count = |n: usize| {
+        server.body(n).unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert!(count(1) < count(0), "{} then {}", count(0), count(1));
+    let last: Value = server.body(1).unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "And now?");
+}
+
+/// A model that keeps failing: the turn is reported, the user's message stays on the tape,
+/// and the chat goes on.
+#[test]
+fn a_failing_model_loses_nothing() {
+    let r = Run::new();
+    let server = Scripted::start(vec![
+        Answer::Reply(500, Vec::new(), "{}".into()),
+        stream_text("Back again."),
+    ]);
+    configure(&r, &server);
+    let (stdout, stderr) = chat(&r, &["s1"], "first try\nsecond try\n");
+    assert!(stderr.contains("error:"), "{stderr}");
+    assert!(stdout.contains("Back again."), "{stdout}");
+    let history = r.json(&["history", "s1", "--json"]);
+    let texts: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(texts, ["first try", "second try", "Back again."]);
+}
