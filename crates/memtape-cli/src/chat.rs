@@ -24,7 +24,7 @@ use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use memtape::{
     Background, ContextConfig, ContextRequest, Engine, MateClaw, Message, Mode, Policy, Qanot,
-    Role, Scope, SearchFilter, SearchRequest, SqliteStore, ToolCall, Trigger, memory_scope,
+    Scope, SearchFilter, SearchRequest, SqliteStore, ToolCall, Trigger, memory_scope,
 };
 use memtape_llm::{ChatRequest, Llm, ToolSpec};
 use serde_json::Value;
@@ -101,6 +101,8 @@ struct Chat<'a> {
     tools: Vec<ToolSpec>,
     /// Memory work per turn, the model's time left out.
     spent: Vec<Duration>,
+    /// Where attachments (Dify's file references) are read from.
+    files: memtape::FilesDir,
 }
 
 /// `memtape chat`.
@@ -155,6 +157,7 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
         lifecycle: config.lifecycle,
         tools,
         spent: Vec::new(),
+        files: memtape::FilesDir::new(dir.join("files")),
     };
     let interactive = std::io::stdin().is_terminal();
     if interactive {
@@ -233,7 +236,12 @@ impl Chat<'_> {
                 &self.request(emergency),
                 self.llm.as_ref(),
             )?;
-            let mut request = ChatRequest::new(context.messages.iter().map(to_llm).collect());
+            let messages = context
+                .messages
+                .iter()
+                .map(|m| memtape::llm_message(m, &self.files))
+                .collect::<memtape::Result<Vec<_>>>()?;
+            let mut request = ChatRequest::new(messages);
             request.tools = self.tools.clone();
             memory_time += built.elapsed();
             let answer = if self.args.no_stream {
@@ -456,32 +464,4 @@ impl Chat<'_> {
         out.flush()?;
         Ok(())
     }
-}
-
-/// A message of the built context as the model client takes it.
-fn to_llm(m: &Message) -> memtape_llm::Message {
-    let role = match m.role {
-        Role::System => memtape_llm::Role::System,
-        Role::User => memtape_llm::Role::User,
-        Role::Assistant => memtape_llm::Role::Assistant,
-        Role::Tool => memtape_llm::Role::Tool,
-    };
-    let mut out = memtape_llm::Message::new(role, m.content_text());
-    out.tool_call_id = m.tool_call_id.clone();
-    out.tool_calls = m
-        .tool_calls
-        .iter()
-        .map(|c| {
-            let arguments = serde_json::from_str::<Value>(&c.function.arguments)
-                .ok()
-                .and_then(|v| memtape_llm::arguments::parse(&c.function.name, &v).ok())
-                .unwrap_or_default();
-            memtape_llm::ToolCall {
-                id: c.id.clone(),
-                name: c.function.name.clone(),
-                arguments,
-            }
-        })
-        .collect();
-    out
 }

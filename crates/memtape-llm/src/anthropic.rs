@@ -118,7 +118,11 @@ fn messages(all: &[Message]) -> Vec<Value> {
     for m in all {
         let (role, blocks) = match m.role {
             Role::System => continue,
-            Role::User => ("user", vec![json!({"type": "text", "text": m.content})]),
+            Role::User => {
+                let mut blocks = vec![json!({"type": "text", "text": m.content})];
+                blocks.extend(m.attachments.iter().map(attachment));
+                ("user", blocks)
+            }
             Role::Tool => (
                 "user",
                 vec![json!({
@@ -146,6 +150,18 @@ fn messages(all: &[Message]) -> Vec<Value> {
     out.into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect()
+}
+
+/// A file as a content block: an image or a document, by URL or with its bytes (base64).
+fn attachment(a: &crate::types::Attachment) -> Value {
+    let source = match a.data() {
+        Some((media, data)) => json!({"type": "base64", "media_type": media, "data": data}),
+        None => json!({"type": "url", "url": a.url}),
+    };
+    match a.kind {
+        crate::types::AttachmentKind::Image => json!({"type": "image", "source": source}),
+        crate::types::AttachmentKind::Document => json!({"type": "document", "source": source}),
+    }
 }
 
 /// Reads a successful reply.

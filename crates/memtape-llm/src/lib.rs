@@ -26,7 +26,9 @@ pub use config::{LlmConfig, LlmSettings, Provider};
 pub use error::{Error, Result};
 pub use openai::OpenAi;
 pub use retry::{RetryPolicy, retry_after};
-pub use types::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolSpec, Usage};
+pub use types::{
+    Attachment, AttachmentKind, ChatRequest, ChatResponse, Message, Role, ToolCall, ToolSpec, Usage,
+};
 
 /// A chat model that can call tools.
 pub trait Llm: Send + Sync {

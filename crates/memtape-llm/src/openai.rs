@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::error::{self, Error, Result};
 use crate::http::{self, DEFAULT_TIMEOUT, Http};
 use crate::retry::RetryPolicy;
-use crate::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
+use crate::types::{AttachmentKind, ChatRequest, ChatResponse, Message, ToolCall, Usage};
 use crate::{Llm, arguments, sse};
 
 /// A client of one model behind an OpenAI-compatible server.
@@ -105,6 +105,26 @@ impl OpenAi {
 /// A message in the wire format; tool-call arguments go back as a JSON string.
 fn message(m: &Message) -> Value {
     let mut out = json!({"role": m.role.as_str(), "content": m.content});
+    if !m.attachments.is_empty() {
+        // Content parts: the text, then each file (an image by URL or data; a document as
+        // a file part when its bytes are here, else named by its URL in the text).
+        let mut parts = vec![json!({"type": "text", "text": m.content})];
+        for a in &m.attachments {
+            parts.push(match (a.kind, a.data()) {
+                (AttachmentKind::Image, _) => {
+                    json!({"type": "image_url", "image_url": {"url": a.url}})
+                }
+                (AttachmentKind::Document, Some(_)) => json!({"type": "file", "file": {
+                    "file_data": a.url,
+                    "filename": a.name.clone().unwrap_or_else(|| "attachment".into()),
+                }}),
+                (AttachmentKind::Document, None) => {
+                    json!({"type": "text", "text": format!("[attached file: {}]", a.url)})
+                }
+            });
+        }
+        out["content"] = Value::Array(parts);
+    }
     if !m.tool_calls.is_empty() {
         out["tool_calls"] = m
             .tool_calls

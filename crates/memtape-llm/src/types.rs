@@ -39,6 +39,37 @@ pub struct Message {
     pub tool_calls: Vec<ToolCall>,
     /// For a tool message: the call it answers.
     pub tool_call_id: Option<String>,
+    /// Files the message carries (images, documents), after its text.
+    pub attachments: Vec<Attachment>,
+}
+
+/// What kind of file an attachment is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachmentKind {
+    /// An image: sent as an image part.
+    Image,
+    /// A document (a PDF, say): sent as a file (OpenAI) or document (Anthropic) part.
+    Document,
+}
+
+/// A file attached to a message, as the provider is sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// Image or document.
+    pub kind: AttachmentKind,
+    /// Where it is: an `http(s)` URL, or a `data:MEDIA;base64,...` URL with the bytes.
+    pub url: String,
+    /// Its name, if known.
+    pub name: Option<String>,
+}
+
+impl Attachment {
+    /// The media type and base64 data of a `data:` URL.
+    pub fn data(&self) -> Option<(&str, &str)> {
+        let rest = self.url.strip_prefix("data:")?;
+        let (media, data) = rest.split_once(";base64,")?;
+        Some((media, data))
+    }
 }
 
 impl Message {
@@ -49,6 +80,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            attachments: Vec::new(),
         }
     }
 

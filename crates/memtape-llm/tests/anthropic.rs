@@ -240,3 +240,38 @@ fn an_overloaded_stream_is_retried_and_a_cut_one_is_interrupted() {
         "the overload was retried, the cut stream was not"
     );
 }
+
+/// Attachments go as image and document blocks, with their bytes or by URL.
+#[test]
+fn attachments_are_sent_as_image_and_document_blocks() {
+    use memtape_llm::{Attachment, AttachmentKind};
+    let server = Scripted::start(vec![ok(json!({
+        "id": "msg_1", "type": "message", "role": "assistant",
+        "content": [{"type": "text", "text": "seen"}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 2}
+    }))]);
+    let mut m = Message::user("what is in these?");
+    m.attachments = vec![
+        Attachment {
+            kind: AttachmentKind::Image,
+            url: "data:image/png;base64,iVBORw0K".into(),
+            name: None,
+        },
+        Attachment {
+            kind: AttachmentKind::Document,
+            url: "https://example.org/a.pdf".into(),
+            name: None,
+        },
+    ];
+    let llm = Anthropic::new(&server.base, "claude").unwrap();
+    llm.chat(&ChatRequest::new(vec![m])).unwrap();
+    let content = server.body(0).unwrap()["messages"][0]["content"].clone();
+    assert_eq!(
+        content,
+        json!([
+            {"type": "text", "text": "what is in these?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}},
+            {"type": "document", "source": {"type": "url", "url": "https://example.org/a.pdf"}}
+        ])
+    );
+}

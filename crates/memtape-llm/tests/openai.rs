@@ -325,3 +325,41 @@ fn an_error_inside_a_stream_is_classified() {
         .unwrap_err();
     assert!(matches!(err, Error::ContextLength { .. }), "{err:?}");
 }
+
+/// Attachments go as content parts: an image by URL or data, a document with its bytes as
+/// a file part, a document known only by URL named in the text.
+#[test]
+fn attachments_are_sent_as_content_parts() {
+    use memtape_llm::{Attachment, AttachmentKind};
+    let server = Scripted::start(vec![common::text("seen")]);
+    let mut m = Message::user("what is in these?");
+    m.attachments = vec![
+        Attachment {
+            kind: AttachmentKind::Image,
+            url: "data:image/png;base64,iVBORw0K".into(),
+            name: Some("cat.png".into()),
+        },
+        Attachment {
+            kind: AttachmentKind::Document,
+            url: "data:application/pdf;base64,JVBERi0=".into(),
+            name: Some("report.pdf".into()),
+        },
+        Attachment {
+            kind: AttachmentKind::Document,
+            url: "https://example.org/a.pdf".into(),
+            name: None,
+        },
+    ];
+    let llm = OpenAi::new(&server.base, "m").unwrap();
+    llm.chat(&ChatRequest::new(vec![m])).unwrap();
+    let content = server.body(0).unwrap()["messages"][0]["content"].clone();
+    assert_eq!(
+        content,
+        json!([
+            {"type": "text", "text": "what is in these?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "report.pdf"}},
+            {"type": "text", "text": "[attached file: https://example.org/a.pdf]"}
+        ])
+    );
+}

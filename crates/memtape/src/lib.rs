@@ -14,6 +14,7 @@
 //! # Ok::<(), memtape::Error>(())
 //! ```
 
+mod attachments;
 mod background;
 mod bub;
 mod capture;
@@ -35,6 +36,7 @@ pub mod tools;
 mod usage;
 mod workspace;
 
+pub use attachments::{FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
 pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
 pub use capture::Captured;
