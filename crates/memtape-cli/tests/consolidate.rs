@@ -282,3 +282,24 @@ fn extract_emerge_and_prompt_overrides() {
         "{sent}"
     );
 }
+
+/// The README's memtape.toml parses and validates as written (it then stops at the key
+/// variable it names, which is not set here).
+#[test]
+fn the_readme_configuration_file_is_valid() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let toml: String = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("```toml"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(toml.contains("[lifecycle.emergence]"), "{toml}");
+    let r = Run::new();
+    chat(&r, "s1", 2);
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
+    let err = r.fails(&["memory", "consolidate", "s1"]);
+    assert!(err.contains("OLLAMA_API_KEY"), "{err}");
+}
