@@ -353,10 +353,11 @@ impl Chat<'_> {
             "new" => {
                 // nanobot: wait for the consolidation in flight, archive all, then clear.
                 self.background.wait_idle();
-                match self
-                    .engine
-                    .new_session_with_model(&self.session, self.llm.as_ref())
-                {
+                match self.engine.new_session_with_model(
+                    &self.session,
+                    self.llm.as_ref(),
+                    self.lifecycle.consolidation(true),
+                ) {
                     Ok(_) => writeln!(out, "New session started.")?,
                     Err(e) => {
                         eprintln!("error: {e}");

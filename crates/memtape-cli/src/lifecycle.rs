@@ -60,7 +60,11 @@ pub fn new_session(ctx: &Ctx, a: &NewArgs, stdout: &mut impl Write) -> Result<()
     // With a model configured, /new archives as nanobot does: through save_memory.
     let config = config::load(ctx)?;
     let new = match &config.llm {
-        Some(llm) => engine.new_session_with_model(&scope, llm.connect()?.as_ref()),
+        Some(llm) => engine.new_session_with_model(
+            &scope,
+            llm.connect()?.as_ref(),
+            config.lifecycle.consolidation(true),
+        ),
         None => engine.new_session(&scope, &ExtractiveSummarizer::default()),
     }
     .with_context(|| format!("archiving {scope} (the session was not cleared)"))?;

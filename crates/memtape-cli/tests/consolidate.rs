@@ -251,7 +251,11 @@ fn extract_emerge_and_prompt_overrides() {
     );
 
     let list = r.ok(&["memory", "prompts"]);
-    assert_eq!(list.lines().count(), memtape::prompts::TEMPLATES.len(), "{list}");
+    assert_eq!(
+        list.lines().count(),
+        memtape::prompts::TEMPLATES.len(),
+        "{list}"
+    );
     assert!(
         list.contains("extraction-user\t{today} {profile}"),
         "{list}"

@@ -47,13 +47,19 @@ pub struct ConsolidateOptions {
     pub window: usize,
     /// Consolidate every unconsolidated message (nanobot's `archive_all`, used by /new).
     pub archive_all: bool,
+    /// The reply's token budget: room for the history entry and the whole new MEMORY.md.
+    pub max_tokens: u32,
 }
+
+/// The default reply budget of a consolidation.
+pub const CONSOLIDATION_MAX_TOKENS: u32 = 2048;
 
 impl Default for ConsolidateOptions {
     fn default() -> Self {
         ConsolidateOptions {
             window: MEMORY_WINDOW,
             archive_all: false,
+            max_tokens: CONSOLIDATION_MAX_TOKENS,
         }
     }
 }
@@ -344,6 +350,7 @@ impl<S: Store> Engine<S> {
         ]);
         request.tools = vec![save_memory_tool()];
         request.force_tool = Some(SAVE_MEMORY.into());
+        request.max_tokens = Some(options.max_tokens);
         let (history, update) = match self.call_llm(
             llm,
             session,

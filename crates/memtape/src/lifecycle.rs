@@ -180,7 +180,8 @@ impl<S: Store> Engine<S> {
     }
 
     /// nanobot's `/new` with a model: waits for any running consolidation of `session`,
-    /// consolidates every unconsolidated message with `llm` (`archive_all`: a HISTORY.md
+    /// consolidates every unconsolidated message with `llm` by `options` (with
+    /// `archive_all` whatever they say: a HISTORY.md
     /// entry and the new MEMORY.md through `save_memory`), and clears the session in the
     /// same transaction. If the model fails or answers badly, the error is returned and
     /// nothing changed: the session is not cleared (nanobot: "Memory archival failed,
@@ -189,6 +190,7 @@ impl<S: Store> Engine<S> {
         &self,
         session: &Scope,
         llm: &dyn memtape_llm::Llm,
+        options: crate::ConsolidateOptions,
     ) -> Result<NewSession> {
         crate::consolidate::check_session(session)?;
         let _lock = self.lock_consolidation(session)?;
@@ -216,7 +218,7 @@ impl<S: Store> Engine<S> {
         };
         let options = crate::ConsolidateOptions {
             archive_all: true,
-            ..Default::default()
+            ..options
         };
         let done = self.consolidate_locked(session, llm, options, &anchor)?;
         let last_anchor = memtape_core::Filter {

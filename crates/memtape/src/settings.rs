@@ -16,6 +16,8 @@ pub struct LifecycleConfig {
     /// Whether servers and `memtape chat` consolidate in the background when a model is
     /// configured (default true).
     pub consolidate: bool,
+    /// The token budget of a consolidation's reply (default 2048).
+    pub consolidation_max_tokens: u32,
     /// MateClaw's post-conversation extraction (`[lifecycle.extraction]`).
     pub extraction: ExtractionConfig,
     /// MateClaw's emergence (`[lifecycle.emergence]`).
@@ -27,6 +29,7 @@ impl Default for LifecycleConfig {
         LifecycleConfig {
             memory_window: crate::MEMORY_WINDOW,
             consolidate: true,
+            consolidation_max_tokens: crate::consolidate::CONSOLIDATION_MAX_TOKENS,
             extraction: ExtractionConfig::default(),
             emergence: EmergenceConfig::default(),
         }
@@ -190,6 +193,12 @@ impl LifecycleConfig {
                 )));
             }
         }
+        if !(1..=100_000).contains(&self.consolidation_max_tokens) {
+            return Err(Error::Config(format!(
+                "consolidation_max_tokens is {}; it must be from 1 to 100000",
+                self.consolidation_max_tokens
+            )));
+        }
         if !(1..=100_000).contains(&x.max_tokens) {
             return Err(Error::Config(format!(
                 "extraction.max_tokens is {}; it must be from 1 to 100000",
@@ -216,6 +225,7 @@ impl LifecycleConfig {
         crate::ConsolidateOptions {
             window: self.memory_window,
             archive_all,
+            max_tokens: self.consolidation_max_tokens,
         }
     }
 }

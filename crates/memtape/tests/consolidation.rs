@@ -499,7 +499,7 @@ fn new_with_the_model_archives_all_or_clears_nothing() {
     let server = Scripted::start(vec![text("no tool call")]);
     assert!(
         engine
-            .new_session_with_model(&session(), &client(&server))
+            .new_session_with_model(&session(), &client(&server), Default::default())
             .is_err()
     );
     assert_eq!(pointer(&engine), 0);
@@ -512,7 +512,7 @@ fn new_with_the_model_archives_all_or_clears_nothing() {
     );
     let server = Scripted::start(vec![tool_call("save_memory", good_arguments())]);
     let new = engine
-        .new_session_with_model(&session(), &client(&server))
+        .new_session_with_model(&session(), &client(&server), Default::default())
         .unwrap();
     assert_eq!(new.archived, 6);
     assert_eq!(pointer(&engine), stored[5].id.0);
@@ -531,7 +531,7 @@ fn new_with_the_model_archives_all_or_clears_nothing() {
     );
     // An empty session is cleared without a call.
     let again = engine
-        .new_session_with_model(&session(), &client(&server))
+        .new_session_with_model(&session(), &client(&server), Default::default())
         .unwrap();
     assert_eq!(again.archived, 0);
     assert_eq!(server.requests(), 1);

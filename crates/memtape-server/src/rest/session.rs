@@ -295,11 +295,12 @@ pub async fn new_session(
     let scope = session(&caller, &scope_params, &name)?;
     let days = p.retention_days.unwrap_or(memtape::DEFAULT_RETENTION_DAYS);
     let llm = state.model().ok();
+    let options = state.lifecycle().consolidation(true);
     let out = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
             let new = match &llm {
-                Some(llm) => engine.new_session_with_model(&scope, llm.as_ref())?,
+                Some(llm) => engine.new_session_with_model(&scope, llm.as_ref(), options)?,
                 None => engine.new_session(&scope, &ExtractiveSummarizer::default())?,
             };
             let pruned = if days > 0 {
