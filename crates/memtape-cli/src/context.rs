@@ -120,9 +120,12 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
         Some(_) => ctx.session_scope(&args.session)?,
         None => existing_session(&engine, ctx, &args.session)?,
     };
-    let built = engine
-        .context(&session, &request)
-        .with_context(|| format!("building the context of {session}"))?;
+    // With a model configured, a compaction summary is the model's (MateClaw).
+    let built = match &crate::config::load(ctx)?.llm {
+        Some(llm) => engine.context_with_model(&session, &request, llm.connect()?.as_ref()),
+        None => engine.context(&session, &request),
+    }
+    .with_context(|| format!("building the context of {session}"))?;
     if args.json {
         output::json(out, &ContextOut::of(&built))?;
     } else {

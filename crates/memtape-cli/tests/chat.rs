@@ -222,3 +222,32 @@ fn a_failing_model_loses_nothing() {
         .collect();
     assert_eq!(texts, ["first try", "second try", "Back again."]);
 }
+
+/// A stream cut mid-way: what came is shown, the turn is reported as broken, no half
+/// answer is stored as the assistant's, the user's message stays, and the next turn works.
+#[test]
+fn a_stream_cut_mid_way_stores_no_half_answer() {
+    let r = Run::new();
+    let server = Scripted::start(vec![
+        Answer::Stream {
+            events: vec![memtape_scripted::delta(json!({"content": "Half an ans"}))],
+            cut: true,
+        },
+        stream_text("A whole answer."),
+    ]);
+    configure(&r, &server);
+    let (stdout, stderr) = chat(&r, &["s1"], "tell me something\nagain please\n");
+    assert!(stdout.contains("Half an ans"), "{stdout}");
+    assert!(stderr.contains("broke"), "{stderr}");
+    let history = r.json(&["history", "s1", "--json"]);
+    let texts: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        texts,
+        ["tell me something", "again please", "A whole answer."]
+    );
+}

@@ -346,9 +346,17 @@ impl Memtape {
                     record,
                 };
                 let state = self.state.clone();
+                let llm = state.model().ok();
                 let call = async move {
                     state
-                        .run(move |engine| Ok(engine.context(&session, &request)?))
+                        .run(move |engine| {
+                            Ok(match &llm {
+                                Some(llm) => {
+                                    engine.context_with_model(&session, &request, llm.as_ref())?
+                                }
+                                None => engine.context(&session, &request)?,
+                            })
+                        })
                         .await
                 };
                 let built = call.await?;

@@ -251,3 +251,21 @@ fn a_completed_exchange_is_analysed_and_the_triggers_are_routes() {
     let (status, _) = server.call("POST", "/v1/sessions/nope/extraction", None, None);
     assert_eq!(status, 404);
 }
+
+/// With a model, the prompt's compaction summary is the model's (MateClaw).
+#[test]
+fn the_context_route_summarizes_with_the_model() {
+    let model_server = Scripted::start(vec![text("Earlier: kayak talk, messages 0 to 15.")]);
+    let server = Server::start_with_model(model(&model_server, 100));
+    say(&server, 20);
+    let (status, built) = server.call(
+        "POST",
+        "/v1/sessions/s1/context",
+        Some(&json!({"budget": 200})),
+        None,
+    );
+    assert_eq!(status, 200, "{built}");
+    assert!(built.to_string().contains("Earlier: kayak talk"), "{built}");
+    let sent = model_server.body(0).unwrap()["messages"][1]["content"].to_string();
+    assert!(sent.contains("kayak message 0"), "{sent}");
+}

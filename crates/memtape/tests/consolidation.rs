@@ -634,3 +634,108 @@ fn background_consolidation_starts_at_the_window_and_runs_once_per_session() {
     drop(held);
     assert_eq!(server.requests(), 1);
 }
+
+/// The same safety through the Anthropic Messages API: a good tool_use block consolidates;
+/// no tool call, another tool, input that is not an object, 500 forever, a hang past the
+/// timeout, and "prompt is too long" each change nothing and are recorded.
+#[test]
+fn nothing_is_lost_through_the_anthropic_api_either() {
+    use memtape_scripted::ok;
+    let message = |content: Value| {
+        ok(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+            "content": content, "stop_reason": "tool_use",
+            "usage": {"input_tokens": 900, "output_tokens": 60}
+        }))
+    };
+    let tool_use = |name: &str, input: Value| {
+        message(json!([{"type": "tool_use", "id": "toolu_1", "name": name, "input": input}]))
+    };
+    let error = |status: u16, kind: &str, text: &str| {
+        Answer::Reply(
+            status,
+            Vec::new(),
+            json!({"type": "error", "error": {"type": kind, "message": text}}).to_string(),
+        )
+    };
+    let anthropic = |server: &Scripted| {
+        memtape_llm::Anthropic::new(&server.base, "claude")
+            .unwrap()
+            .timeout(Duration::from_millis(400))
+            .retry(RetryPolicy {
+                max_retries: 1,
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(5),
+                ..RetryPolicy::default()
+            })
+    };
+    let failures: Vec<(&str, Vec<Answer>)> = vec![
+        (
+            "no tool call",
+            vec![message(json!([{"type": "text", "text": "no"}]))],
+        ),
+        (
+            "another tool",
+            vec![tool_use("memory_save", good_arguments())],
+        ),
+        (
+            "input that is a number",
+            vec![tool_use("save_memory", json!(7))],
+        ),
+        (
+            "500 forever",
+            vec![error(500, "api_error", "x"), error(500, "api_error", "x")],
+        ),
+        ("a hang", vec![Answer::Hang, Answer::Hang]),
+        (
+            "prompt is too long",
+            vec![error(
+                400,
+                "invalid_request_error",
+                "prompt is too long: 250000 tokens > 200000 maximum",
+            )],
+        ),
+    ];
+    for (what, script) in failures {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = open(dir.path());
+        engine
+            .save_long_term(&memory(), "# Memory\n- Ada likes tea\n")
+            .unwrap();
+        chat(&engine, 120);
+        let before = engine.memory(&memory()).unwrap();
+        let server = Scripted::start(script);
+        let err = engine
+            .consolidate(
+                &session(),
+                &anthropic(&server),
+                ConsolidateOptions::default(),
+            )
+            .expect_err(what);
+        assert!(
+            matches!(err, Error::Llm(_) | Error::Model(_)),
+            "{what}: {err:?}"
+        );
+        assert_eq!(pointer(&engine), 0, "{what}");
+        assert_eq!(engine.memory(&memory()).unwrap(), before, "{what}");
+        assert!(calls(&engine)[0].error.is_some(), "{what}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let stored = chat(&engine, 120);
+    let server = Scripted::start(vec![tool_use("save_memory", good_arguments())]);
+    let done = engine
+        .consolidate(
+            &session(),
+            &anthropic(&server),
+            ConsolidateOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(done.through, Some(stored[69].id));
+    let body = server.body(0).unwrap();
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": "save_memory"})
+    );
+    assert_eq!(calls(&engine)[0].prompt_tokens, 900);
+}

@@ -563,6 +563,7 @@ pub async fn context(
         emergency: body.emergency,
         record: !body.dry_run,
     };
+    let llm = state.model().ok();
     let built = state
         .run(move |engine| {
             // With a message the prompt can open a session that has nothing on its tape
@@ -570,7 +571,11 @@ pub async fn context(
             if !has_message {
                 existing(engine, &scope, &name)?;
             }
-            Ok(engine.context(&scope, &request)?)
+            // With a model, a compaction summary is the model's (MateClaw).
+            Ok(match &llm {
+                Some(llm) => engine.context_with_model(&scope, &request, llm.as_ref())?,
+                None => engine.context(&scope, &request)?,
+            })
         })
         .await?;
     Ok(Json(ContextWire::of(&built)))
