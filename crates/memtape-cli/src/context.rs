@@ -121,11 +121,13 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
         None => existing_session(&engine, ctx, &args.session)?,
     };
     // With a model configured, a compaction summary is the model's (MateClaw).
-    let built = match &crate::config::load(ctx)?.llm {
-        Some(llm) => engine.context_with_model(&session, &request, llm.connect()?.as_ref()),
-        None => engine.context(&session, &request),
-    }
-    .with_context(|| format!("building the context of {session}"))?;
+    let llm = match &crate::config::load(ctx)?.llm {
+        Some(llm) => Some(llm.connect()?),
+        None => None,
+    };
+    let built = engine
+        .context_using(&session, &request, llm.as_deref())
+        .with_context(|| format!("building the context of {session}"))?;
     if args.json {
         output::json(out, &ContextOut::of(&built))?;
     } else {

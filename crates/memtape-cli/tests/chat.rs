@@ -24,6 +24,16 @@ fn configure(r: &Run, server: &Scripted) {
     std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
 }
 
+/// The text of each message of the session's history.
+fn history_texts(r: &Run) -> Vec<String> {
+    r.json(&["history", "s1", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
 /// Runs `memtape chat ARGS` with `input` on standard input; returns (stdout, stderr).
 fn chat(r: &Run, args: &[&str], input: &str) -> (String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
@@ -213,14 +223,10 @@ fn a_failing_model_loses_nothing() {
     let (stdout, stderr) = chat(&r, &["s1"], "first try\nsecond try\n");
     assert!(stderr.contains("error:"), "{stderr}");
     assert!(stdout.contains("Back again."), "{stdout}");
-    let history = r.json(&["history", "s1", "--json"]);
-    let texts: Vec<&str> = history
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["content"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(texts, ["first try", "second try", "Back again."]);
+    assert_eq!(
+        history_texts(&r),
+        ["first try", "second try", "Back again."]
+    );
 }
 
 /// A stream cut mid-way: what came is shown, the turn is reported as broken, no half

@@ -350,12 +350,7 @@ impl Memtape {
                 let call = async move {
                     state
                         .run(move |engine| {
-                            Ok(match &llm {
-                                Some(llm) => {
-                                    engine.context_with_model(&session, &request, llm.as_ref())?
-                                }
-                                None => engine.context(&session, &request)?,
-                            })
+                            Ok(engine.context_using(&session, &request, llm.as_deref())?)
                         })
                         .await
                 };

@@ -87,6 +87,19 @@ impl<S: Store> Engine<S> {
         self.context_with(session, request, &summarizer)
     }
 
+    /// [`Engine::context_with_model`] when there is a model, [`Engine::context`] when not.
+    pub fn context_using(
+        &self,
+        session: &Scope,
+        request: &ContextRequest,
+        llm: Option<&dyn memtape_llm::Llm>,
+    ) -> Result<Context> {
+        match llm {
+            Some(llm) => self.context_with_model(session, request, llm),
+            None => self.context(session, request),
+        }
+    }
+
     /// [`Engine::context`] with `summarizer` making compaction summaries.
     pub fn context_with(
         &self,

@@ -572,10 +572,7 @@ pub async fn context(
                 existing(engine, &scope, &name)?;
             }
             // With a model, a compaction summary is the model's (MateClaw).
-            Ok(match &llm {
-                Some(llm) => engine.context_with_model(&scope, &request, llm.as_ref())?,
-                None => engine.context(&scope, &request)?,
-            })
+            Ok(engine.context_using(&scope, &request, llm.as_deref())?)
         })
         .await?;
     Ok(Json(ContextWire::of(&built)))
