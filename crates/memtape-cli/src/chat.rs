@@ -231,11 +231,10 @@ impl Chat<'_> {
         let mut reply = String::new();
         for _ in 0..TOOL_ROUNDS {
             let built = Instant::now();
-            let context = engine.context_with_model(
-                &self.session,
-                &self.request(emergency),
-                self.llm.as_ref(),
-            )?;
+            // A compaction summary the model writes is the model's time, not memory work.
+            let summarizer = Timed::new(self.llm.as_ref());
+            let context =
+                engine.context_with_model(&self.session, &self.request(emergency), &summarizer)?;
             let messages = context
                 .messages
                 .iter()
@@ -243,7 +242,7 @@ impl Chat<'_> {
                 .collect::<memtape::Result<Vec<_>>>()?;
             let mut request = ChatRequest::new(messages);
             request.tools = self.tools.clone();
-            memory_time += built.elapsed();
+            memory_time += built.elapsed().saturating_sub(summarizer.spent());
             let answer = if self.args.no_stream {
                 self.llm.chat(&request)
             } else {
@@ -456,13 +455,47 @@ impl Chat<'_> {
                 .collect();
             ms.sort_by(f64::total_cmp);
             let p50 = ms[ms.len() / 2];
+            let p90 = ms[(ms.len() * 9 / 10).min(ms.len() - 1)];
             let max = ms[ms.len() - 1];
             eprintln!(
-                "[timings] memory work per turn over {} turns (model time excluded): p50 {p50:.2} ms, max {max:.2} ms",
+                "[timings] memory work per turn over {} turns (model time excluded): p50 {p50:.2} ms, p90 {p90:.2} ms, max {max:.2} ms",
                 ms.len()
             );
         }
         out.flush()?;
         Ok(())
+    }
+}
+
+/// A model that keeps count of the time spent in it, so that time can be left out of the
+/// memory work a turn is measured for.
+struct Timed<'a> {
+    inner: &'a dyn Llm,
+    spent: std::sync::Mutex<Duration>,
+}
+
+impl<'a> Timed<'a> {
+    fn new(inner: &'a dyn Llm) -> Self {
+        Timed {
+            inner,
+            spent: std::sync::Mutex::new(Duration::ZERO),
+        }
+    }
+
+    fn spent(&self) -> Duration {
+        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Llm for Timed<'_> {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn chat(&self, request: &ChatRequest) -> memtape_llm::Result<memtape_llm::ChatResponse> {
+        let started = Instant::now();
+        let reply = self.inner.chat(request);
+        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
+        reply
     }
 }
