@@ -78,6 +78,9 @@ pub struct ChatArgs {
     /// Wait for each reply whole instead of streaming it.
     #[arg(long)]
     no_stream: bool,
+    /// The longest reply, in tokens.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_tokens: u32,
     /// Print, on exit, how long memory work took per turn (the model's time left out).
     #[arg(long)]
     timings: bool,
@@ -159,6 +162,9 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
         spent: Vec::new(),
         files: memtape::FilesDir::new(dir.join("files")),
     };
+    // The token counter loads its vocabulary on first use (about 0.1 s): at start, not in
+    // the first turn.
+    chat.engine.tokens().count("warm up");
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
@@ -242,6 +248,7 @@ impl Chat<'_> {
                 .collect::<memtape::Result<Vec<_>>>()?;
             let mut request = ChatRequest::new(messages);
             request.tools = self.tools.clone();
+            request.max_tokens = Some(self.args.max_tokens);
             memory_time += built.elapsed().saturating_sub(summarizer.spent());
             let answer = if self.args.no_stream {
                 self.llm.chat(&request)
@@ -483,7 +490,10 @@ impl<'a> Timed<'a> {
     }
 
     fn spent(&self) -> Duration {
-        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .spent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -495,7 +505,10 @@ impl Llm for Timed<'_> {
     fn chat(&self, request: &ChatRequest) -> memtape_llm::Result<memtape_llm::ChatResponse> {
         let started = Instant::now();
         let reply = self.inner.chat(request);
-        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
+        *self
+            .spent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
         reply
     }
 }
