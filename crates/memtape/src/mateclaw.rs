@@ -410,6 +410,20 @@ impl<S: Store> Engine<S> {
         after: chrono::DateTime<chrono::Utc>,
         until: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<Scope>> {
+        let fires_for = |agent: &str| -> Result<bool> {
+            Ok(config
+                .schedule(agent)?
+                .and_then(|s| s.next_after(after))
+                .is_some_and(|next| next <= until))
+        };
+        // Most ticks nothing fires: then the store is not read at all.
+        let mut any = fires_for("")?;
+        for agent in config.agents.keys() {
+            any = any || fires_for(agent)?;
+        }
+        if !any {
+            return Ok(Vec::new());
+        }
         let mut due = Vec::new();
         let mut fires: std::collections::HashMap<String, bool> = Default::default();
         for tenant in self.store.tenants()? {
@@ -422,10 +436,7 @@ impl<S: Store> Engine<S> {
                 let fire = match fires.get(&agent) {
                     Some(f) => *f,
                     None => {
-                        let f = config
-                            .schedule(&agent)?
-                            .and_then(|s| s.next_after(after))
-                            .is_some_and(|next| next <= until);
+                        let f = fires_for(&agent)?;
                         fires.insert(agent, f);
                         f
                     }
