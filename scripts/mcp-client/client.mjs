@@ -87,7 +87,8 @@ async function walk() {
     assert.equal(t.inputSchema.type, "object", t.name);
   }
   const expected = [
-    "edit_workspace_memory_file", "list_workspace_memory_files", "memory", "memory_clear",
+    "edit_workspace_memory_file", "list_workspace_memory_files", "memory", "memory_as_of",
+    "memory_blame", "memory_clear",
     "memory_consolidate", "memory_daily", "memory_dropped", "memory_emerge", "memory_extract",
     "memory_forget", "memory_recall", "memory_restore", "memory_save", "memory_search",
     "memory_show", "read_workspace_memory_file", "tape_append", "tape_context",
@@ -113,6 +114,16 @@ async function walk() {
   assert.ok(context.tokens <= 4000);
 
   assert.equal(await ok("memory_save", { content: "Ada likes green tea." }), "saved to long-term memory");
+  // Time travel and blame: the first version as of its own entry id, then blamed.
+  const first = await okJson("memory_as_of", { as_of: "2100-01-01T00:00:00Z", path: "MEMORY.md" });
+  assert.equal(first.content, "Ada likes green tea.");
+  const blamed = await okJson("memory_blame", { path: "SESSION-STATE.md" });
+  assert.ok(
+    blamed.lines.some((l) => l.source === "wal" && l.causes.some((c) => c.id === appended.ids[0])),
+    "the WAL line leads to the message that caused it",
+  );
+  const before = await client.callTool({ name: "memory_as_of", arguments: { as_of: "1970-01-01T00:00:00Z", path: "MEMORY.md" } });
+  assert.equal(before.isError, true, "no MEMORY.md before any memory");
   assert.match(await ok("memory_show", {}), /MEMORY\.md/);
   assert.match(await ok("memory_recall", { query: "tea" }), /green tea/);
   assert.match(await ok("memory_daily", { content: "Ada visited Lisbon." }), /^appended to daily notes/);

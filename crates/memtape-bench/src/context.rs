@@ -272,6 +272,7 @@ fn run_one(config: &Config, policy: &Policy) -> Result<PolicyReport, Error> {
                 },
             ],
             source: "bench".into(),
+            caused_by: Vec::new(),
         },
     )?;
     engine.save_long_term(

@@ -214,6 +214,7 @@ impl Chat<'_> {
             config: ContextConfig::new(self.args.budget, policy),
             emergency,
             record: true,
+            as_of: None,
         }
     }
 
@@ -222,8 +223,9 @@ impl Chat<'_> {
         let mut memory_time = Duration::ZERO;
         let started = Instant::now();
         let engine = self.engine.clone();
-        // Qanot's WAL before the reply; the message on the tape before the model is called.
-        let captured = engine.capture(&self.session, text)?;
+        // The message on the tape, then Qanot's WAL, both before the model is called.
+        let message = engine.append(&self.session, Message::user(text), Default::default())?;
+        let captured = engine.capture_entry(&message)?;
         for hit in &captured.matches {
             eprintln!(
                 "[memory] noted {}: {}",
@@ -231,7 +233,6 @@ impl Chat<'_> {
                 escape(&hit.text, false)
             );
         }
-        engine.append(&self.session, Message::user(text), Default::default())?;
         memory_time += started.elapsed();
         let mut emergency = false;
         let mut reply = String::new();

@@ -86,6 +86,10 @@ pub struct ContextArgs {
     /// Print JSON: {"messages": [...], "tokens": N, ...}.
     #[arg(long)]
     json: bool,
+    /// The prompt as it would have been built at this moment (an RFC 3339 time or an
+    /// entry id): that memory, that history, the clock then; nothing is recorded.
+    #[arg(long, value_name = "TIME|ID")]
+    as_of: Option<memtape::AsOf>,
     #[command(flatten)]
     pub scope: ScopeArgs,
 }
@@ -112,7 +116,8 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
             ..ContextConfig::new(args.budget, args.policy.policy())
         },
         emergency: args.emergency,
-        record: !args.dry_run,
+        record: !args.dry_run && args.as_of.is_none(),
+        as_of: args.as_of,
     };
     // With --message the prompt can open a session that has nothing on its tape yet;
     // without, a session that does not exist is a typo, not an empty prompt.
@@ -120,10 +125,11 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
         Some(_) => ctx.session_scope(&args.session)?,
         None => existing_session(&engine, ctx, &args.session)?,
     };
-    // With a model configured, a compaction summary is the model's (MateClaw).
+    // With a model configured, a compaction summary is the model's (MateClaw); a prompt
+    // of the past is built without it.
     let llm = match &crate::config::load(ctx)?.llm {
-        Some(llm) => Some(llm.connect()?),
-        None => None,
+        Some(llm) if args.as_of.is_none() => Some(llm.connect()?),
+        _ => None,
     };
     let built = engine
         .context_using(&session, &request, llm.as_deref())

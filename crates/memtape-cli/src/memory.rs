@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use memtape::memory::diff;
-use memtape::{Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
+use memtape::{AsOf, Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -51,6 +51,22 @@ pub enum MemoryCommand {
     /// Show the memory: its version, its files and long-term memory.
     Show {
         /// Print every file as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The memory as it was at this moment: an RFC 3339 time or an entry id.
+        #[arg(long, value_name = "TIME|ID")]
+        as_of: Option<AsOf>,
+    },
+    /// Each line of a memory file with the version that wrote it and the conversation
+    /// entries (tool call, captured message, consolidated span, model call) that caused it,
+    /// like `git blame`.
+    Blame {
+        /// The file (MEMORY.md, SESSION-STATE.md, memories/notes.md, …).
+        path: String,
+        /// The file as it was at this moment: an RFC 3339 time or an entry id.
+        #[arg(long, value_name = "TIME|ID")]
+        as_of: Option<AsOf>,
+        /// Print JSON lines (one per line of the file).
         #[arg(long)]
         json: bool,
     },
@@ -182,6 +198,9 @@ pub enum FilesCommand {
         /// Only these lines: START END (END -1 reads to the end).
         #[arg(long, num_args = 2, value_names = ["START", "END"], allow_negative_numbers = true)]
         range: Option<Vec<i64>>,
+        /// The file as it was at this moment: an RFC 3339 time or an entry id.
+        #[arg(long, value_name = "TIME|ID")]
+        as_of: Option<AsOf>,
     },
     /// Create or replace a file. FILE_TEXT `-` reads standard input.
     Create {
@@ -229,11 +248,17 @@ pub enum FilesCommand {
     List {
         /// Only paths starting with this.
         prefix: Option<String>,
+        /// The files as they were at this moment: an RFC 3339 time or an entry id.
+        #[arg(long, value_name = "TIME|ID")]
+        as_of: Option<AsOf>,
     },
     /// Read a file (JSON with its content, size, flag and update time).
     Read {
         /// A .md path (MEMORY.md, memory/2026-04-01.md, /memories/notes.md).
         path: String,
+        /// The file as it was at this moment: an RFC 3339 time or an entry id.
+        #[arg(long, value_name = "TIME|ID")]
+        as_of: Option<AsOf>,
     },
     /// Write a whole file. CONTENT `-` reads standard input.
     Write {
@@ -325,7 +350,19 @@ fn tool(
     input: Value,
     out: &mut impl Write,
 ) -> Result<()> {
-    let result = engine.call_tool(scope, name, &input)?;
+    tool_as_of(engine, scope, name, input, None, out)
+}
+
+/// [`tool`] on memory as it was at `as_of` (only the reading tools).
+fn tool_as_of(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    name: &str,
+    input: Value,
+    as_of: Option<&AsOf>,
+    out: &mut impl Write,
+) -> Result<()> {
+    let result = engine.call_tool_as_of(scope, name, &input, as_of)?;
     if result.is_error {
         // The text is written for a model ("Error: …"); main adds the one prefix.
         let text = result.text.strip_prefix("Error: ").unwrap_or(&result.text);
@@ -457,6 +494,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
     // Reading memory writes nothing, so it works on a full or read-only disk.
     let engine = match command {
         MemoryCommand::Show { .. }
+        | MemoryCommand::Blame { .. }
         | MemoryCommand::Versions { .. }
         | MemoryCommand::Diff { .. }
         | MemoryCommand::Dropped { .. }
@@ -464,9 +502,9 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         _ => open(ctx)?,
     };
     match command {
-        MemoryCommand::Show { json } => {
+        MemoryCommand::Show { json, as_of } => {
             if *json {
-                let view = engine.memory(&scope)?;
+                let view = engine.memory_as_of(&scope, as_of.as_ref())?;
                 let files: Vec<(&str, FileOut<'_>)> = view
                     .files
                     .iter()
@@ -481,7 +519,10 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                         (path.as_str(), file)
                     })
                     .collect();
-                let version = engine.memory_log(&scope)?.0.version();
+                let (log, _) = engine.memory_log(&scope)?;
+                let version = as_of
+                    .as_ref()
+                    .map_or(log.version(), |m| log.version_as_of(m));
                 output::json(
                     out,
                     &MemoryOut {
@@ -491,8 +532,18 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                     },
                 )?;
             } else {
-                tool(&engine, &scope, "memory.show", json!({}), out)?;
+                tool_as_of(
+                    &engine,
+                    &scope,
+                    "memory.show",
+                    json!({}),
+                    as_of.as_ref(),
+                    out,
+                )?;
             }
+        }
+        MemoryCommand::Blame { path, as_of, json } => {
+            blame(&engine, &scope, path, as_of.as_ref(), *json, out)?;
         }
         MemoryCommand::Save { content } => tool(
             &engine,
@@ -694,8 +745,14 @@ pub fn files(ctx: &Ctx, command: &FilesCommand, out: &mut impl Write) -> Result<
         _ => open(ctx)?,
     };
     let scope = ctx.base_scope()?;
+    let as_of = match command {
+        FilesCommand::View { as_of, .. }
+        | FilesCommand::List { as_of, .. }
+        | FilesCommand::Read { as_of, .. } => as_of.as_ref(),
+        _ => None,
+    };
     let (name, input) = match command {
-        FilesCommand::View { path, range } => {
+        FilesCommand::View { path, range, .. } => {
             let mut input = json!({"command": "view", "path": path});
             if let Some(r) = range {
                 input["view_range"] = json!(r);
@@ -719,11 +776,11 @@ pub fn files(ctx: &Ctx, command: &FilesCommand, out: &mut impl Write) -> Result<
             "memory",
             json!({"command": "rename", "old_path": old, "new_path": new}),
         ),
-        FilesCommand::List { prefix } => (
+        FilesCommand::List { prefix, .. } => (
             "list_workspace_memory_files",
             json!({"filenamePrefix": prefix.as_deref().map(workspace_path)}),
         ),
-        FilesCommand::Read { path } => (
+        FilesCommand::Read { path, .. } => (
             "read_workspace_memory_file",
             json!({"filename": workspace_path(path)}),
         ),
@@ -742,7 +799,108 @@ pub fn files(ctx: &Ctx, command: &FilesCommand, out: &mut impl Write) -> Result<
                    "replaceAll": replace_all}),
         ),
     };
-    tool(&engine, &scope, name, input, out)
+    tool_as_of(&engine, &scope, name, input, as_of, out)
+}
+
+/// One blamed line on the wire (`memory blame --json`).
+#[derive(Serialize)]
+struct BlameOut<'a> {
+    line: usize,
+    text: &'a str,
+    version: u64,
+    id: u64,
+    at: String,
+    source: &'a str,
+    causes: Vec<CauseOut<'a>>,
+}
+
+/// An entry that caused a line's version.
+#[derive(Serialize)]
+struct CauseOut<'a> {
+    id: u64,
+    kind: String,
+    session: Option<&'a str>,
+    user: Option<&'a str>,
+    at: String,
+    text: String,
+}
+
+/// `memtape memory blame`.
+fn blame(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    path: &str,
+    as_of: Option<&AsOf>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let path = workspace_path(path);
+    let Some(blame) = engine.blame(scope, &path, as_of)? else {
+        match as_of {
+            Some(m) => bail!("{path} did not exist in the memory of {scope} as of {m}"),
+            None => bail!("there is no {path} in the memory of {scope}"),
+        }
+    };
+    for l in &blame.lines {
+        let causes: Vec<&memtape::Entry> = l
+            .origin
+            .change
+            .caused_by
+            .iter()
+            .filter_map(|id| blame.causes.get(id))
+            .collect();
+        if json {
+            let line = BlameOut {
+                line: l.line,
+                text: &l.text,
+                version: l.origin.version,
+                id: l.origin.id.0,
+                at: l.origin.at.to_rfc3339(),
+                source: &l.origin.change.source,
+                causes: causes
+                    .iter()
+                    .map(|e| CauseOut {
+                        id: e.id.0,
+                        kind: e.kind().to_string(),
+                        session: e.scope.session(),
+                        user: e.scope.user(),
+                        at: e.created_at.to_rfc3339(),
+                        text: e
+                            .payload
+                            .search_text()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(200)
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            writeln!(out, "{}", serde_json::to_string(&line)?)?;
+        } else {
+            let shown: Vec<String> = causes
+                .iter()
+                .map(|e| match e.scope.session() {
+                    Some(s) => format!("#{}@{}", e.id, escape(s, false)),
+                    None => format!("#{}", e.id),
+                })
+                .collect();
+            writeln!(
+                out,
+                "v{}\t{}\t{}\t{}\t{:>4}| {}",
+                l.origin.version,
+                l.origin.at.format("%Y-%m-%d %H:%M"),
+                escape(&l.origin.change.source, false),
+                if shown.is_empty() {
+                    "-".to_owned()
+                } else {
+                    shown.join(",")
+                },
+                l.line,
+                escape(&l.text, false)
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn print_report(report: &SyncReport, json: bool, out: &mut impl Write) -> Result<()> {

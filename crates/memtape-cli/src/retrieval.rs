@@ -223,6 +223,9 @@ pub struct SearchArgs {
     /// Only entries written before this time.
     #[arg(long)]
     until: Option<String>,
+    /// Search what existed at this moment: an RFC 3339 time or an entry id.
+    #[arg(long, value_name = "TIME|ID")]
+    as_of: Option<memtape::AsOf>,
     /// At most this many results (at least 1).
     #[arg(long, default_value_t = 10, value_parser = count)]
     limit: usize,
@@ -328,6 +331,7 @@ fn filter(ctx: &Ctx, args: &SearchArgs) -> Result<SearchFilter> {
             .as_deref()
             .map(|t| parse_time("--until", t))
             .transpose()?,
+        as_of: args.as_of,
     })
 }
 

@@ -130,6 +130,9 @@ pub struct HistoryArgs {
     /// Print a JSON array of OpenAI chat messages.
     #[arg(long)]
     json: bool,
+    /// The history as it was at this moment: an RFC 3339 time or an entry id.
+    #[arg(long, value_name = "TIME|ID")]
+    as_of: Option<memtape::AsOf>,
     #[command(flatten)]
     dify: crate::dify::DifyArgs,
     #[command(flatten)]
@@ -303,11 +306,12 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
             .unwrap_or_default(),
     };
     let session = ctx.session_scope(&a.session)?;
-    // Qanot's WAL: a user message is scanned before anyone answers it.
-    if role == Role::User && !a.no_wal {
-        engine.capture(&session, &a.content)?;
-    }
     let entry = engine.append(&session, message, options)?;
+    // Qanot's WAL: a user message is scanned before anyone answers it (and what it
+    // captures names the message as its cause).
+    if role == Role::User && !a.no_wal {
+        engine.capture_entry(&entry)?;
+    }
     writeln!(out, "{}", entry.id)?;
     Ok(())
 }
@@ -317,6 +321,11 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
     let engine = open_read_only(ctx)?;
     let scope = existing_session(&engine, ctx, &a.session)?;
     if a.dify.is_set() {
+        if a.as_of.is_some() {
+            bail!(
+                "--as-of reads memtape's or Bub's history; Dify's memory flags read the thread now"
+            );
+        }
         if a.view.is_some() {
             bail!(
                 "--view chooses memtape's or Bub's history; Dify's memory flags read the thread: use one or the other"
@@ -329,11 +338,12 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
         max_messages: a.max_messages,
         max_tokens: a.max_tokens,
     };
+    let as_of = a.as_of.as_ref();
     let view = match a.view {
         Some(v) => v.into(),
-        None => engine.history_view(&scope)?,
+        None => engine.history_view_as_of(&scope, as_of)?,
     };
-    let history = engine.history_in(&scope, &limits, view)?;
+    let history = engine.history_in_as_of(&scope, &limits, view, as_of)?;
     output::history(out, &history, a.json)?;
     Ok(())
 }

@@ -298,3 +298,121 @@ fn wal_eval_reports_precision_and_recall_on_the_labelled_set() {
     let err = r.fails(&["wal", "eval", &r.path("bad.jsonl")]);
     assert!(err.contains("line 1: unknown category \"mood\""), "{err}");
 }
+
+/// Issue 13: `--as-of` (a time or an entry id) on memory show, files view/read/list,
+/// history, context and search, and `memory blame` from a line to the message that caused
+/// it; a bad moment is refused naming the flag.
+#[test]
+fn as_of_on_every_read_and_blame_leads_to_the_message() {
+    let r = Run::new();
+    let said = r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "My name is Ada and I live in Oslo",
+    ]);
+    let message: u64 = said.trim().parse().unwrap();
+    r.ok(&["memory", "save", "lives in Oslo"]);
+    let first = r.json(&["memory", "show", "--json"]);
+    let cut = first["version"].as_u64().unwrap();
+    assert!(cut >= 1);
+    // The id of the save: the latest memory change.
+    let versions = r.ok(&["memory", "versions", "MEMORY.md", "--json"]);
+    let saved: serde_json::Value = serde_json::from_str(versions.lines().last().unwrap()).unwrap();
+    let saved_id = saved["id"].as_u64().unwrap().to_string();
+    r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "assistant",
+        "--content",
+        "Nice to meet you",
+    ]);
+    r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "I moved to Bergen",
+        "--no-wal",
+    ]);
+    r.ok(&["memory", "save", "lives in Bergen"]);
+
+    let then = r.json(&["memory", "show", "--json", "--as-of", &saved_id]);
+    assert_eq!(
+        then["files"]["MEMORY.md"]["content"],
+        json!("lives in Oslo")
+    );
+    assert!(
+        r.ok(&["memory", "show", "--as-of", &saved_id])
+            .contains("lives in Oslo")
+    );
+    assert!(
+        r.ok(&["files", "view", "/memories", "--as-of", &saved_id])
+            .contains("/memories")
+    );
+    let read = r.json(&["files", "read", "MEMORY.md", "--as-of", &saved_id]);
+    assert_eq!(read["content"], json!("lives in Oslo"));
+    let listed = r.json(&["files", "list", "--as-of", "1970-01-01T00:00:00Z"]);
+    assert_eq!(listed["count"], json!(0));
+    let history = r.ok(&["history", "s", "--as-of", &saved_id]);
+    assert!(
+        history.contains("Oslo") && !history.contains("Bergen"),
+        "{history}"
+    );
+    let ctx = r.json(&["context", "s", "--json", "--as-of", &saved_id]);
+    let system = ctx["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("lives in Oslo") && !system.contains("Bergen"),
+        "{system}"
+    );
+    let hits = r.ok(&["search", "Bergen", "--model", "none", "--as-of", &saved_id]);
+    assert!(!hits.contains("Bergen"), "{hits}");
+    assert!(
+        r.ok(&["search", "Bergen", "--model", "none"])
+            .contains("Bergen")
+    );
+
+    // Blame: the WAL line names the message that caused it.
+    let blame = r.ok(&["memory", "blame", "SESSION-STATE.md"]);
+    let line = blame
+        .lines()
+        .find(|l| l.contains("Ada"))
+        .unwrap_or_else(|| panic!("{blame}"));
+    assert!(line.contains(&format!("#{message}@s")), "{line}");
+    assert!(line.contains("\twal\t"), "{line}");
+    let json_lines = r.ok(&["memory", "blame", "MEMORY.md", "--json"]);
+    let first: serde_json::Value =
+        serde_json::from_str(json_lines.lines().next().unwrap()).unwrap();
+    assert_eq!(first["text"], json!("lives in Bergen"));
+
+    for (args, needle) in [
+        (vec!["memory", "show", "--as-of", "yesterday"], "--as-of"),
+        (
+            vec!["history", "s", "--as-of", "99999999999999999999"],
+            "--as-of",
+        ),
+        (
+            vec![
+                "memory",
+                "blame",
+                "MEMORY.md",
+                "--as-of",
+                "1970-01-01T00:00:00Z",
+            ],
+            "did not exist",
+        ),
+        (vec!["memory", "blame", "memories/none.md"], "there is no"),
+        (vec!["memory", "blame", "../etc/passwd"], "invalid path"),
+        (
+            vec!["memory", "blame", "/memories/../MEMORY.md"],
+            "invalid path",
+        ),
+    ] {
+        let err = r.fails(&args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -74,7 +74,7 @@ fn tour(script: &str, work: &Path) -> String {
 fn check(stdout: &str, run: usize) {
     let thread_line = stdout
         .lines()
-        .position(|l| l.starts_with("#2 message user: Hi, I'm Ada"))
+        .position(|l| l.starts_with("#1 message user: Hi, I'm Ada"))
         .unwrap();
     let thread: Vec<&str> = stdout.lines().skip(thread_line).take(4).collect();
     assert!(
@@ -107,6 +107,15 @@ fn check(stdout: &str, run: usize) {
         "{stdout}"
     );
     assert!(stdout.contains("\nv3\t#"), "{stdout}");
+    // Blame leads the WAL's lines to the message; as of entry 2, memory had one version.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("\twal\t#1@chat-1\t") && l.ends_with("I prefer dark mode.")),
+        "{stdout}"
+    );
+    // `memory show` at the start, and `memory show --as-of 2` after three more versions.
+    assert_eq!(stdout.matches(": version 1, 2 file(s)\n").count(), 2, "{stdout}");
     assert!(stdout.contains("+++ b/memories/ada.md\n"), "{stdout}");
     assert!(stdout.contains("wrote SESSION-STATE.md\n"), "{stdout}");
     assert!(

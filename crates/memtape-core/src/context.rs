@@ -278,6 +278,11 @@ pub struct ContextRequest {
     /// Whether a new compaction (and Qanot's working buffer) is recorded on the tape. Off
     /// for a preview; then the next build compacts again.
     pub record: bool,
+    /// Build the prompt as the tape stood at this moment (time travel): memory, history
+    /// and compaction records as they were then, the clock at that moment, nothing
+    /// recorded. `None`: now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<crate::AsOf>,
 }
 
 impl Default for ContextRequest {
@@ -288,6 +293,7 @@ impl Default for ContextRequest {
             config: ContextConfig::default(),
             emergency: false,
             record: true,
+            as_of: None,
         }
     }
 }

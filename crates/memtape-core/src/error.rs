@@ -49,6 +49,9 @@ pub enum Error {
     /// A Dify memory configuration (`MemoryConfig`) that cannot work.
     #[error("invalid Dify memory config: {0}")]
     MemoryConfig(String),
+    /// An "as of" moment that is neither an entry id nor an RFC 3339 time.
+    #[error("invalid as-of moment: {0}")]
+    InvalidAsOf(String),
     /// A summarizer could not summarize; whatever it was to replace is kept.
     #[error("summarizer failed: {0}")]
     Summarize(String),

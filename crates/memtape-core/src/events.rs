@@ -377,6 +377,16 @@ impl BuiltinEvent {
         Payload::Event(self.to_event())
     }
 
+    /// The entries this event names as its provenance (a memory change's causes): on a
+    /// renumbering restore they follow their entries when the file has them and are left
+    /// out when it does not, since they are history, not structure.
+    pub fn provenance_mut(&mut self) -> Option<&mut Vec<EntryId>> {
+        match self {
+            BuiltinEvent::MemoryChange(c) => Some(&mut c.caused_by),
+            _ => None,
+        }
+    }
+
     /// Every entry id this event refers to, for renumbering on restore: pointer targets, a
     /// compaction's span and kept messages, the changes a memory change forgets. Zero ids
     /// ("nothing") are included; callers leave them as they are.

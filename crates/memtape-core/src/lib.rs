@@ -12,6 +12,7 @@
 //! assert_eq!(Payload::Message(Message::tool_result("c1", "ok")).kind(), Kind::ToolResult);
 //! ```
 
+mod as_of;
 pub mod context;
 pub mod dify;
 mod entry;
@@ -27,6 +28,7 @@ mod thread;
 mod tokens;
 pub mod wal;
 
+pub use as_of::AsOf;
 pub use entry::{
     Anchor, Content, ContentPart, Entry, EntryId, Event, FileOwner, FileRef, FileSource, FileType,
     FunctionCall, Kind, Message, Meta, NewEntry, Payload, Role, ToolCall,

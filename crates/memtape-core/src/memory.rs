@@ -15,13 +15,15 @@
 //! boundary ([`crate::formats::bub`]); inside memtape each version is one event, which makes
 //! a change atomic by construction and keeps appends cheap.
 
+mod blame;
 mod change;
 pub mod facts;
 mod log;
 pub mod paths;
 mod view;
 
-pub use change::{Change, MAX_FILE_BYTES, Op};
+pub use blame::BlameLine;
+pub use change::{Change, MAX_CAUSES, MAX_FILE_BYTES, Op};
 pub use log::{MemoryLog, Recorded};
 pub use paths::{MAX_NAME_BYTES, MAX_PATH_BYTES, check_path, sync_ignores};
 pub use view::{MemoryFile, MemoryView, diff};

@@ -1,7 +1,7 @@
 //! What a search asks for and what it returns: the query, filters, mode, fusion and hits.
 
 use chrono::{DateTime, Utc};
-use memtape_core::{EntryId, Kind, Role, Scope};
+use memtape_core::{AsOf, EntryId, Kind, Role, Scope};
 
 /// Which entries a search may return. The tenant is always fixed; the other parts of the
 /// scope narrow it when given (an agent, its user, one session).
@@ -23,6 +23,8 @@ pub struct SearchFilter {
     pub since: Option<DateTime<Utc>>,
     /// Only entries written before this time.
     pub until: Option<DateTime<Utc>>,
+    /// Only entries that existed at this moment (time travel).
+    pub as_of: Option<AsOf>,
 }
 
 impl SearchFilter {
@@ -60,9 +62,11 @@ impl SearchFilter {
                 .is_none_or(|s| Some(s) == scope.session())
     }
 
-    /// Whether an entry of `kind`, `role`, written at `at`, passes the rest of the filter.
-    pub fn admits(&self, kind: Kind, role: Option<Role>, at: DateTime<Utc>) -> bool {
-        (self.kinds.is_empty() || self.kinds.contains(&kind))
+    /// Whether entry `id`, of `kind` and `role`, written at `at`, passes the rest of the
+    /// filter.
+    pub fn admits(&self, id: EntryId, kind: Kind, role: Option<Role>, at: DateTime<Utc>) -> bool {
+        self.as_of.is_none_or(|m| m.includes(id, at))
+            && (self.kinds.is_empty() || self.kinds.contains(&kind))
             && (self.roles.is_empty() || role.is_some_and(|r| self.roles.contains(&r)))
             && self.since.is_none_or(|s| at >= s)
             && self.until.is_none_or(|u| at < u)

@@ -57,9 +57,10 @@ mod tools;
 use hub::{Hub, Sub};
 pub use tools::tools;
 use tools::{
-    AppendInput, ConsolidateInput, ContextInput, EmergeInput, ExtractInput, HistoryInput,
-    MEMORY_CONSOLIDATE, MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput,
-    RestoreInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_HISTORY, TAPE_SEARCH, is_tool,
+    AppendInput, AsOfInput, BlameInput, ConsolidateInput, ContextInput, EmergeInput, ExtractInput,
+    HistoryInput, MEMORY_AS_OF, MEMORY_BLAME, MEMORY_CONSOLIDATE, MEMORY_DROPPED, MEMORY_EMERGE,
+    MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput, RestoreInput, SearchInput, TAPE_APPEND,
+    TAPE_CONTEXT, TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
 /// The memory skill: the `memory_skill` prompt.
@@ -245,6 +246,7 @@ impl Memtape {
                     max_messages: input.max_messages,
                     max_tokens: input.max_tokens,
                     view: None,
+                    as_of: input.as_of,
                 };
                 let Json(out) =
                     rest::history(state, caller, ApiPath(input.session), ApiQuery(params)).await?;
@@ -264,8 +266,44 @@ impl Memtape {
                     until: input.until,
                     mode: input.mode.map(|m| m.as_str().to_owned()),
                     limit: input.limit,
+                    as_of: input.as_of,
                 };
                 let Json(out) = rest::search(state, caller, ApiQuery(params)).await?;
+                to_text(&out)
+            }
+            MEMORY_AS_OF => {
+                let input: AsOfInput = input(name, args)?;
+                match input.path {
+                    Some(path) => {
+                        let params = rest::FileParams {
+                            agent: Some(who.agent.clone()),
+                            user: who.user.clone(),
+                            path,
+                            as_of: Some(input.as_of),
+                        };
+                        let Json(out) = rest::file(state, caller, ApiQuery(params)).await?;
+                        to_text(&out)
+                    }
+                    None => {
+                        let params = crate::wire::ReadParams {
+                            agent: Some(who.agent.clone()),
+                            user: who.user.clone(),
+                            as_of: Some(input.as_of),
+                        };
+                        let Json(out) = rest::view(state, caller, ApiQuery(params)).await?;
+                        to_text(&out)
+                    }
+                }
+            }
+            MEMORY_BLAME => {
+                let input: BlameInput = input(name, args)?;
+                let params = rest::BlameParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    path: input.path,
+                    as_of: input.as_of,
+                };
+                let Json(out) = rest::blame(state, caller, ApiQuery(params)).await?;
                 to_text(&out)
             }
             MEMORY_CONSOLIDATE => {
@@ -322,7 +360,7 @@ impl Memtape {
             }
             TAPE_CONTEXT => {
                 let input: ContextInput = input(name, args)?;
-                let record = input.record.unwrap_or(true);
+                let record = input.record.unwrap_or(true) && input.as_of.is_none();
                 who.caller
                     .require(if record { Role::Write } else { Role::Read })?;
                 let session = who
@@ -343,10 +381,12 @@ impl Memtape {
                     message: input.message.map(Message::user),
                     config: ContextConfig::new(input.budget, policy),
                     emergency: false,
-                    record,
+                    record: record && input.as_of.is_none(),
+                    as_of: crate::wire::as_of(input.as_of.as_deref())?,
                 };
                 let state = self.state.clone();
-                let llm = state.model().ok();
+                // A prompt of the past is built without the model.
+                let llm = state.model().ok().filter(|_| request.as_of.is_none());
                 let call = async move {
                     state
                         .run(move |engine| {

@@ -31,6 +31,37 @@ impl ScopeParams {
     }
 }
 
+/// A read of memory, possibly of the past: which agent (and user), and the moment.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the memory is one user's.
+    pub user: Option<String>,
+    /// Read it as it was at this moment: an RFC 3339 time (`2026-03-01T10:00:00Z`) or an
+    /// entry id (now when absent).
+    #[param(min_length = 1)]
+    pub as_of: Option<String>,
+}
+
+impl ReadParams {
+    /// The agent named, or `default`.
+    pub fn agent(&self) -> &str {
+        self.agent.as_deref().unwrap_or("default")
+    }
+}
+
+/// The moment `raw` names (an RFC 3339 time or an entry id), if any; a 400 naming the
+/// parameter otherwise.
+pub fn as_of(raw: Option<&str>) -> Result<Option<memtape::AsOf>> {
+    raw.map(|s| {
+        s.parse()
+            .map_err(|e| ApiError::bad_request(format!("as_of: {e}")))
+    })
+    .transpose()
+}
+
 /// A tool call made by the assistant (OpenAI's shape).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ToolCallWire {

@@ -159,6 +159,10 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
             ("memory_emerge", json!({"days": 3})),
             ("memory_dropped", json!({})),
             ("memory_restore", json!({"id": acme_change})),
+            ("memory_as_of", json!({"as_of": acme_change, "path": "MEMORY.md"})),
+            ("memory_as_of", json!({"as_of": "2100-01-01T00:00:00Z"})),
+            ("memory_blame", json!({"path": "MEMORY.md"})),
+            ("memory_blame", json!({"path": "memories/acme.md", "as_of": acme_change})),
             ("memory_clear", json!({})),
         ];
         let mut called: Vec<String> = calls.iter().map(|(t, _)| (*t).to_owned()).collect();

@@ -224,6 +224,12 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
                     *id = remap(*id, "entry", old_id)?;
                 }
             }
+            if let Some(causes) = event.provenance_mut() {
+                *causes = causes
+                    .iter()
+                    .filter_map(|id| map.get(id).copied())
+                    .collect();
+            }
             e.payload = event.to_payload();
         }
     }

@@ -4,7 +4,7 @@
 
 use memtape_core::events::{BuiltinEvent, SessionSettings};
 use memtape_core::formats::bub::{self, SESSION_START, ZoneReader};
-use memtape_core::{Content, HistoryView, Order, select_history};
+use memtape_core::{AsOf, Content, HistoryView, Order, select_history};
 use serde_json::{Map, Value};
 
 use crate::tiers::ATTEMPTS;
@@ -27,6 +27,11 @@ impl<S: Store> Engine<S> {
     /// The history view `session` takes: its latest `session.settings` (a Bub tape's
     /// sessions are imported with Bub's), else memtape's thread.
     pub fn history_view(&self, session: &Scope) -> Result<HistoryView> {
+        self.history_view_as_of(session, None)
+    }
+
+    /// The session's history view as it was at `as_of` (now when `None`).
+    pub fn history_view_as_of(&self, session: &Scope, as_of: Option<&AsOf>) -> Result<HistoryView> {
         let filter = Filter {
             kinds: vec![Kind::Event],
             name: Some(memtape_core::events::SESSION_SETTINGS.to_owned()),
@@ -34,7 +39,7 @@ impl<S: Store> Engine<S> {
             limit: Some(1),
             ..Filter::default()
         };
-        let latest = self.store.scan(session, &filter)?;
+        let latest = self.store.scan(session, &AsOf::narrow_opt(as_of, filter))?;
         Ok(
             match latest
                 .first()
@@ -72,9 +77,21 @@ impl<S: Store> Engine<S> {
         limits: &HistoryLimits,
         view: HistoryView,
     ) -> Result<Vec<Entry>> {
+        self.history_in_as_of(session, limits, view, None)
+    }
+
+    /// [`Engine::history_in`] as the tape stood at `as_of` (now when `None`): the
+    /// session's head, consolidation pointer and anchors as they were then.
+    pub fn history_in_as_of(
+        &self,
+        session: &Scope,
+        limits: &HistoryLimits,
+        view: HistoryView,
+        as_of: Option<&AsOf>,
+    ) -> Result<Vec<Entry>> {
         match view {
-            HistoryView::Thread => self.thread_history(session, limits),
-            HistoryView::Bub => self.bub_history(session, limits),
+            HistoryView::Thread => self.thread_history(session, limits, as_of),
+            HistoryView::Bub => self.bub_history(session, limits, as_of),
         }
     }
 
@@ -84,14 +101,11 @@ impl<S: Store> Engine<S> {
         &self,
         session: &Scope,
         limits: &HistoryLimits,
+        as_of: Option<&AsOf>,
     ) -> Result<Vec<Entry>> {
-        let Some(info) = self.store.scope_info(session)? else {
+        let (Some(head), pointer) = self.session_state(session, as_of)? else {
             return Ok(Vec::new());
         };
-        let Some(head) = info.head else {
-            return Ok(Vec::new());
-        };
-        let pointer = info.last_consolidated;
         let thread = self.walk(session, head, pointer, limits.max_messages)?;
         let messages: Vec<&memtape_core::Message> =
             thread.iter().filter_map(Entry::message).collect();
@@ -100,13 +114,14 @@ impl<S: Store> Engine<S> {
         Ok(keep.into_iter().filter_map(|i| thread[i].take()).collect())
     }
 
-    fn bub_history(&self, session: &Scope, limits: &HistoryLimits) -> Result<Vec<Entry>> {
-        let Some(info) = self.store.scope_info(session)? else {
-            return Ok(Vec::new());
-        };
-        let start = self
-            .last_conversation_anchor(session)?
-            .max(info.last_consolidated);
+    fn bub_history(
+        &self,
+        session: &Scope,
+        limits: &HistoryLimits,
+        as_of: Option<&AsOf>,
+    ) -> Result<Vec<Entry>> {
+        let (_, pointer) = self.session_state(session, as_of)?;
+        let start = self.last_conversation_anchor(session, as_of)?.max(pointer);
         // Bub's `system` entries (the prompt a run was given) are not context; a system
         // message Bub stored as a `message` line is.
         let bub_message = |e: &Entry| {
@@ -134,7 +149,7 @@ impl<S: Store> Engine<S> {
                 limit: Some(PAGE),
                 ..Filter::default()
             };
-            let page = self.store.scan(session, &filter)?;
+            let page = self.store.scan(session, &AsOf::narrow_opt(as_of, filter))?;
             let full = page.len() == PAGE;
             before = page.last().map(|e| e.id);
             entries.extend(page.into_iter().filter(wanted));
@@ -171,7 +186,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The id of the session's last anchor that is not a memory zone's (0: none).
-    fn last_conversation_anchor(&self, session: &Scope) -> Result<EntryId> {
+    fn last_conversation_anchor(&self, session: &Scope, as_of: Option<&AsOf>) -> Result<EntryId> {
         let mut before = None;
         loop {
             let filter = Filter {
@@ -181,7 +196,7 @@ impl<S: Store> Engine<S> {
                 limit: Some(PAGE),
                 ..Filter::default()
             };
-            let page = self.store.scan(session, &filter)?;
+            let page = self.store.scan(session, &AsOf::narrow_opt(as_of, filter))?;
             if let Some(found) = page
                 .iter()
                 .find(|e| bub::zone_version(&e.payload).is_none())

@@ -3,9 +3,9 @@
 //! durable ones (names, preferences, things to remember) are copied to long-term memory
 //! unless MEMORY.md already holds them.
 
-use memtape_core::Scope;
 use memtape_core::memory::{Change, Op, Recorded, paths};
 use memtape_core::wal::{self, WalMatch};
+use memtape_core::{Entry, EntryId, Role, Scope};
 use memtape_store::Store;
 
 use crate::{Engine, Result, memory_scope};
@@ -26,6 +26,35 @@ impl<S: Store> Engine<S> {
     /// memory scope) and records what it found in the memory of the session's agent (and
     /// user), as one change. Call it before the agent answers the message.
     pub fn capture(&self, scope: &Scope, message: &str) -> Result<Captured> {
+        self.capture_caused(scope, message, None)
+    }
+
+    /// [`Engine::capture`] of a user message already on the tape: what it records names
+    /// `entry` as its cause (`memtape memory blame` leads back to it). Any other entry
+    /// captures nothing.
+    pub fn capture_entry(&self, entry: &Entry) -> Result<Captured> {
+        match entry.message() {
+            Some(m) if m.role == Role::User => {
+                self.capture_caused(&entry.scope, &m.content_text(), Some(entry.id))
+            }
+            _ => Ok(Captured {
+                matches: Vec::new(),
+                saved_long_term: 0,
+                recorded: None,
+            }),
+        }
+    }
+
+    fn capture_caused(
+        &self,
+        scope: &Scope,
+        message: &str,
+        cause: Option<EntryId>,
+    ) -> Result<Captured> {
+        crate::tiers::caused_by(cause, || self.capture_now(scope, message))
+    }
+
+    fn capture_now(&self, scope: &Scope, message: &str) -> Result<Captured> {
         let matches = wal::scan(message);
         if matches.is_empty() {
             return Ok(Captured {
@@ -74,6 +103,7 @@ impl<S: Store> Engine<S> {
             Ok(Some(Change {
                 ops,
                 source: "wal".into(),
+                caused_by: Vec::new(),
             }))
         })?;
         Ok(Captured {

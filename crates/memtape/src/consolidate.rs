@@ -327,82 +327,85 @@ impl<S: Store> Engine<S> {
             self.append_entries(entries)?;
             return Ok(done);
         }
-        let seen = self
-            .memory(&memory)?
-            .content(paths::MEMORY)
-            .unwrap_or_default()
-            .to_owned();
-        let shown = if seen.trim().is_empty() {
-            "(empty)"
-        } else {
-            seen.as_str()
-        };
-        let conversation = lines.join("\n");
-        let system = self.prompt(session, &CONSOLIDATION_SYSTEM, &[])?;
-        let user = self.prompt(
-            session,
-            &CONSOLIDATION_USER,
-            &[("memory", shown), ("conversation", &conversation)],
-        )?;
-        let mut request = ChatRequest::new(vec![
-            memtape_llm::Message::system(system),
-            memtape_llm::Message::user(user),
-        ]);
-        request.tools = vec![save_memory_tool()];
-        request.force_tool = Some(SAVE_MEMORY.into());
-        request.max_tokens = Some(options.max_tokens);
-        let (history, update) = match self.call_llm(
-            llm,
-            session,
-            "consolidation",
-            &request,
-            save_memory_arguments,
-        ) {
-            Err(Error::Llm(e)) if refused_tool_choice(&e) => {
-                request.force_tool = None;
-                self.call_llm(
-                    llm,
-                    session,
-                    "consolidation",
-                    &request,
-                    save_memory_arguments,
-                )?
+        // Every memory change this makes names the span and the model calls as its causes.
+        crate::tiers::caused_by([old[0].id, through], || {
+            let seen = self
+                .memory(&memory)?
+                .content(paths::MEMORY)
+                .unwrap_or_default()
+                .to_owned();
+            let shown = if seen.trim().is_empty() {
+                "(empty)"
+            } else {
+                seen.as_str()
+            };
+            let conversation = lines.join("\n");
+            let system = self.prompt(session, &CONSOLIDATION_SYSTEM, &[])?;
+            let user = self.prompt(
+                session,
+                &CONSOLIDATION_USER,
+                &[("memory", shown), ("conversation", &conversation)],
+            )?;
+            let mut request = ChatRequest::new(vec![
+                memtape_llm::Message::system(system),
+                memtape_llm::Message::user(user),
+            ]);
+            request.tools = vec![save_memory_tool()];
+            request.force_tool = Some(SAVE_MEMORY.into());
+            request.max_tokens = Some(options.max_tokens);
+            let (history, update) = match self.call_llm(
+                llm,
+                session,
+                "consolidation",
+                &request,
+                save_memory_arguments,
+            ) {
+                Err(Error::Llm(e)) if refused_tool_choice(&e) => {
+                    request.force_tool = None;
+                    self.call_llm(
+                        llm,
+                        session,
+                        "consolidation",
+                        &request,
+                        save_memory_arguments,
+                    )?
+                }
+                other => other?,
+            };
+            let history = if has_stamp(history.trim_start()) {
+                history.trim().to_owned()
+            } else {
+                format!(
+                    "[{}] {}",
+                    old[0].created_at.format("%Y-%m-%d %H:%M"),
+                    history.trim()
+                )
+            };
+            done.history_entry = Some(history.clone());
+            let source = format!("consolidation of {session} through entry {through}");
+            let mut edits = vec![Edit::Append {
+                path: paths::HISTORY.into(),
+                text: format!("{history}\n\n"),
+                heading: None,
+            }];
+            if let Some(update) = update {
+                edits.push(Edit::Rewrite {
+                    path: paths::MEMORY.into(),
+                    seen,
+                    new: update,
+                });
             }
-            other => other?,
-        };
-        let history = if has_stamp(history.trim_start()) {
-            history.trim().to_owned()
-        } else {
-            format!(
-                "[{}] {}",
-                old[0].created_at.format("%Y-%m-%d %H:%M"),
-                history.trim()
-            )
-        };
-        done.history_entry = Some(history.clone());
-        let source = format!("consolidation of {session} through entry {through}");
-        let mut edits = vec![Edit::Append {
-            path: paths::HISTORY.into(),
-            text: format!("{history}\n\n"),
-            heading: None,
-        }];
-        if let Some(update) = update {
-            edits.push(Edit::Rewrite {
-                path: paths::MEMORY.into(),
-                seen,
-                new: update,
-            });
-        }
-        let mut entries = vec![NewEntry::new(
-            session.clone(),
-            BuiltinEvent::consolidated(through).to_payload(),
-            self.now(),
-        )];
-        entries.extend(extra(old.len(), through));
-        let applied = self.apply_edits(&memory, &edits, "consolidation", &source, &entries)?;
-        done.memory_changed = applied.changed.iter().any(|p| p == paths::MEMORY);
-        done.dropped = applied.dropped;
-        Ok(done)
+            let mut entries = vec![NewEntry::new(
+                session.clone(),
+                BuiltinEvent::consolidated(through).to_payload(),
+                self.now(),
+            )];
+            entries.extend(extra(old.len(), through));
+            let applied = self.apply_edits(&memory, &edits, "consolidation", &source, &entries)?;
+            done.memory_changed = applied.changed.iter().any(|p| p == paths::MEMORY);
+            done.dropped = applied.dropped;
+            Ok(done)
+        })
     }
 
     /// How many conversational entries `session` has after its consolidation pointer, up

@@ -18,7 +18,7 @@ use memtape_core::events::{self, BuiltinEvent};
 use memtape_core::memory::{Change, Op, paths};
 use memtape_core::summary::{DEFAULT_SUMMARY_MAX_TOKENS, ExtractiveSummarizer, Summarizer};
 use memtape_core::{
-    Entry, EntryId, Filter, HistoryLimits, HistoryView, Kind, NewEntry, Order, Scope,
+    AsOf, Entry, EntryId, Filter, HistoryLimits, HistoryView, Kind, NewEntry, Order, Scope,
 };
 use memtape_store::Store;
 
@@ -113,20 +113,34 @@ impl<S: Store> Engine<S> {
             )));
         }
         request.config.validate().map_err(Error::Config)?;
-        let now = self.now();
+        let as_of = request.as_of.as_ref();
+        let now = match as_of {
+            None => self.now(),
+            Some(AsOf::Time(t)) => *t,
+            // The time of the session's latest entry at that moment: the clock when the
+            // prompt would have been built next.
+            Some(moment @ AsOf::Entry(_)) => {
+                let latest = moment.narrow(Filter {
+                    order: Order::Desc,
+                    limit: Some(1),
+                    ..Filter::default()
+                });
+                let found = self.store.scan(session, &latest)?;
+                found.first().map_or_else(|| self.now(), |e| e.created_at)
+            }
+        };
         let memory_scope = memory_scope(session)?;
-        let memory = self.memory(&memory_scope)?;
-        let info = self.store.scope_info(session)?;
-        let pointer = info.as_ref().map_or(EntryId(0), |i| i.last_consolidated);
-        let head = info.as_ref().and_then(|i| i.head);
+        let memory = self.memory_as_of(&memory_scope, as_of)?;
+        let (head, pointer) = self.session_state(session, as_of)?;
 
-        let recorded = self.compactions(session)?;
+        let recorded = self.compactions(session, as_of)?;
         let (compaction, tail) = self.context_tail(
             session,
             head,
             pointer,
             &recorded,
             request.config.max_messages,
+            as_of,
         )?;
         let after = compaction.as_ref().map_or(pointer, Compaction::through);
         let kept_head = match &compaction {
@@ -160,7 +174,7 @@ impl<S: Store> Engine<S> {
             self.tokens(),
         )?;
 
-        if request.record && !request.emergency {
+        if request.record && !request.emergency && as_of.is_none() {
             if let Some(made) = &built.record {
                 self.append_payload(session, made.to_payload())?;
             }
@@ -172,7 +186,11 @@ impl<S: Store> Engine<S> {
     }
 
     /// The session's latest compaction records, newest first, with their times.
-    fn compactions(&self, session: &Scope) -> Result<Vec<(Compaction, DateTime<Utc>)>> {
+    fn compactions(
+        &self,
+        session: &Scope,
+        as_of: Option<&AsOf>,
+    ) -> Result<Vec<(Compaction, DateTime<Utc>)>> {
         let filter = Filter {
             kinds: vec![Kind::Event],
             name: Some(events::CONTEXT_COMPACTION.to_owned()),
@@ -181,7 +199,7 @@ impl<S: Store> Engine<S> {
             ..Filter::default()
         };
         self.store
-            .scan(session, &filter)?
+            .scan(session, &AsOf::narrow_opt(as_of, filter))?
             .iter()
             .filter_map(|e| Compaction::from_entry(e).map(|c| c.map(|c| (c, e.created_at))))
             .collect::<memtape_core::Result<_>>()
@@ -199,15 +217,16 @@ impl<S: Store> Engine<S> {
         pointer: EntryId,
         recorded: &[(Compaction, DateTime<Utc>)],
         max: usize,
+        as_of: Option<&AsOf>,
     ) -> Result<(Option<Compaction>, Vec<Entry>)> {
-        if self.history_view(session)? == HistoryView::Bub {
+        if self.history_view_as_of(session, as_of)? == HistoryView::Bub {
             // Bub's view is the tape after the last anchor, in order: a compaction is in
             // effect while the entry it runs through is in that view.
             let limits = HistoryLimits {
                 max_messages: max,
                 max_tokens: None,
             };
-            let view = self.history_in(session, &limits, HistoryView::Bub)?;
+            let view = self.history_in_as_of(session, &limits, HistoryView::Bub, as_of)?;
             for (compaction, _) in recorded {
                 let through = compaction.through();
                 if let Some(at) = view.iter().position(|e| e.id == through) {
@@ -301,7 +320,8 @@ impl<S: Store> Engine<S> {
         // The same checks every memory change passes (a long buffer keeps its newest
         // exchanges under the size limit).
         let view = self.memory_log(memory_scope)?.0.view();
-        let change = view.admit(Change::one(op, "context.working_buffer"))?;
+        let change = view
+            .admit(Change::one(op, "context.working_buffer").caused_by(new.iter().map(|x| x.id)))?;
         let mark = BuiltinEvent::working_buffer(through).to_payload();
         self.append_entries(vec![
             NewEntry::new(memory_scope.clone(), change.to_payload(), now),

@@ -58,7 +58,7 @@ pub use node::{
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
 pub use settings::{EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule};
-pub use tiers::{check_memory_scope, memory_scope};
+pub use tiers::{Blame, BlamedLine, check_memory_scope, memory_scope};
 pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
 
@@ -75,7 +75,7 @@ pub use memtape_core::context::{
     Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
 };
 pub use memtape_core::{
-    Anchor, AnchorRange, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, Event, Filter,
+    Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, Event, Filter,
     HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery,
     TokenCounter, ToolCall, events,
     formats::{Format, parse_time},
@@ -275,8 +275,59 @@ impl<S: Store> Engine<S> {
     /// reading only the tail it needs; for a session from a Bub tape, Bub's
     /// ([`Engine::history_in`]).
     pub fn history(&self, session: &Scope, limits: &HistoryLimits) -> Result<Vec<Entry>> {
-        let view = self.history_view(session)?;
-        self.history_in(session, limits, view)
+        self.history_as_of(session, limits, None)
+    }
+
+    /// [`Engine::history`] as the tape stood at `as_of` (now when `None`): the history a
+    /// model would have been sent then, in the view the session had then.
+    pub fn history_as_of(
+        &self,
+        session: &Scope,
+        limits: &HistoryLimits,
+        as_of: Option<&AsOf>,
+    ) -> Result<Vec<Entry>> {
+        let view = self.history_view_as_of(session, as_of)?;
+        self.history_in_as_of(session, limits, view, as_of)
+    }
+
+    /// The session's head (its latest conversational entry) and consolidation pointer:
+    /// now from its projection, or as of `as_of` from the tape (the latest entries then).
+    pub(crate) fn session_state(
+        &self,
+        session: &Scope,
+        as_of: Option<&AsOf>,
+    ) -> Result<(Option<EntryId>, EntryId)> {
+        let Some(as_of) = as_of else {
+            let info = self.store.scope_info(session)?;
+            let head = info.as_ref().and_then(|i| i.head);
+            return Ok((head, info.map_or(EntryId(0), |i| i.last_consolidated)));
+        };
+        let latest = |filter: Filter| -> Result<Option<Entry>> {
+            let filter = as_of.narrow(Filter {
+                order: Order::Desc,
+                limit: Some(1),
+                ..filter
+            });
+            Ok(self.store.scan(session, &filter)?.into_iter().next())
+        };
+        let head = latest(Filter {
+            kinds: Kind::conversational().collect(),
+            ..Filter::default()
+        })?
+        .map(|e| e.id);
+        let mark = latest(Filter {
+            kinds: vec![Kind::Event],
+            name: Some(events::SESSION_CONSOLIDATED.to_owned()),
+            ..Filter::default()
+        })?;
+        let pointer = match mark
+            .map(|e| BuiltinEvent::from_payload(&e.payload))
+            .transpose()?
+        {
+            Some(Some(BuiltinEvent::Consolidated(t))) => t.through,
+            _ => EntryId(0),
+        };
+        Ok((head, pointer))
     }
 
     /// Walks the thread ending at `leaf` in `scope` back to a root, to the first entry at or

@@ -295,40 +295,53 @@ impl<S: Store> Engine<S> {
         )?;
         let mut request = ChatRequest::new(vec![Message::system(system), Message::user(user)]);
         request.max_tokens = Some(config.max_tokens);
-        let reply = self.call_llm(llm, session, "extraction", &request, parse_reply)?;
-        let mut run = MemoryRun {
-            should_update: reply.get("should_update").and_then(Value::as_bool) == Some(true),
-            reason: text_field(&reply, "reason").unwrap_or_default(),
-            ..MemoryRun::default()
-        };
-        if !run.should_update {
-            return Ok(run);
-        }
-        let mut edits = Vec::new();
-        if let Some(entry) = text_field(&reply, "daily_entry") {
-            edits.push(Edit::Note {
-                path: daily_path.clone(),
-                entry,
-                heading: paths::daily_heading(today),
-            });
-        }
-        for (field, path, seen) in [
-            ("memory_update", paths::MEMORY, long_term),
-            ("profile_update", paths::PROFILE, profile),
-        ] {
-            if let Some(new) = text_field(&reply, field) {
-                edits.push(Edit::Rewrite {
-                    path: path.into(),
-                    seen,
-                    new,
+        // What it writes names the exchange it read and the model call as its causes.
+        let exchange: Vec<EntryId> = thread
+            .iter()
+            .rev()
+            .filter(|e| {
+                e.message()
+                    .is_some_and(|m| matches!(m.role, Role::User | Role::Assistant))
+            })
+            .take(2)
+            .map(|e| e.id)
+            .collect();
+        crate::tiers::caused_by(exchange.into_iter().rev(), || {
+            let reply = self.call_llm(llm, session, "extraction", &request, parse_reply)?;
+            let mut run = MemoryRun {
+                should_update: reply.get("should_update").and_then(Value::as_bool) == Some(true),
+                reason: text_field(&reply, "reason").unwrap_or_default(),
+                ..MemoryRun::default()
+            };
+            if !run.should_update {
+                return Ok(run);
+            }
+            let mut edits = Vec::new();
+            if let Some(entry) = text_field(&reply, "daily_entry") {
+                edits.push(Edit::Note {
+                    path: daily_path.clone(),
+                    entry,
+                    heading: paths::daily_heading(today),
                 });
             }
-        }
-        let source = format!("extraction from {session}");
-        let applied = self.apply_edits(&memory, &edits, "extraction", &source, &[])?;
-        run.changed = applied.changed;
-        run.dropped = applied.dropped;
-        Ok(run)
+            for (field, path, seen) in [
+                ("memory_update", paths::MEMORY, long_term),
+                ("profile_update", paths::PROFILE, profile),
+            ] {
+                if let Some(new) = text_field(&reply, field) {
+                    edits.push(Edit::Rewrite {
+                        path: path.into(),
+                        seen,
+                        new,
+                    });
+                }
+            }
+            let source = format!("extraction from {session}");
+            let applied = self.apply_edits(&memory, &edits, "extraction", &source, &[])?;
+            run.changed = applied.changed;
+            run.dropped = applied.dropped;
+            Ok(run)
+        })
     }
 
     /// MateClaw's emergence for the memory `scope` (an agent, or an agent and a user): its
@@ -378,25 +391,28 @@ impl<S: Store> Engine<S> {
             ],
         )?;
         let request = ChatRequest::new(vec![Message::system(system), Message::user(user)]);
-        let reply = self.call_llm(llm, scope, "emergence", &request, parse_reply)?;
-        let mut run = MemoryRun {
-            should_update: reply.get("should_update").and_then(Value::as_bool) == Some(true),
-            reason: text_field(&reply, "reason").unwrap_or_default(),
-            ..MemoryRun::default()
-        };
-        let content = text_field(&reply, "memory_content");
-        if let (true, Some(new)) = (run.should_update, content) {
-            let edit = Edit::Rewrite {
-                path: paths::MEMORY.into(),
-                seen: long_term,
-                new,
+        // What it writes names the model call as its cause.
+        crate::tiers::caused_by([], || {
+            let reply = self.call_llm(llm, scope, "emergence", &request, parse_reply)?;
+            let mut run = MemoryRun {
+                should_update: reply.get("should_update").and_then(Value::as_bool) == Some(true),
+                reason: text_field(&reply, "reason").unwrap_or_default(),
+                ..MemoryRun::default()
             };
-            let source = format!("emergence of {count} daily notes");
-            let applied = self.apply_edits(scope, &[edit], "emergence", &source, &[])?;
-            run.changed = applied.changed;
-            run.dropped = applied.dropped;
-        }
-        Ok(run)
+            let content = text_field(&reply, "memory_content");
+            if let (true, Some(new)) = (run.should_update, content) {
+                let edit = Edit::Rewrite {
+                    path: paths::MEMORY.into(),
+                    seen: long_term,
+                    new,
+                };
+                let source = format!("emergence of {count} daily notes");
+                let applied = self.apply_edits(scope, &[edit], "emergence", &source, &[])?;
+                run.changed = applied.changed;
+                run.dropped = applied.dropped;
+            }
+            Ok(run)
+        })
     }
 }
 

@@ -190,10 +190,11 @@ impl<S: Store> Engine<S> {
                     dropped: 0,
                 });
             }
-            let change = own.admit(Change {
+            let change = own.admit(crate::tiers::with_causes(Change {
                 ops,
                 source: source.to_owned(),
-            })?;
+                caused_by: Vec::new(),
+            }))?;
             let count = dropped.len();
             let mut entries =
                 vec![NewEntry::new(scope.clone(), change.to_payload(), now).if_last(base)];

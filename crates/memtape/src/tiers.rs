@@ -5,13 +5,55 @@
 
 use chrono::NaiveDate;
 use memtape_core::memory::{Change, MemoryLog, MemoryView, Op, Recorded, paths};
-use memtape_core::{EntryId, Filter, Kind, NewEntry, Scope, events};
+use memtape_core::{AsOf, EntryId, Filter, Kind, NewEntry, Scope, events};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result};
 
 /// How many times a change is recomputed when other writers keep winning.
 pub(crate) const ATTEMPTS: usize = 8;
+
+thread_local! {
+    /// The entries that cause what this thread is doing now ([`caused_by`]); `None`
+    /// outside of any.
+    static CAUSES: std::cell::RefCell<Option<Vec<EntryId>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with every memory change it records naming `causes` as what caused it (the
+/// tool call being run, the message being captured, the span being consolidated, and the
+/// model calls made meanwhile: [`note_cause`]), so `memtape memory blame` can lead from a
+/// line to its conversation. The engine is synchronous: everything `f` writes, it writes
+/// on this thread.
+pub(crate) fn caused_by<T>(causes: impl IntoIterator<Item = EntryId>, f: impl FnOnce() -> T) -> T {
+    /// Puts the outer causes back, even if `f` panics.
+    struct Restore(Option<Vec<EntryId>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            CAUSES.with(|c| *c.borrow_mut() = outer);
+        }
+    }
+    let mut now: Vec<EntryId> = CAUSES.with(|c| c.borrow().clone().unwrap_or_default());
+    now.extend(causes);
+    let _restore = Restore(CAUSES.with(|c| c.replace(Some(now))));
+    f()
+}
+
+/// Adds `id` to the causes of what this thread is doing now, if it is doing something
+/// with causes ([`caused_by`]).
+pub(crate) fn note_cause(id: EntryId) {
+    CAUSES.with(|c| {
+        if let Some(causes) = c.borrow_mut().as_mut() {
+            causes.push(id);
+        }
+    });
+}
+
+/// `change`, naming the causes of what this thread is doing now.
+pub(crate) fn with_causes(change: Change) -> Change {
+    let causes = CAUSES.with(|c| c.borrow().clone().unwrap_or_default());
+    change.caused_by(causes)
+}
 
 /// Checks that `scope` can hold memory: an agent, or an agent and a user (not a session).
 pub fn check_memory_scope(scope: &Scope) -> Result<()> {
@@ -33,6 +75,32 @@ pub fn memory_scope(scope: &Scope) -> Result<Scope> {
         None,
         None,
     )?)
+}
+
+/// A memory file's lines and where each came from ([`Engine::blame`]).
+#[derive(Clone, Debug)]
+pub struct Blame {
+    /// The file.
+    pub path: String,
+    /// The memory it was found in: the scope's own, or the agent's shared memory.
+    pub memory: Scope,
+    /// That memory's version at the moment asked about.
+    pub version: u64,
+    /// The lines, in order.
+    pub lines: Vec<BlamedLine>,
+    /// The entries that caused the lines' changes, by id (only those the caller may read).
+    pub causes: std::collections::BTreeMap<EntryId, memtape_core::Entry>,
+}
+
+/// One line of a blamed file.
+#[derive(Clone, Debug)]
+pub struct BlamedLine {
+    /// Its number, from 1.
+    pub line: usize,
+    /// Its text.
+    pub text: String,
+    /// The change that wrote it.
+    pub origin: Recorded,
 }
 
 impl<S: Store> Engine<S> {
@@ -60,20 +128,93 @@ impl<S: Store> Engine<S> {
     /// not have come from the agent's (so AGENTS.md and SOUL.md written once for the agent
     /// reach every user); the user's own files win.
     pub fn memory(&self, scope: &Scope) -> Result<MemoryView> {
+        self.memory_as_of(scope, None)
+    }
+
+    /// [`Engine::memory`] as it was at `as_of` (now when `None`): the user's files and
+    /// the agent's shared ones, each as of that moment. A change forgotten later stays out
+    /// ([`MemoryLog::view_as_of`]).
+    pub fn memory_as_of(&self, scope: &Scope, as_of: Option<&AsOf>) -> Result<MemoryView> {
         let (log, _) = self.memory_log(scope)?;
-        self.layered(scope, log.view())
+        let own = match as_of {
+            Some(m) => log.view_as_of(m),
+            None => log.view(),
+        };
+        self.layered_as_of(scope, own, as_of)
     }
 
     /// `own`, the view of `scope`'s own memory, with the agent's shared files it does not
     /// override layered under it when `scope` is an agent-and-user scope.
-    pub(crate) fn layered(&self, scope: &Scope, mut own: MemoryView) -> Result<MemoryView> {
+    pub(crate) fn layered(&self, scope: &Scope, own: MemoryView) -> Result<MemoryView> {
+        self.layered_as_of(scope, own, None)
+    }
+
+    fn layered_as_of(
+        &self,
+        scope: &Scope,
+        mut own: MemoryView,
+        as_of: Option<&AsOf>,
+    ) -> Result<MemoryView> {
         if scope.user().is_some() {
             let (shared, _) = self.memory_log(&scope.agent_scope())?;
-            for (path, file) in shared.view().files {
+            let shared = match as_of {
+                Some(m) => shared.view_as_of(m),
+                None => shared.view(),
+            };
+            for (path, file) in shared.files {
                 own.files.entry(path).or_insert(file);
             }
         }
         Ok(own)
+    }
+
+    /// Blame for `path` in the memory of `scope` as of `as_of` (now when `None`): each
+    /// line with the change that wrote it and the tape entries that caused that change
+    /// (those the scope may read). A file the user's memory does not have is blamed in
+    /// the agent's shared memory, as the layered view shows it. `None` when there is no
+    /// such file then.
+    pub fn blame(&self, scope: &Scope, path: &str, as_of: Option<&AsOf>) -> Result<Option<Blame>> {
+        memtape_core::memory::check_path(path)?;
+        let mut owners = vec![scope.clone()];
+        if scope.user().is_some() {
+            owners.push(scope.agent_scope());
+        }
+        for owner in owners {
+            let (log, _) = self.memory_log(&owner)?;
+            let version = as_of.map_or(log.version(), |m| log.version_as_of(m));
+            let Some(lines) = log.blame(path, version) else {
+                continue;
+            };
+            let ids: Vec<EntryId> = lines
+                .iter()
+                .flat_map(|l| l.origin.change.caused_by.iter().copied())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let causes = self
+                .store
+                .get_many(scope.tenant(), &ids)?
+                .into_iter()
+                .filter(|e| scope.contains(&e.scope))
+                .map(|e| (e.id, e))
+                .collect();
+            let lines = lines
+                .into_iter()
+                .map(|l| BlamedLine {
+                    line: l.line,
+                    text: l.text,
+                    origin: l.origin.clone(),
+                })
+                .collect();
+            return Ok(Some(Blame {
+                path: path.to_owned(),
+                memory: owner,
+                version,
+                lines,
+                causes,
+            }));
+        }
+        Ok(None)
     }
 
     /// Records a change of `scope`'s memory computed by `compute` from the current log and
@@ -96,7 +237,7 @@ impl<S: Store> Engine<S> {
             let Some(change) = compute(&log, &view)? else {
                 return Ok(None);
             };
-            let change = view.admit(change)?;
+            let change = view.admit(with_causes(change))?;
             let entry = NewEntry::new(scope.clone(), change.to_payload(), self.now()).if_last(base);
             match self.store_entries(vec![entry]) {
                 Ok(stored) => {
@@ -241,6 +382,7 @@ impl<S: Store> Engine<S> {
             Ok((!ops.is_empty()).then(|| Change {
                 ops,
                 source: format!("prune daily notes older than {retention_days} days"),
+                caused_by: Vec::new(),
             }))
         })?;
         Ok(recorded.map_or(0, |r| r.change.ops.len()))

@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use memtape_core::{HistoryView, Scope, memory};
+use memtape_core::{AsOf, HistoryView, Scope, memory};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result, memory_scope};
@@ -149,6 +149,21 @@ impl<S: Store> Engine<S> {
     /// user, or a session, whose agent-and-user memory is used). A refusal is an `Ok`
     /// output flagged `is_error`; an `Err` means the engine failed.
     pub fn call_tool(&self, scope: &Scope, name: &str, input: &Value) -> Result<ToolOutput> {
+        self.call_tool_as_of(scope, name, input, None)
+    }
+
+    /// [`Engine::call_tool`] on memory as it was at `as_of` (now when `None`): the tools
+    /// that read (`memory.show`, the memory tool's `view`, MateClaw's list and read) read
+    /// the memory of that moment; any other tool is refused, since only reads travel in
+    /// time. The model never sees this: it is how the CLI, REST and MCP read the past
+    /// through the same code as the present.
+    pub fn call_tool_as_of(
+        &self,
+        scope: &Scope,
+        name: &str,
+        input: &Value,
+        as_of: Option<&AsOf>,
+    ) -> Result<ToolOutput> {
         let Some(spec) = find(name) else {
             let names: Vec<&str> = registry().iter().map(|s| s.name).collect();
             return Ok(refused(format!(
@@ -158,12 +173,19 @@ impl<S: Store> Engine<S> {
         };
         let session = scope;
         let scope = memory_scope(scope)?;
-        let result = match spec.family {
-            Family::Bub => bub::call(self, &scope, spec.name, input),
-            Family::Anthropic => anthropic::call(self, &scope, input),
-            Family::MateClaw => mateclaw::call(self, &scope, spec.name, input),
-            Family::Qanot => search::call(self, &scope, input),
+        // What the tool writes is caused by the conversation as it stands: the session's
+        // latest message, which is the tool call itself when the agent appended it first.
+        let head = match session.session() {
+            Some(_) => self.session_state(session, None)?.0,
+            None => None,
         };
+        let result = crate::tiers::caused_by(head, || match spec.family {
+            Family::Bub => bub::call(self, &scope, spec.name, input, as_of),
+            Family::Anthropic => anthropic::call(self, &scope, input, as_of),
+            Family::MateClaw => mateclaw::call(self, &scope, spec.name, input, as_of),
+            Family::Qanot if as_of.is_some() => Err(no_travel(spec.name)),
+            Family::Qanot => search::call(self, &scope, input),
+        });
         match result {
             Ok(out) => {
                 // A Bub session keeps its memory zone on its tape (seed 001, 3.3: every
@@ -184,6 +206,13 @@ impl<S: Store> Engine<S> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The refusal of a tool that writes, asked to run as of an earlier moment.
+fn no_travel(tool: &str) -> Error {
+    Error::Tool(format!(
+        "Error: {tool} cannot run as of an earlier moment: only reads travel in time"
+    ))
 }
 
 fn refused(text: String) -> ToolOutput {

@@ -30,10 +30,12 @@ impl<S: Store> Engine<S> {
     /// Records one model call on the tape of the agent `scope` belongs to (checked like
     /// any built-in event on the way in).
     pub fn record_llm_call(&self, scope: &Scope, call: LlmCall) -> Result<()> {
-        self.append_payload(
+        let entry = self.append_payload(
             &scope.agent_scope(),
             BuiltinEvent::LlmCall(call).to_payload(),
         )?;
+        // A memory change this call leads to names it as a cause.
+        crate::tiers::note_cause(entry.id);
         Ok(())
     }
 

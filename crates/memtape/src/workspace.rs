@@ -521,6 +521,7 @@ impl<S: Store> Engine<S> {
             let mut change = Change {
                 ops,
                 source: "sync".into(),
+                caused_by: Vec::new(),
             };
             if !change.ops.is_empty() && view.check(&change).is_err() {
                 let mut trial = view.clone();

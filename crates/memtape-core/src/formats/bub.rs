@@ -499,6 +499,7 @@ pub fn zone_change(prev: Option<&Zone>, next: &Zone) -> Option<Change> {
     (!ops.is_empty()).then(|| Change {
         ops,
         source: format!("bub memory zone version {}", next.version),
+        caused_by: Vec::new(),
     })
 }
 

@@ -101,7 +101,16 @@ pub struct Change {
     /// What made the change (a tool name, `sync`, `wal`, `undo`, …).
     #[serde(default)]
     pub source: String,
+    /// The tape entries that caused it, when it came from a conversation: the tool call
+    /// that made it, the user message the WAL captured, the model call and the first and
+    /// last message of a consolidated span. Empty for a hand edit. At most
+    /// [`MAX_CAUSES`]. What `memtape memory blame` follows from a line to its conversation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caused_by: Vec<EntryId>,
 }
+
+/// The most entries a change names as its causes.
+pub const MAX_CAUSES: usize = 64;
 
 impl Change {
     /// A change of one op.
@@ -109,7 +118,22 @@ impl Change {
         Change {
             ops: vec![op],
             source: source.into(),
+            caused_by: Vec::new(),
         }
+    }
+
+    /// This change, caused by `entries` as well (zero ids left out, duplicates once, in
+    /// order, the first [`MAX_CAUSES`] kept).
+    pub fn caused_by(mut self, entries: impl IntoIterator<Item = EntryId>) -> Self {
+        for id in entries {
+            if self.caused_by.len() == MAX_CAUSES {
+                break;
+            }
+            if id.0 != 0 && !self.caused_by.contains(&id) {
+                self.caused_by.push(id);
+            }
+        }
+        self
     }
 
     /// Checks every path ([`check_path`]) and the size of every op's text (at most
@@ -121,6 +145,12 @@ impl Change {
             return Err(Error::InvalidMemory(
                 "a memory change needs at least one op".into(),
             ));
+        }
+        if self.caused_by.len() > MAX_CAUSES {
+            return Err(Error::InvalidMemory(format!(
+                "a memory change names {} causes; at most {MAX_CAUSES}",
+                self.caused_by.len()
+            )));
         }
         for op in &self.ops {
             for path in op.paths() {

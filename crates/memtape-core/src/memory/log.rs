@@ -4,6 +4,8 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
+use crate::AsOf;
+
 use super::{Change, MemoryView, Op};
 use crate::{Entry, EntryId, Error, Result};
 
@@ -101,15 +103,20 @@ impl MemoryLog {
         view
     }
 
-    /// The memory as it was at time `at` (every change made at or before it).
-    pub fn view_as_of(&self, at: DateTime<Utc>) -> MemoryView {
-        let version = self
-            .changes
+    /// The version memory was at, as of `moment`: that of the latest change the moment
+    /// includes (0 when there was none yet).
+    pub fn version_as_of(&self, moment: &AsOf) -> u64 {
+        self.changes
             .iter()
-            .take_while(|r| r.at <= at)
-            .last()
-            .map_or(0, |r| r.version);
-        self.view_at(version)
+            .rev()
+            .find(|r| moment.includes(r.id, r.at))
+            .map_or(0, |r| r.version)
+    }
+
+    /// The memory as it was at `moment`. A change forgotten later stays out: forgetting
+    /// takes a change back as if it had never been made, at every moment.
+    pub fn view_as_of(&self, moment: &AsOf) -> MemoryView {
+        self.view_at(self.version_as_of(moment))
     }
 
     /// The changes that touched `path` (every change when `None`), oldest first.
@@ -167,6 +174,7 @@ impl MemoryLog {
         Ok((!ops.is_empty()).then(|| Change {
             ops,
             source: format!("undo to version {version}"),
+            caused_by: Vec::new(),
         }))
     }
 }

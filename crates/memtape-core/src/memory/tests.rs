@@ -92,8 +92,11 @@ fn every_version_stays_readable_and_diffs_show_what_changed() {
     assert!(d.contains("-b\n+c\n"), "{d}");
     assert!(d.contains("--- /dev/null\n+++ b/memories/x.md\n"), "{d}");
     assert_eq!(diff(&l.view(), &l.view()), "");
-    assert_eq!(l.view_as_of(at(1)).content("MEMORY.md"), Some("a\nc\n"));
-    assert_eq!(l.view_as_of(at(-1)).files.len(), 0);
+    assert_eq!(
+        l.view_as_of(&crate::AsOf::Time(at(1))).content("MEMORY.md"),
+        Some("a\nc\n")
+    );
+    assert_eq!(l.view_as_of(&crate::AsOf::Time(at(-1))).files.len(), 0);
     assert_eq!(l.versions(Some("MEMORY.md")).len(), 2);
     assert_eq!(l.versions(Some("memories/x.md")).len(), 1);
 }
@@ -230,13 +233,15 @@ fn a_change_round_trips_through_its_event() {
             Op::Clear,
         ],
         source: "memory.save".into(),
+        caused_by: vec![EntryId(3), EntryId(1)],
     };
     let l = log(std::slice::from_ref(&c));
     assert_eq!(l.changes()[0].change, c);
     assert!(
         Change {
             ops: vec![],
-            source: String::new()
+            source: String::new(),
+            caused_by: Vec::new(),
         }
         .validate()
         .is_err()
@@ -326,4 +331,86 @@ fn a_change_is_checked_against_the_view_it_is_recorded_on() {
     let after = old.check(&write("memories/c.md", "c")).unwrap();
     assert_eq!(after.content("memories/c.md"), Some("c"));
     assert!(old.check(&write("memories/a/d.md", "d")).is_ok());
+}
+
+#[test]
+fn blame_gives_each_line_the_change_that_wrote_it_through_edits_appends_and_renames() {
+    let rename = Change::one(
+        Op::Rename {
+            from: "memories/a.md".into(),
+            to: "memories/b.md".into(),
+        },
+        "rename",
+    );
+    let l = log(&[
+        write("memories/a.md", "# Facts\nlikes tea\n").caused_by([EntryId(1)]),
+        append("memories/a.md", "lives in Oslo\n", None).caused_by([EntryId(2)]),
+        write("MEMORY.md", "other\n"),
+        write("memories/a.md", "# Facts\nlikes coffee\nlives in Oslo\n"),
+        rename,
+        append("memories/b.md", "born 1990\n", None),
+    ]);
+    let versions = |path: &str, v: u64| -> Vec<(String, u64)> {
+        l.blame(path, v)
+            .unwrap()
+            .iter()
+            .map(|b| (b.text.clone(), b.origin.version))
+            .collect()
+    };
+    let s = |t: &str, v: u64| (t.to_owned(), v);
+    assert_eq!(
+        versions("memories/a.md", 2),
+        [s("# Facts", 1), s("likes tea", 1), s("lives in Oslo", 2)]
+    );
+    assert_eq!(
+        versions("memories/a.md", 4),
+        [s("# Facts", 1), s("likes coffee", 4), s("lives in Oslo", 2)]
+    );
+    assert_eq!(
+        versions("memories/b.md", 6),
+        [
+            s("# Facts", 1),
+            s("likes coffee", 4),
+            s("lives in Oslo", 2),
+            s("born 1990", 6)
+        ]
+    );
+    let lines = l.blame("memories/b.md", 6).unwrap();
+    assert_eq!(lines[2].line, 3);
+    assert_eq!(lines[2].origin.change.caused_by, [EntryId(2)]);
+    assert!(l.blame("memories/a.md", 6).is_none(), "renamed away");
+    assert!(l.blame("memories/b.md", 4).is_none(), "not there yet");
+
+    // A forgotten change is left out of blame as of every view: its line is gone, and
+    // the lines it replaced are back with their own origins.
+    let mut changes = vec![write("MEMORY.md", "a\nb\n"), write("MEMORY.md", "a\nX\n")];
+    changes.push(Change::one(
+        Op::Forget {
+            changes: vec![EntryId(11)],
+        },
+        "forget",
+    ));
+    let l = log(&changes);
+    let lines = l.blame("MEMORY.md", 3).unwrap();
+    let got: Vec<_> = lines
+        .iter()
+        .map(|b| (b.text.as_str(), b.origin.version))
+        .collect();
+    assert_eq!(got, [("a", 1), ("b", 1)]);
+}
+
+#[test]
+fn version_as_of_a_time_or_an_entry() {
+    let l = log(&[
+        write("MEMORY.md", "a"),
+        write("MEMORY.md", "b"),
+        write("MEMORY.md", "c"),
+    ]);
+    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId(11))), 2);
+    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId(9))), 0);
+    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId::MAX)), 3);
+    assert_eq!(
+        l.view_as_of(&crate::AsOf::Time(at(0))).content("MEMORY.md"),
+        Some("a")
+    );
 }

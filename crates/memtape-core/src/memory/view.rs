@@ -160,7 +160,7 @@ impl MemoryView {
         })
     }
 
-    pub(super) fn apply(&mut self, version: u64, id: EntryId, at: DateTime<Utc>, op: &Op) {
+    pub(crate) fn apply(&mut self, version: u64, id: EntryId, at: DateTime<Utc>, op: &Op) {
         let touch = |f: &mut MemoryFile| {
             f.updated = version;
             f.updated_at = at;

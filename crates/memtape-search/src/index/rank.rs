@@ -90,7 +90,10 @@ impl Index {
         let scopes = docs.admitted_scopes(&request.filter);
         let allowed = |row: usize| {
             let m = &docs.meta[row];
-            scopes[m.scope as usize] && request.filter.admits(m.kind, m.role, m.at)
+            scopes[m.scope as usize]
+                && request
+                    .filter
+                    .admits(EntryId(docs.ids[row]), m.kind, m.role, m.at)
         };
         let period = (self.config.time_weight > 0.0)
             .then(|| when::period(&request.text))

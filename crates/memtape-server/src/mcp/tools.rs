@@ -17,6 +17,37 @@ pub(super) const MEMORY_EXTRACT: &str = "memory_extract";
 pub(super) const MEMORY_EMERGE: &str = "memory_emerge";
 pub(super) const MEMORY_DROPPED: &str = "memory_dropped";
 pub(super) const MEMORY_RESTORE: &str = "memory_restore";
+pub(super) const MEMORY_AS_OF: &str = "memory_as_of";
+pub(super) const MEMORY_BLAME: &str = "memory_blame";
+
+/// The doc of every `as_of` field.
+const AS_OF: &str = "As the tape stood at this moment: an RFC 3339 time \
+    (2026-03-01T10:00:00Z) or an entry id.";
+
+/// `memory_as_of`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct AsOfInput {
+    /// The moment: an RFC 3339 time (2026-03-01T10:00:00Z) or an entry id.
+    pub(super) as_of: String,
+    /// One file (MEMORY.md, memories/notes.md, …); every file when absent.
+    #[serde(default)]
+    pub(super) path: Option<String>,
+}
+
+/// `memory_blame`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct BlameInput {
+    /// The file (MEMORY.md, memories/notes.md, …).
+    pub(super) path: String,
+    /// Blame the file as it was at this moment (an RFC 3339 time or an entry id); now
+    /// when absent.
+    #[serde(default)]
+    pub(super) as_of: Option<String>,
+}
 
 /// `memory_consolidate`'s input.
 #[derive(Deserialize, JsonSchema)]
@@ -182,6 +213,10 @@ pub(super) struct HistoryInput {
     /// At most this many tokens (cl100k).
     #[serde(default)]
     pub(super) max_tokens: Option<usize>,
+    /// The history as it was at this moment (an RFC 3339 time or an entry id).
+    #[serde(default)]
+    #[schemars(description = AS_OF)]
+    pub(super) as_of: Option<String>,
 }
 
 /// `tape_search`'s input.
@@ -216,6 +251,10 @@ pub(super) struct SearchInput {
     /// Only entries before this time.
     #[serde(default)]
     pub(super) until: Option<String>,
+    /// Search only what existed at this moment (an RFC 3339 time or an entry id).
+    #[serde(default)]
+    #[schemars(description = AS_OF)]
+    pub(super) as_of: Option<String>,
 }
 
 /// How a search ranks.
@@ -285,6 +324,11 @@ pub(super) struct ContextInput {
     /// Record a new compaction on the tape (default true; false needs only a read key).
     #[serde(default)]
     pub(super) record: Option<bool>,
+    /// The prompt as it would have been built at this moment (an RFC 3339 time or an
+    /// entry id); nothing is recorded then.
+    #[serde(default)]
+    #[schemars(description = AS_OF)]
+    pub(super) as_of: Option<String>,
 }
 
 /// A compaction policy.
@@ -328,7 +372,7 @@ pub fn tools() -> Vec<Tool> {
                 .with_annotations(annotations(read_only))
         })
         .collect();
-    let tape: [(&str, &str, Arc<JsonObject>, bool); 9] = [
+    let tape: [(&str, &str, Arc<JsonObject>, bool); 11] = [
         (
             TAPE_APPEND,
             "Append messages to a session of the tape (one transaction); the user's messages \
@@ -398,6 +442,21 @@ pub fn tools() -> Vec<Tool> {
             schema::<RestoreInput>(),
             false,
         ),
+        (
+            MEMORY_AS_OF,
+            "Memory as it was at a moment (time travel): every file with its content, or one \
+             file, as of an RFC 3339 time or an entry id.",
+            schema::<AsOfInput>(),
+            true,
+        ),
+        (
+            MEMORY_BLAME,
+            "Where each line of a memory file came from, like git blame: the version that \
+             wrote it, what made it, and the conversation entries (tool call, message, \
+             consolidated span, model call) that caused it.",
+            schema::<BlameInput>(),
+            true,
+        ),
     ];
     for (name, description, schema, read_only) in tape {
         out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
@@ -437,5 +496,7 @@ pub(super) fn is_tool(name: &str) -> bool {
             | MEMORY_EMERGE
             | MEMORY_DROPPED
             | MEMORY_RESTORE
+            | MEMORY_AS_OF
+            | MEMORY_BLAME
     ) || memtape::tools::find(name).is_some()
 }

@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiQuery};
 use crate::state::{AppState, Caller, Role as KeyRole};
-use crate::wire::ScopeParams;
+use crate::wire::{EntryWire, ReadParams, ScopeParams, as_of};
 
 /// This module's routes.
 pub(super) fn routes() -> Router<AppState> {
@@ -30,6 +30,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/memory/daily", post(daily))
         .route("/v1/memory/recall", get(recall))
         .route("/v1/memory/show", get(show))
+        .route("/v1/memory/file", get(file).put(write_file))
+        .route("/v1/memory/blame", get(blame))
         .route("/v1/memory/versions", get(versions))
         .route("/v1/memory/diff", get(diff_versions))
         .route("/v1/memory/undo", post(undo))
@@ -69,35 +71,280 @@ pub struct MemoryWire {
 
 /// The layered memory view: the scope's own files, and for a user the agent's shared files
 /// the user's memory does not override.
-#[utoipa::path(get, path = "/v1/memory", tag = "memory", params(ScopeParams),
+/// With `as_of`, as it was at that moment.
+#[utoipa::path(get, path = "/v1/memory", tag = "memory", params(ReadParams),
     responses((status = 200, body = MemoryWire), (status = 400, body = ErrorBody)))]
 pub async fn view(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<ReadParams>,
 ) -> Result<Json<MemoryWire>> {
     caller.require(KeyRole::Read)?;
     let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let moment = as_of(p.as_of.as_deref())?;
     let out = state
         .run(move |engine| {
-            let view = engine.memory(&scope)?;
-            let version = engine.memory_log(&scope)?.0.version();
+            let view = engine.memory_as_of(&scope, moment.as_ref())?;
+            let version = own_version(engine, &scope, moment.as_ref())?;
             Ok(MemoryWire {
                 version,
                 files: view
                     .files
                     .into_iter()
-                    .map(|(path, f)| {
-                        let file = MemoryFileWire {
-                            content: f.content,
-                            enabled: f.enabled,
-                            sort_order: f.sort_order,
-                            version: f.updated,
-                            updated_at: f.updated_at.to_rfc3339(),
-                        };
-                        (path, file)
-                    })
+                    .map(|(path, f)| (path, MemoryFileWire::of(f)))
                     .collect(),
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+impl MemoryFileWire {
+    fn of(f: memtape::memory::MemoryFile) -> Self {
+        MemoryFileWire {
+            content: f.content,
+            enabled: f.enabled,
+            sort_order: f.sort_order,
+            version: f.updated,
+            updated_at: f.updated_at.to_rfc3339(),
+        }
+    }
+}
+
+/// The version of `scope`'s own memory, now or as of `moment`.
+fn own_version(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    moment: Option<&memtape::AsOf>,
+) -> Result<u64> {
+    let (log, _) = engine.memory_log(scope)?;
+    Ok(moment.map_or(log.version(), |m| log.version_as_of(m)))
+}
+
+/// Which file to read, and when.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FileParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the memory is one user's.
+    pub user: Option<String>,
+    /// The file (MEMORY.md, memory/2026-04-01.md, memories/notes.md).
+    #[param(min_length = 1)]
+    pub path: String,
+    /// Read it as it was at this moment: an RFC 3339 time or an entry id (now when
+    /// absent).
+    #[param(min_length = 1)]
+    pub as_of: Option<String>,
+}
+
+/// One memory file, and the version of the memory it was read from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileWire {
+    /// The file.
+    pub path: String,
+    /// The file itself.
+    #[serde(flatten)]
+    pub file: MemoryFileWire,
+    /// The version of the scope's own memory then: what a write sends as `if_version`.
+    pub memory_version: u64,
+}
+
+/// A memory file of the layered view, now or as it was at `as_of`.
+#[utoipa::path(get, path = "/v1/memory/file", tag = "memory", params(FileParams),
+    responses((status = 200, body = FileWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn file(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<FileParams>,
+) -> Result<Json<FileWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    let moment = as_of(p.as_of.as_deref())?;
+    check_path(&p.path)?;
+    let out = state
+        .run(move |engine| {
+            let mut view = engine.memory_as_of(&scope, moment.as_ref())?;
+            let memory_version = own_version(engine, &scope, moment.as_ref())?;
+            let file = view.files.remove(&p.path).ok_or_else(|| {
+                ApiError::not_found(match &moment {
+                    Some(m) => format!("{} did not exist as of {m}", p.path),
+                    None => format!("there is no {}", p.path),
+                })
+            })?;
+            Ok(FileWire {
+                path: p.path,
+                file: MemoryFileWire::of(file),
+                memory_version,
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// A memory file to write whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileBody {
+    /// The file (a .md path: MEMORY.md, memory/2026-04-01.md, memories/notes.md).
+    pub path: String,
+    /// Its new content.
+    pub content: String,
+    /// Record it only if the memory is still at this version (409 otherwise): the
+    /// `memory_version` it was read at.
+    #[serde(default)]
+    pub if_version: Option<u64>,
+}
+
+/// Writes a memory file whole (a new version; its flags kept). With `if_version`, only if
+/// nothing changed the memory since it was read: a 409 otherwise, and nothing is written.
+#[utoipa::path(put, path = "/v1/memory/file", tag = "memory", params(ScopeParams),
+    request_body = FileBody,
+    responses((status = 200, body = MaybeRecorded), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn write_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<FileBody>,
+) -> Result<Json<MaybeRecorded>> {
+    caller.require(KeyRole::Write)?;
+    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    check_path(&body.path)?;
+    let out = state
+        .run(move |engine| {
+            let unchanged = engine
+                .memory(&scope)?
+                .content(&body.path)
+                .is_some_and(|c| c == body.content);
+            if unchanged {
+                if let Some(v) = body.if_version {
+                    let now = engine.memory_log(&scope)?.0.version();
+                    if now != v {
+                        return Err(ApiError::conflict(format!(
+                            "the memory is at version {now}, not {v}: read it again and retry"
+                        )));
+                    }
+                }
+                return Ok(MaybeRecorded { recorded: None });
+            }
+            let change = Change::one(
+                Op::Write {
+                    path: body.path,
+                    content: body.content,
+                },
+                "api",
+            );
+            let recorded = record(engine, &scope, body.if_version, change)?;
+            Ok(MaybeRecorded {
+                recorded: Some(VersionWire::of(&recorded)),
+            })
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// Which file to blame, and when.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BlameParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the memory is one user's.
+    pub user: Option<String>,
+    /// The file.
+    #[param(min_length = 1)]
+    pub path: String,
+    /// Blame it as it was at this moment: an RFC 3339 time or an entry id (now when
+    /// absent).
+    #[param(min_length = 1)]
+    pub as_of: Option<String>,
+}
+
+/// One line of a blamed file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BlameLineWire {
+    /// Its number, from 1.
+    pub line: usize,
+    /// Its text.
+    pub text: String,
+    /// The memory version that wrote it.
+    pub version: u64,
+    /// The entry that records that version.
+    pub id: u64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What made it (`memory.save`, `wal`, `consolidation`, `api`, `sync`, …).
+    pub source: String,
+    /// The tape entries that caused it (a tool call, a captured message, a consolidated
+    /// span's first and last message, a model call), those the caller may read.
+    pub causes: Vec<EntryWire>,
+}
+
+/// A memory file, line by line, with where each line came from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BlameWire {
+    /// The file.
+    pub path: String,
+    /// The memory it was found in (`own`, or `agent` for a user reading the agent's
+    /// shared file).
+    pub memory: String,
+    /// That memory's version at the moment asked about.
+    pub version: u64,
+    /// The lines, in order.
+    pub lines: Vec<BlameLineWire>,
+}
+
+/// Blame, like `git blame`: each line of a memory file with the version that wrote it and
+/// the conversation that caused that version.
+#[utoipa::path(get, path = "/v1/memory/blame", tag = "memory", params(BlameParams),
+    responses((status = 200, body = BlameWire), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn blame(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<BlameParams>,
+) -> Result<Json<BlameWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    let moment = as_of(p.as_of.as_deref())?;
+    check_path(&p.path)?;
+    let out = state
+        .run(move |engine| {
+            let blame = engine
+                .blame(&scope, &p.path, moment.as_ref())?
+                .ok_or_else(|| ApiError::not_found(format!("there is no {}", p.path)))?;
+            let lines = blame
+                .lines
+                .iter()
+                .map(|l| BlameLineWire {
+                    line: l.line,
+                    text: l.text.clone(),
+                    version: l.origin.version,
+                    id: l.origin.id.0,
+                    at: l.origin.at.to_rfc3339(),
+                    source: l.origin.change.source.clone(),
+                    causes: l
+                        .origin
+                        .change
+                        .caused_by
+                        .iter()
+                        .filter_map(|id| blame.causes.get(id))
+                        .map(EntryWire::of)
+                        .collect(),
+                })
+                .collect();
+            Ok(BlameWire {
+                path: blame.path,
+                memory: if blame.memory == scope {
+                    "own"
+                } else {
+                    "agent"
+                }
+                .to_owned(),
+                version: blame.version,
+                lines,
             })
         })
         .await?;
@@ -289,7 +536,18 @@ fn read_tool(
     name: &str,
     input: &Value,
 ) -> Result<TextWire> {
-    let out = engine.call_tool(scope, name, input)?;
+    read_tool_as_of(engine, scope, name, input, None)
+}
+
+/// [`read_tool`] on memory as it was at `moment`.
+pub(super) fn read_tool_as_of(
+    engine: &Engine<SqliteStore>,
+    scope: &Scope,
+    name: &str,
+    input: &Value,
+    moment: Option<&memtape::AsOf>,
+) -> Result<TextWire> {
+    let out = engine.call_tool_as_of(scope, name, input, moment)?;
     if out.is_error {
         let text = out.text.strip_prefix("Error: ").unwrap_or(&out.text);
         return Err(ApiError::bad_request(text));
@@ -319,17 +577,21 @@ pub async fn recall(
 }
 
 /// Bub's `memory.show`: the memory as the model is shown it.
-#[utoipa::path(get, path = "/v1/memory/show", tag = "memory", params(ScopeParams),
+/// With `as_of`, as it was at that moment.
+#[utoipa::path(get, path = "/v1/memory/show", tag = "memory", params(ReadParams),
     responses((status = 200, body = TextWire), (status = 400, body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<ReadParams>,
 ) -> Result<Json<TextWire>> {
     caller.require(KeyRole::Read)?;
     let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let moment = as_of(p.as_of.as_deref())?;
     let out = state
-        .run(move |engine| read_tool(engine, &scope, "memory.show", &json!({})))
+        .run(move |engine| {
+            read_tool_as_of(engine, &scope, "memory.show", &json!({}), moment.as_ref())
+        })
         .await?;
     Ok(Json(out))
 }

@@ -6,7 +6,9 @@ mod files;
 mod memory;
 mod session;
 
-pub(crate) use memory::{EmergenceBody, dropped, emergence, restore_dropped};
+pub(crate) use memory::{
+    BlameParams, EmergenceBody, FileParams, blame, dropped, emergence, file, restore_dropped, view,
+};
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
 
@@ -15,8 +17,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memtape::{
-    AnchorRange, EntryId, HistoryLimits, HistoryView, Kind, Mode, NewEntry, Payload, Role, Scope,
-    SearchFilter, SearchRequest, TapeQuery,
+    AnchorRange, Entry, EntryId, HistoryLimits, HistoryView, Kind, Mode, NewEntry, Payload, Role,
+    Scope, SearchFilter, SearchRequest, TapeQuery,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -32,6 +34,7 @@ use crate::wire::{
 /// Every `/v1` route (behind authentication, added by [`crate::app`]).
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/v1/agents", get(agents))
         .route("/v1/sessions", get(sessions))
         .route("/v1/sessions/{session}/messages", post(append))
         .route("/v1/sessions/{session}/history", get(history))
@@ -49,6 +52,7 @@ pub fn routes() -> Router<AppState> {
 /// The operations of these routes, for the OpenAPI document.
 #[derive(OpenApi)]
 #[openapi(paths(
+    agents,
     sessions,
     append,
     history,
@@ -70,6 +74,9 @@ pub fn routes() -> Router<AppState> {
     memory::daily,
     memory::recall,
     memory::show,
+    memory::file,
+    memory::write_file,
+    memory::blame,
     memory::versions,
     memory::diff_versions,
     memory::undo,
@@ -138,6 +145,74 @@ pub struct Sessions {
     pub sessions: Vec<SessionWire>,
 }
 
+/// One agent of the tenant.
+#[derive(Serialize, ToSchema)]
+pub struct AgentWire {
+    /// Its name.
+    pub agent: String,
+    /// The users it has memory or sessions for, sorted.
+    pub users: Vec<String>,
+    /// How many sessions it has (of every user).
+    pub sessions: u64,
+    /// How many entries it has in all (sessions, memory, events).
+    pub entries: u64,
+    /// When it last changed (RFC 3339).
+    pub updated_at: Option<String>,
+}
+
+/// The tenant's agents.
+#[derive(Serialize, ToSchema)]
+pub struct Agents {
+    /// The agents, by name.
+    pub agents: Vec<AgentWire>,
+}
+
+/// Lists the tenant's agents, with their users and how much each holds.
+#[utoipa::path(get, path = "/v1/agents", tag = "tape",
+    responses((status = 200, body = Agents), (status = 400, body = ErrorBody)))]
+pub async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Agents>> {
+    caller.require(KeyRole::Read)?;
+    let tenant = caller.tenant.clone();
+    let scopes = state
+        .run(move |engine| Ok(memtape::Store::scopes(engine.store(), &tenant)?))
+        .await?;
+    let mut agents: std::collections::BTreeMap<String, AgentWire> = Default::default();
+    let mut latest: std::collections::HashMap<String, chrono::DateTime<chrono::Utc>> =
+        Default::default();
+    for info in scopes {
+        let name = info.scope.agent_name().to_owned();
+        if let Some(at) = info.last_at {
+            let newest = latest.entry(name.clone()).or_insert(at);
+            *newest = (*newest).max(at);
+        }
+        let agent = agents.entry(name.clone()).or_insert_with(|| AgentWire {
+            agent: name,
+            users: Vec::new(),
+            sessions: 0,
+            entries: 0,
+            updated_at: None,
+        });
+        if let Some(user) = info.scope.user()
+            && !agent.users.iter().any(|u| u == user)
+        {
+            agent.users.push(user.to_owned());
+        }
+        if info.scope.session().is_some() && info.scope.node().is_none() {
+            agent.sessions += 1;
+        }
+        agent.entries += info.entries;
+    }
+    let agents = agents
+        .into_values()
+        .map(|mut a| {
+            a.users.sort();
+            a.updated_at = latest.get(&a.agent).map(|t| t.to_rfc3339());
+            a
+        })
+        .collect();
+    Ok(Json(Agents { agents }))
+}
+
 /// Lists the agent's sessions (of every user, or of `user`).
 #[utoipa::path(get, path = "/v1/sessions", tag = "tape", params(ScopeParams),
     responses((status = 200, body = Sessions), (status = 400, body = ErrorBody)))]
@@ -192,26 +267,6 @@ pub async fn append(
         let message = item.message.to_message()?;
         messages.push((message, item.parent.map(EntryId::new).transpose()?));
     }
-    // Qanot's WAL: each user message is scanned before anyone answers it.
-    let scanned: Vec<(Scope, String)> = messages
-        .iter()
-        .filter(|(m, _)| m.role == Role::User)
-        .map(|(m, _)| (scope.clone(), m.content_text().into_owned()))
-        .collect();
-    let captured = state
-        .run(move |engine| {
-            let mut captured = Vec::new();
-            for (scope, text) in &scanned {
-                for hit in engine.capture(scope, text)?.matches {
-                    captured.push(Captured {
-                        category: hit.category.to_string(),
-                        text: hit.text,
-                    });
-                }
-            }
-            Ok(captured)
-        })
-        .await?;
     let now = state.engine().now();
     let entries = messages
         .into_iter()
@@ -222,6 +277,27 @@ pub async fn append(
         })
         .collect();
     let stored = state.append(entries).await?;
+    // Qanot's WAL: each user message is scanned before anyone answers it; what it
+    // captures names the message as its cause.
+    let scanned: Vec<Entry> = stored
+        .iter()
+        .filter(|e| e.message().is_some_and(|m| m.role == Role::User))
+        .cloned()
+        .collect();
+    let captured = state
+        .run(move |engine| {
+            let mut captured = Vec::new();
+            for entry in &scanned {
+                for hit in engine.capture_entry(entry)?.matches {
+                    captured.push(Captured {
+                        category: hit.category.to_string(),
+                        text: hit.text,
+                    });
+                }
+            }
+            Ok(captured)
+        })
+        .await?;
     let replied = stored.last().and_then(|e| e.message()).is_some_and(|m| {
         m.role == Role::Assistant && m.tool_calls.is_empty() && !m.content_text().trim().is_empty()
     });
@@ -248,6 +324,10 @@ pub struct HistoryParams {
     /// `thread` (memtape's) or `bub` (Bub's); default: the session's own.
     #[param(value_type = Option<crate::wire::names::ViewName>)]
     pub view: Option<String>,
+    /// The history as it was at this moment: an RFC 3339 time or an entry id (now when
+    /// absent).
+    #[param(min_length = 1)]
+    pub as_of: Option<String>,
 }
 
 /// A history: OpenAI chat messages.
@@ -284,14 +364,15 @@ pub async fn history(
         max_messages: p.max_messages.unwrap_or(500),
         max_tokens: p.max_tokens,
     };
+    let moment = crate::wire::as_of(p.as_of.as_deref())?;
     let history = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
             let view = match view {
                 Some(v) => v,
-                None => engine.history_view(&scope)?,
+                None => engine.history_view_as_of(&scope, moment.as_ref())?,
             };
-            Ok(engine.history_in(&scope, &limits, view)?)
+            Ok(engine.history_in_as_of(&scope, &limits, view, moment.as_ref())?)
         })
         .await?;
     Ok(Json(History {
@@ -438,6 +519,10 @@ pub struct SearchParams {
     pub mode: Option<String>,
     /// At most this many hits (default 10, at most 100).
     pub limit: Option<usize>,
+    /// Search what existed at this moment: an RFC 3339 time or an entry id (everything
+    /// when absent).
+    #[param(min_length = 1)]
+    pub as_of: Option<String>,
 }
 
 /// One search hit.
@@ -511,6 +596,7 @@ pub async fn search(
     };
     filter.since = time(&p.since, "since")?;
     filter.until = time(&p.until, "until")?;
+    filter.as_of = crate::wire::as_of(p.as_of.as_deref())?;
     let mode = match p.mode.as_deref() {
         None => None,
         Some("hybrid") => Some(Mode::Hybrid),

@@ -435,6 +435,11 @@ pub struct ContextBody {
     /// How precisely the current time is written (default `hour`).
     #[serde(default)]
     pub time_precision: PrecisionWire,
+    /// Build the prompt as the tape stood at this moment: an RFC 3339 time or an entry id
+    /// (as a string or a number). Nothing is recorded then.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub as_of: Option<memtape::AsOf>,
 }
 
 /// The compaction in effect.
@@ -529,7 +534,7 @@ pub async fn context(
     ApiQuery(p): ApiQuery<ScopeParams>,
     ApiJson(body): ApiJson<ContextBody>,
 ) -> Result<Json<ContextWire>> {
-    caller.require(if body.dry_run {
+    caller.require(if body.dry_run || body.as_of.is_some() {
         KeyRole::Read
     } else {
         KeyRole::Write
@@ -562,8 +567,10 @@ pub async fn context(
         },
         emergency: body.emergency,
         record: !body.dry_run,
+        as_of: body.as_of,
     };
-    let llm = state.model().ok();
+    // A prompt of the past is built without the model: nothing is summarized anew by it.
+    let llm = state.model().ok().filter(|_| request.as_of.is_none());
     let built = state
         .run(move |engine| {
             // With a message the prompt can open a session that has nothing on its tape

@@ -177,6 +177,8 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
                 "memory_emerge",
                 "memory_dropped",
                 "memory_restore",
+                "memory_as_of",
+                "memory_blame",
             ]
             .map(str::to_owned),
         )
@@ -243,6 +245,37 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
     );
     assert_eq!(prompt.last().unwrap()["content"], "Hello Ada!");
     assert!(context["tokens"].as_u64().unwrap() <= 4000);
+    // Time travel on the tape tools: as of the first message, one message of history,
+    // no hit on what came later, and a prompt built from then.
+    let first = appended["ids"][0].as_u64().unwrap();
+    let then = ok_json(
+        client,
+        "tape_history",
+        json!({"session": "chat", "as_of": first.to_string()}),
+    )
+    .await;
+    assert_eq!(then["messages"].as_array().unwrap().len(), 1, "{then}");
+    let later = ok_json(
+        client,
+        "tape_search",
+        json!({"query": "Hello Ada", "mode": "bm25", "as_of": first.to_string()}),
+    )
+    .await;
+    assert!(
+        later["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["entry"]["id"].as_u64() <= Some(first)),
+        "{later}"
+    );
+    let past = ok_json(
+        client,
+        "tape_context",
+        json!({"session": "chat", "budget": 4000, "as_of": first.to_string()}),
+    )
+    .await;
+    assert_eq!(past["messages"].as_array().unwrap().len(), 2, "{past}");
 
     // Bub's tools.
     assert_eq!(
@@ -253,6 +286,18 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
         )
         .await,
         "saved to long-term memory"
+    );
+    let blame = ok_json(client, "memory_blame", json!({"path": "MEMORY.md"})).await;
+    assert_eq!(blame["lines"][0]["text"], "Ada likes green tea.", "{blame}");
+    let now = ok_json(
+        client,
+        "memory_as_of",
+        json!({"as_of": "2100-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(
+        now["files"]["MEMORY.md"]["content"], "Ada likes green tea.",
+        "{now}"
     );
     assert!(
         ok(client, "memory_show", json!({}))

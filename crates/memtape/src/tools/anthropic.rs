@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use memtape_core::Scope;
 use memtape_core::memory::{Change, MemoryView, Op, paths};
+use memtape_core::{AsOf, Scope};
 use memtape_store::Store;
 
 use super::{Family, MAX_VIEW_LINES, ToolOutput, ToolSpec, check_path, check_size, input};
@@ -169,11 +169,15 @@ pub(super) fn call<S: Store>(
     engine: &Engine<S>,
     scope: &Scope,
     args: &Value,
+    as_of: Option<&AsOf>,
 ) -> Result<ToolOutput> {
     let command: Command = input("memory", args)?;
+    if as_of.is_some() && !matches!(command, Command::View { .. }) {
+        return Err(super::no_travel("memory (all but view)"));
+    }
     match command {
         Command::View { path, view_range } => {
-            let view = engine.memory(scope)?;
+            let view = engine.memory_as_of(scope, as_of)?;
             view_path(&view, &path, view_range).map(ToolOutput::ok)
         }
         Command::Create { path, file_text } => {

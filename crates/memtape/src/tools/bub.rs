@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use memtape_core::memory::paths;
-use memtape_core::{EntryId, Scope};
+use memtape_core::{AsOf, EntryId, Scope};
 use memtape_store::Store;
 
 use super::{Family, ToolOutput, ToolSpec, check_size, input, search};
@@ -121,7 +121,11 @@ pub(super) fn call<S: Store>(
     scope: &Scope,
     name: &str,
     args: &Value,
+    as_of: Option<&AsOf>,
 ) -> Result<ToolOutput> {
+    if as_of.is_some() && name != "memory.show" {
+        return Err(super::no_travel(name));
+    }
     match name {
         "memory.save" => {
             let Save { content } = input(name, args)?;
@@ -155,7 +159,7 @@ pub(super) fn call<S: Store>(
         }
         "memory.show" => {
             let Nothing {} = input(name, args)?;
-            show(engine, scope)
+            show(engine, scope, as_of)
         }
         "memory.clear" => {
             let Nothing {} = input(name, args)?;
@@ -232,12 +236,12 @@ fn recall<S: Store>(
     Ok(ToolOutput::ok(out.trim().to_owned()))
 }
 
-fn show<S: Store>(engine: &Engine<S>, scope: &Scope) -> Result<ToolOutput> {
+fn show<S: Store>(engine: &Engine<S>, scope: &Scope, as_of: Option<&AsOf>) -> Result<ToolOutput> {
     let (log, _) = engine.memory_log(scope)?;
-    let view = engine.memory(scope)?;
+    let view = engine.memory_as_of(scope, as_of)?;
+    let version = as_of.map_or(log.version(), |m| log.version_as_of(m));
     let mut out = format!(
-        "memory of {scope}: version {}, {} file(s)\n",
-        log.version(),
+        "memory of {scope}: version {version}, {} file(s)\n",
         view.files.len()
     );
     for (path, file) in &view.files {

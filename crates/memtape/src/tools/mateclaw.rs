@@ -5,8 +5,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use memtape_core::Scope;
 use memtape_core::memory::{Change, MemoryFile, Op, paths};
+use memtape_core::{AsOf, Scope};
 use memtape_store::Store;
 
 use super::{Family, ToolOutput, ToolSpec, check_path, check_size, input};
@@ -133,7 +133,11 @@ pub(super) fn call<S: Store>(
     scope: &Scope,
     name: &str,
     args: &Value,
+    as_of: Option<&AsOf>,
 ) -> Result<ToolOutput> {
+    if as_of.is_some() && name != LIST && name != READ {
+        return Err(super::no_travel(name));
+    }
     let agent = scope.agent_name();
     match name {
         LIST => {
@@ -144,7 +148,7 @@ pub(super) fn call<S: Store>(
                     "Error: the prefix must be a relative path without ..: {prefix}"
                 )));
             }
-            let view = engine.memory(scope)?;
+            let view = engine.memory_as_of(scope, as_of)?;
             let mut files: Vec<(&String, &MemoryFile)> = view
                 .files
                 .iter()
@@ -168,7 +172,7 @@ pub(super) fn call<S: Store>(
         READ => {
             let Read { filename } = input(name, args)?;
             let path = check_filename(&filename)?;
-            let view = engine.memory(scope)?;
+            let view = engine.memory_as_of(scope, as_of)?;
             let file = view.files.get(&path).ok_or_else(|| {
                 Error::Tool(format!(
                     "Error: workspace memory file not found: {filename}"
