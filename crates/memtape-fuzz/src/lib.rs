@@ -21,7 +21,7 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 11] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
@@ -32,6 +32,7 @@ pub const TARGETS: [(&str, Target); 10] = [
     ("search_query", search_query),
     ("entry_id", entry_id),
     ("dify_memory_config", dify_memory_config),
+    ("as_of", as_of),
 ];
 
 fn now() -> DateTime<Utc> {
@@ -268,6 +269,61 @@ pub fn entry_id(data: &[u8]) {
             let _ = engine.store().get("fuzz", EntryId(n));
             let _ = engine.thread(&base(), EntryId(n));
         }
+    });
+}
+
+/// Moments of the tape (`--as-of`, `as_of=`): text and JSON either parse to a time or an
+/// in-range id that prints back to itself, or are refused with a reason; every read as of
+/// a parsed moment (memory, history, blame, the prompt) answers without panicking and
+/// writes nothing.
+pub fn as_of(data: &[u8]) {
+    use memtape::{AsOf, ContextRequest, HistoryLimits};
+    let Some(text) = text(data) else { return };
+    let parsed = text.parse::<AsOf>();
+    if let Ok(moment) = &parsed {
+        if let AsOf::Entry(id) = moment {
+            assert!(id.in_range());
+        }
+        let again: AsOf = moment
+            .to_string()
+            .parse()
+            .unwrap_or_else(|e| panic!("{moment} does not parse back: {e}"));
+        assert_eq!(&again, moment);
+    }
+    if let Ok(AsOf::Entry(id)) = serde_json::from_str::<AsOf>(text) {
+        assert!(id.in_range());
+    }
+    let Ok(moment) = parsed else { return };
+    with_engine(|engine, _| {
+        let session = base()
+            .with_session("s")
+            .unwrap_or_else(|e| panic!("a valid scope: {e}"));
+        let _ = engine.append(
+            &session,
+            memtape::Message::user("remember that I like tea"),
+            Default::default(),
+        );
+        let before = engine
+            .store()
+            .scope_info(&session)
+            .ok()
+            .flatten()
+            .map(|i| i.entries);
+        let _ = engine.memory_as_of(&base(), Some(&moment));
+        let _ = engine.history_as_of(&session, &HistoryLimits::default(), Some(&moment));
+        let _ = engine.blame(&base(), "MEMORY.md", Some(&moment));
+        let request = ContextRequest {
+            as_of: Some(moment),
+            ..ContextRequest::default()
+        };
+        let _ = engine.context(&session, &request);
+        let after = engine
+            .store()
+            .scope_info(&session)
+            .ok()
+            .flatten()
+            .map(|i| i.entries);
+        assert_eq!(before, after, "a read as of {moment} wrote to the tape");
     });
 }
 
