@@ -66,6 +66,16 @@ fn memory_files_history_search_and_context_as_of_a_moment() {
         show["text"].as_str().unwrap().contains("trip to Oslo"),
         "{show}"
     );
+    let (_, light) = s.get("/v1/memory/versions?path=MEMORY.md&ops=false");
+    let light = light["versions"].as_array().unwrap();
+    assert_eq!(light.len(), 2);
+    assert_eq!(light[0]["id"], cut);
+    assert_eq!(light[0]["ops"], json!([]));
+    let (_, full) = s.get("/v1/memory/versions?path=MEMORY.md");
+    assert_eq!(
+        full["versions"][1]["ops"][0]["content"],
+        "- trip to Bergen\n"
+    );
     let (status, none) = s.get("/v1/memory/file?path=MEMORY.md&as_of=1970-01-01T00:00:00Z");
     assert_eq!(status, 404, "{none}");
     assert!(

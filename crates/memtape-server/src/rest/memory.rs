@@ -607,6 +607,9 @@ pub struct VersionsParams {
     /// Only the versions that touched this file (or folder).
     #[param(min_length = 1)]
     pub path: Option<String>,
+    /// With each version's ops (default true); false gives a light listing (a file with
+    /// a thousand versions is a few tens of KB instead of every text it ever had).
+    pub ops: Option<bool>,
 }
 
 /// The versions of the memory.
@@ -630,11 +633,18 @@ pub async fn versions(
     let out = state
         .run(move |engine| {
             let (log, _) = engine.memory_log(&scope)?;
+            let with_ops = p.ops.unwrap_or(true);
             Ok(Versions {
                 versions: log
                     .versions(path.as_deref())
                     .into_iter()
-                    .map(VersionWire::of)
+                    .map(|r| {
+                        let mut v = VersionWire::of(r);
+                        if !with_ops {
+                            v.ops.clear();
+                        }
+                        v
+                    })
                     .collect(),
             })
         })
