@@ -21,7 +21,7 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
@@ -33,6 +33,7 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("entry_id", entry_id),
     ("dify_memory_config", dify_memory_config),
     ("as_of", as_of),
+    ("json_reply", json_reply),
 ];
 
 fn now() -> DateTime<Utc> {
@@ -325,6 +326,19 @@ pub fn as_of(data: &[u8]) {
             .map(|i| i.entries);
         assert_eq!(before, after, "a read as of {moment} wrote to the tape");
     });
+}
+
+/// A model's text reply read as JSON (MateClaw's extraction and emergence): any text gives
+/// an object or nothing, and an object found is one a model could have written (it
+/// prints and reads back to itself).
+pub fn json_reply(data: &[u8]) {
+    let Some(text) = text(data) else { return };
+    if let Some(map) = memtape::json_reply(text) {
+        let printed = serde_json::to_string(&map).unwrap_or_else(|e| panic!("{e}"));
+        let back: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&printed).unwrap_or_else(|e| panic!("{printed}: {e}"));
+        assert_eq!(back, map);
+    }
 }
 
 /// Dify's memory config and its templates: the bytes before the first NUL are a node's

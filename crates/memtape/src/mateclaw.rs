@@ -69,7 +69,7 @@ impl MemoryRun {
 }
 
 /// The JSON object in a model's text reply: the whole text, the text inside a code fence,
-/// or the first balanced `{…}` in it (a model that adds prose around its JSON).
+/// or the first `{…}` object in it (a model that adds prose around its JSON).
 pub fn json_reply(text: &str) -> Option<Map<String, Value>> {
     let t = text.trim();
     let unfenced = t
@@ -81,35 +81,15 @@ pub fn json_reply(text: &str) -> Option<Map<String, Value>> {
     if let Ok(Value::Object(map)) = serde_json::from_str(unfenced) {
         return Some(map);
     }
-    // The first balanced object, strings and escapes respected.
+    // The first object, read by serde_json up to its own end (prose after it is left).
     let start = t.find('{')?;
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, c) in t[start..].char_indices() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_string = true,
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return match serde_json::from_str(&t[start..=start + i]) {
-                        Ok(Value::Object(map)) => Some(map),
-                        _ => None,
-                    };
-                }
-            }
-            _ => {}
-        }
+    match serde_json::Deserializer::from_str(&t[start..])
+        .into_iter::<Value>()
+        .next()
+    {
+        Some(Ok(Value::Object(map))) => Some(map),
+        _ => None,
     }
-    None
 }
 
 /// A non-empty text field of a reply (fields that are not text are ignored, as MateClaw
