@@ -115,7 +115,11 @@ fn check(stdout: &str, run: usize) {
         "{stdout}"
     );
     // `memory show` at the start, and `memory show --as-of 2` after three more versions.
-    assert_eq!(stdout.matches(": version 1, 2 file(s)\n").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout.matches(": version 1, 2 file(s)\n").count(),
+        2,
+        "{stdout}"
+    );
     assert!(stdout.contains("+++ b/memories/ada.md\n"), "{stdout}");
     assert!(stdout.contains("wrote SESSION-STATE.md\n"), "{stdout}");
     assert!(
