@@ -13,6 +13,7 @@ pub mod keys;
 pub mod mcp;
 mod rest;
 mod state;
+mod ui;
 pub mod wire;
 
 use std::future::Future;
@@ -190,6 +191,7 @@ fn router(
                 )
             }),
         )
+        .merge(ui::router())
         .merge(api)
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
         // axum's own 2 MiB default for JSON bodies would undercut the configured limit.
