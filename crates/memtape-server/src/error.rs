@@ -115,6 +115,8 @@ impl From<memtape::Error> for ApiError {
             E::SessionNotEmpty(..) => Self::conflict(message),
             E::OutsideScope { .. } => Self::forbidden(message),
             E::NoIndex => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            // Nothing was written; the client may try again.
+            E::Contended(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message),
             // The model or its server failed: nothing was written.
             E::Llm(_) | E::Model(_) => Self::new(StatusCode::BAD_GATEWAY, "model_failed", message),
             E::Store(s) => match s {

@@ -7,7 +7,7 @@ use memtape_core::formats::bub::{self, SESSION_START, ZoneReader};
 use memtape_core::{AsOf, Content, HistoryView, Order, select_history};
 use serde_json::{Map, Value};
 
-use crate::tiers::ATTEMPTS;
+use crate::tiers::{ATTEMPTS, back_off};
 use crate::{
     Engine, Entry, EntryId, Error, Filter, HistoryLimits, Kind, NewEntry, PAGE, Result, Scope,
     Store, memory_scope,
@@ -242,7 +242,7 @@ impl<S: Store> Engine<S> {
     /// written in one transaction, after the tape's current last entry.
     pub fn write_zone(&self, session: &Scope) -> Result<Option<u64>> {
         let memory = memory_scope(session)?;
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             // Compare-and-append on the session: a zone computed from a tape that moved on
             // meanwhile (another writer's zone) is computed again.
             let base = self
@@ -265,11 +265,11 @@ impl<S: Store> Engine<S> {
             entries[0] = entries[0].clone().if_last(base);
             match self.append_entries(entries) {
                 Ok(_) => return Ok(Some(version)),
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => continue,
+                Err(Error::Store(memtape_store::Error::Conflict { .. })) => back_off(attempt),
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Internal(format!(
+        Err(Error::Contended(format!(
             "{session}: the tape kept changing under the memory zone ({ATTEMPTS} attempts); try again"
         )))
     }

@@ -74,6 +74,10 @@ pub enum Error {
     /// tool, a required argument missing). Nothing was written.
     #[error("the model's reply cannot be used: {0}")]
     Model(String),
+    /// Other writers kept changing what this write depends on, attempt after attempt;
+    /// nothing was written, and trying again later is safe.
+    #[error("{0}")]
+    Contended(String),
     /// A broken internal expectation.
     #[error("internal error: {0}")]
     Internal(String),

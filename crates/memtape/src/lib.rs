@@ -112,6 +112,8 @@ pub struct Engine<S: Store = SqliteStore> {
     /// default), or leaves it to [`Engine::catch_up_index_step`] and the next search.
     index_on_write: bool,
     hooks: Vec<Box<dyn WriteHook<S>>>,
+    /// The memory logs read lately, brought up to date incrementally.
+    memory_logs: tiers::LogCache,
 }
 
 /// How many counted texts the default token counter remembers per generation (about
@@ -154,6 +156,7 @@ impl<S: Store> Engine<S> {
             index: None,
             index_on_write: true,
             hooks: Vec::new(),
+            memory_logs: tiers::LogCache::default(),
         }
     }
 
@@ -439,16 +442,27 @@ impl<S: Store> Engine<S> {
                 (Some(start), Some(end))
             }
         };
+        let tighter = |a: Option<EntryId>,
+                       b: Option<EntryId>,
+                       pick: fn(EntryId, EntryId) -> EntryId| match (a, b) {
+            (Some(a), Some(b)) => Some(pick(a, b)),
+            (a, b) => a.or(b),
+        };
         let filter = Filter {
-            after,
-            before,
+            after: tighter(after, query.after, std::cmp::max),
+            before: tighter(before, query.before, std::cmp::min),
             kinds: query.kinds.clone(),
             since: query.since,
             until: query.until,
             limit: query.limit,
+            order: if query.last { Order::Desc } else { Order::Asc },
             ..Filter::default()
         };
-        Ok(self.store.scan(scope, &filter)?)
+        let mut found = self.store.scan(scope, &filter)?;
+        if query.last {
+            found.reverse();
+        }
+        Ok(found)
     }
 
     /// The sessions of `tenant` (scopes that hold a conversation), with their projections.

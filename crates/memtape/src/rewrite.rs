@@ -13,7 +13,7 @@ use memtape_core::{EntryId, Filter, Kind, NewEntry, Order, Scope};
 use memtape_store::Store;
 use serde::Serialize;
 
-use crate::tiers::{ATTEMPTS, check_memory_scope};
+use crate::tiers::{ATTEMPTS, back_off, check_memory_scope};
 use crate::{Engine, Error, Result};
 
 /// The `memory.dropped` entries for the facts of `old` that `new` (the rewrite recorded as
@@ -117,7 +117,7 @@ impl<S: Store> Engine<S> {
         extra: &[NewEntry],
     ) -> Result<Applied> {
         check_memory_scope(scope)?;
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let (log, base) = self.memory_log(scope)?;
             let own = log.view();
             let layered = self.layered(scope, own.clone())?;
@@ -214,11 +214,11 @@ impl<S: Store> Engine<S> {
                         dropped: count,
                     });
                 }
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => continue,
+                Err(Error::Store(memtape_store::Error::Conflict { .. })) => back_off(attempt),
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Internal(format!(
+        Err(Error::Contended(format!(
             "{scope}: memory kept changing under this write ({ATTEMPTS} attempts); try again"
         )))
     }

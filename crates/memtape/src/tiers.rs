@@ -3,6 +3,9 @@
 //! was written to the scope in between (compare-and-append); on a conflict it is computed
 //! again from the new state, so two writers never overwrite each other's changes.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use chrono::NaiveDate;
 use memtape_core::memory::{Change, MemoryLog, MemoryView, Op, Recorded, paths};
 use memtape_core::{AsOf, EntryId, Filter, Kind, NewEntry, Scope, events};
@@ -11,7 +14,19 @@ use memtape_store::Store;
 use crate::{Engine, Error, Result};
 
 /// How many times a change is recomputed when other writers keep winning.
-pub(crate) const ATTEMPTS: usize = 8;
+pub(crate) const ATTEMPTS: usize = 16;
+
+/// Waits before attempt `attempt + 1` of a write another writer beat: 1 ms doubling to
+/// 50 ms, with jitter, so writers that collided do not collide again in step.
+pub(crate) fn back_off(attempt: usize) {
+    let ceiling = (1u64 << attempt.min(6)).min(50) * 1000;
+    let jitter = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    ) % ceiling;
+    std::thread::sleep(std::time::Duration::from_micros(ceiling / 2 + jitter / 2));
+}
 
 thread_local! {
     /// The entries that cause what this thread is doing now ([`caused_by`]); `None`
@@ -77,6 +92,47 @@ pub fn memory_scope(scope: &Scope) -> Result<Scope> {
     )?)
 }
 
+/// The memory logs read lately, by scope, each with the last entry id it was read through
+/// (at most [`LogCache::SCOPES`] scopes; past that it starts afresh). Reading a log then
+/// costs the changes made since, not the whole history.
+#[derive(Default)]
+pub(crate) struct LogCache {
+    logs: Mutex<HashMap<Scope, (Arc<MemoryLog>, EntryId)>>,
+}
+
+impl LogCache {
+    /// How many scopes' logs are kept.
+    const SCOPES: usize = 64;
+
+    /// The log of `scope` as last read and the id it was read through (empty and 0 when
+    /// it was not read yet).
+    fn get(&self, scope: &Scope) -> (Arc<MemoryLog>, EntryId) {
+        let logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        logs.get(scope)
+            .cloned()
+            .unwrap_or_else(|| (Arc::default(), EntryId(0)))
+    }
+
+    /// Takes the log of `scope` out (to extend it in place), as [`LogCache::get`] gives it.
+    fn take(&self, scope: &Scope) -> (Arc<MemoryLog>, EntryId) {
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        logs.remove(scope)
+            .unwrap_or_else(|| (Arc::default(), EntryId(0)))
+    }
+
+    /// Keeps `log`, read through `through`, unless a log read further is kept already.
+    fn put(&self, scope: &Scope, log: Arc<MemoryLog>, through: EntryId) {
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        if logs.get(scope).is_some_and(|(_, kept)| *kept >= through) {
+            return;
+        }
+        if logs.len() >= Self::SCOPES && !logs.contains_key(scope) {
+            logs.clear();
+        }
+        logs.insert(scope.clone(), (log, through));
+    }
+}
+
 /// A memory file's lines and where each came from ([`Engine::blame`]).
 #[derive(Clone, Debug)]
 pub struct Blame {
@@ -106,7 +162,11 @@ pub struct BlamedLine {
 impl<S: Store> Engine<S> {
     /// The memory changes of exactly `scope`, and the scope's latest entry id (the base a
     /// change computed from this log must name).
-    pub fn memory_log(&self, scope: &Scope) -> Result<(MemoryLog, EntryId)> {
+    ///
+    /// The log read last time is kept ([`LogCache`]) and brought up to date by reading only
+    /// the changes after it: the tape only grows, and ids are given in commit order, so a
+    /// change that lands later (from this process or another) always comes after it.
+    pub fn memory_log(&self, scope: &Scope) -> Result<(Arc<MemoryLog>, EntryId)> {
         check_memory_scope(scope)?;
         // The base is read first: a change that lands between the two reads makes the
         // later append conflict rather than be missed.
@@ -115,13 +175,33 @@ impl<S: Store> Engine<S> {
             .scope_info(scope)?
             .and_then(|i| i.last_id)
             .unwrap_or(EntryId(0));
-        let filter = Filter {
-            kinds: vec![Kind::Event],
-            name: Some(events::MEMORY_CHANGE.to_string()),
-            ..Filter::default()
+        let changes_after = |through: EntryId| {
+            let filter = Filter {
+                kinds: vec![Kind::Event],
+                name: Some(events::MEMORY_CHANGE.to_string()),
+                after: Some(through),
+                ..Filter::default()
+            };
+            self.store.scan(scope, &filter)
         };
-        let entries = self.store.scan(scope, &filter)?;
-        Ok((MemoryLog::from_entries(&entries)?, base))
+        let (cached, through) = self.memory_logs.get(scope);
+        let mut entries = changes_after(through)?;
+        if entries.is_empty() {
+            return Ok((cached, base));
+        }
+        // Extend the kept log in place when no reader holds it (a copy otherwise); if
+        // another thread moved it on meanwhile, read from where it got to.
+        drop(cached);
+        let (kept, kept_through) = self.memory_logs.take(scope);
+        if kept_through != through {
+            entries = changes_after(kept_through)?;
+        }
+        let mut log = Arc::try_unwrap(kept).unwrap_or_else(|shared| MemoryLog::clone(&shared));
+        log.extend(&entries)?;
+        let log = Arc::new(log);
+        let last = entries.last().map_or(kept_through, |e| e.id);
+        self.memory_logs.put(scope, Arc::clone(&log), last);
+        Ok((log, base))
     }
 
     /// The memory of `scope` now. For an agent-and-user scope, files the user's memory does
@@ -231,7 +311,7 @@ impl<S: Store> Engine<S> {
         scope: &Scope,
         mut compute: impl FnMut(&MemoryLog, &MemoryView) -> Result<Option<Change>>,
     ) -> Result<Option<Recorded>> {
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let (log, base) = self.memory_log(scope)?;
             let view = log.view();
             let Some(change) = compute(&log, &view)? else {
@@ -248,11 +328,11 @@ impl<S: Store> Engine<S> {
                         change,
                     }));
                 }
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => continue,
+                Err(Error::Store(memtape_store::Error::Conflict { .. })) => back_off(attempt),
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Internal(format!(
+        Err(Error::Contended(format!(
             "{scope}: memory kept changing under this write ({ATTEMPTS} attempts); try again"
         )))
     }

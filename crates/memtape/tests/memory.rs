@@ -281,7 +281,21 @@ fn the_working_state_and_the_history_keep_their_newest_entries_under_the_limit()
         "whole entries only"
     );
     assert!(history.ends_with(&format!("{}\n\n", entry(11))));
-    assert_eq!(history.matches("[2026-02-10").count(), 4);
+    // Past the limit the log keeps what fits in half of it (two of these entries), so it
+    // is rewritten once per half a limit of appends: 1, 2, 3, 4, then 2 on the fifth, …,
+    // 3 after twelve.
+    assert!(history.len() <= MAX_FILE_BYTES / 2 + entry(0).len() * 2);
+    assert_eq!(history.matches("[2026-02-10").count(), 3);
+    let (log, _) = e.memory_log(&a).unwrap();
+    let rewrites = log
+        .changes()
+        .iter()
+        .filter(|r| matches!(r.change.ops[0], Op::Write { .. }))
+        .count();
+    assert_eq!(
+        rewrites, 3,
+        "a rewrite every third append once full, not every one"
+    );
     let (log, _) = e.memory_log(&a).unwrap();
     assert!(
         log.view_at(2)
@@ -313,4 +327,52 @@ fn the_working_state_and_the_history_keep_their_newest_entries_under_the_limit()
     let big = "d".repeat(MAX_FILE_BYTES / 2 + 1);
     e.append_daily(&a, &big, None).unwrap();
     assert!(e.append_daily(&a, &big, None).is_err());
+}
+
+/// The memory log an engine keeps between reads is brought up to date from the tape: a
+/// change written by another engine on the same store (another process) is seen at once,
+/// and many writers on threads leave the same view a fresh engine folds from scratch.
+#[test]
+fn the_kept_memory_log_follows_changes_from_other_engines_and_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = agent();
+    let first = std::sync::Arc::new(engine_at(dir.path(), 10));
+    first.save_long_term(&a, "one").unwrap();
+    assert_eq!(
+        first.memory(&a).unwrap().content(paths::MEMORY),
+        Some("one")
+    );
+    let second = Engine::open(dir.path()).unwrap();
+    second.save_long_term(&a, "two").unwrap();
+    assert_eq!(
+        first.memory(&a).unwrap().content(paths::MEMORY),
+        Some("two")
+    );
+    assert_eq!(first.memory_log(&a).unwrap().0.version(), 2);
+
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let e = std::sync::Arc::clone(&first);
+            let a = a.clone();
+            s.spawn(move || {
+                for i in 0..25 {
+                    e.append_history(&a, &format!("thread {t} entry {i}"))
+                        .unwrap();
+                    let _ = e.memory(&a).unwrap();
+                }
+            });
+        }
+        for i in 0..25 {
+            second
+                .append_daily(&a, &format!("- note {i}"), None)
+                .unwrap();
+        }
+    });
+    let fresh = Engine::open(dir.path()).unwrap();
+    let (log, _) = fresh.memory_log(&a).unwrap();
+    assert_eq!(log.version(), 2 + 100 + 25);
+    assert_eq!(first.memory(&a).unwrap(), log.view_at(log.version()));
+    assert_eq!(second.memory(&a).unwrap(), log.view_at(log.version()));
+    let history = log.view().content(paths::HISTORY).unwrap().to_owned();
+    assert_eq!(history.matches("entry").count(), 100);
 }

@@ -26,24 +26,60 @@ pub struct Recorded {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemoryLog {
     changes: Vec<Recorded>,
+    /// The view after the last change, kept up to date as changes are added (a fold from
+    /// the start only when a new change forgets earlier ones).
+    latest: MemoryView,
 }
 
 impl MemoryLog {
     /// The log of the `memory.change` events among `entries` (one scope's, in tape order);
     /// other entries are skipped. A malformed change is an error naming its entry.
     pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Result<Self> {
-        let mut changes = Vec::new();
+        let mut log = MemoryLog::default();
+        log.extend(entries)?;
+        Ok(log)
+    }
+
+    /// Adds the `memory.change` events among `entries` (the scope's next ones, in tape
+    /// order, all after the last change already here) as the next versions. A malformed
+    /// change is an error naming its entry, and nothing is added.
+    pub fn extend<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>) -> Result<()> {
+        let mut added = Vec::new();
         for entry in entries {
             if let Some(change) = Change::from_entry(entry) {
-                changes.push(Recorded {
-                    version: changes.len() as u64 + 1,
+                added.push(Recorded {
+                    version: (self.changes.len() + added.len()) as u64 + 1,
                     id: entry.id,
                     at: entry.created_at,
                     change: change?,
                 });
             }
         }
-        Ok(MemoryLog { changes })
+        if let (Some(last), Some(first)) = (self.changes.last(), added.first())
+            && first.id <= last.id
+        {
+            return Err(Error::InvalidEntry(format!(
+                "memory change {} comes after {} on the tape",
+                first.id, last.id
+            )));
+        }
+        let forgets = added
+            .iter()
+            .flat_map(|r| &r.change.ops)
+            .any(|op| matches!(op, Op::Forget { .. }));
+        if !forgets {
+            for r in &added {
+                self.latest.version = r.version;
+                for op in &r.change.ops {
+                    self.latest.apply(r.version, r.id, r.at, op);
+                }
+            }
+        }
+        self.changes.extend(added);
+        if forgets {
+            self.latest = self.view_at(self.version());
+        }
+        Ok(())
     }
 
     /// Every change, oldest first.
@@ -83,7 +119,7 @@ impl MemoryLog {
 
     /// The memory now.
     pub fn view(&self) -> MemoryView {
-        self.view_at(self.version())
+        self.latest.clone()
     }
 
     /// The memory as it was right after `version` (forgotten changes left out, as if

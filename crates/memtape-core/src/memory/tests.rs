@@ -414,3 +414,50 @@ fn version_as_of_a_time_or_an_entry() {
         Some("a")
     );
 }
+
+#[test]
+fn a_log_extended_change_by_change_has_the_view_of_a_full_fold() {
+    let changes = vec![
+        write("MEMORY.md", "a\n"),
+        append("memory/2026-03-01.md", "x\n", Some("# 2026-03-01\n\n")),
+        append("memory/2026-03-01.md", "y\n", Some("# 2026-03-01\n\n")),
+        Change::one(
+            Op::Forget {
+                changes: vec![EntryId(11)],
+            },
+            "forget",
+        ),
+        write("MEMORY.md", "b\n"),
+        Change::one(
+            Op::Rename {
+                from: "MEMORY.md".into(),
+                to: "memories/old.md".into(),
+            },
+            "rename",
+        ),
+        Change::one(Op::Clear, "clear"),
+        write("PROFILE.md", "p\n"),
+    ];
+    let full = log(&changes);
+    let scope = Scope::agent("t", "a").unwrap();
+    let mut grown = MemoryLog::default();
+    for (i, c) in changes.iter().enumerate() {
+        let entry = Entry {
+            id: EntryId(10 + i as u64),
+            scope: scope.clone(),
+            payload: c.to_payload(),
+            meta: Meta::new(),
+            created_at: at(i as i64),
+            parent: None,
+        };
+        grown.extend(std::iter::once(&entry)).unwrap();
+        assert_eq!(
+            grown.view(),
+            grown.view_at(grown.version()),
+            "after change {i}"
+        );
+        // Going back is refused: the tape only grows.
+        assert!(grown.clone().extend(std::iter::once(&entry)).is_err());
+    }
+    assert_eq!(grown, full);
+}

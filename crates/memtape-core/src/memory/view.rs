@@ -112,9 +112,11 @@ impl MemoryView {
     /// `change` with every append that would take a rolling log ([`paths::rolling`]: the
     /// working state, the event history) past [`MAX_FILE_BYTES`] turned into a write of
     /// the log's newest text: its heading, then whole entries from the newest back, as
-    /// many as fit. The older entries stay in earlier versions of the file. Other changes,
-    /// and an append whose own text is over the limit, come back as they are (and
-    /// [`check`](Self::check) refuses what is too large).
+    /// many as fit in half the limit. The older entries stay in earlier versions of the
+    /// file. Keeping half (not all that fits) means a full log is rewritten once per half a
+    /// limit of appends, not on every append: the tape grows by at most twice what was
+    /// appended. Other changes, and an append whose own text is over the limit, come back
+    /// as they are (and [`check`](Self::check) refuses what is too large).
     pub fn fit(&self, mut change: Change) -> Change {
         let rolling_append =
             |op: &Op| matches!(op, Op::Append { path, .. } if paths::rolling(path).is_some());
@@ -139,7 +141,7 @@ impl MemoryView {
                 if whole.len() > MAX_FILE_BYTES && heading.len() + text.len() <= MAX_FILE_BYTES {
                     *op = Op::Write {
                         path: path.clone(),
-                        content: newest(&whole, heading, separator),
+                        content: newest(&whole, heading, separator, MAX_FILE_BYTES / 2),
                     };
                 }
             }
@@ -246,17 +248,17 @@ impl MemoryView {
     }
 }
 
-/// The newest part of a log's `content` that fits [`MAX_FILE_BYTES`]: its `heading`, if it
+/// The newest part of a log's `content` that fits in `limit` bytes: its `heading`, if it
 /// starts with it, then the text from the first entry start (after a `separator`) that
 /// leaves it short enough.
-fn newest(content: &str, heading: &str, separator: &str) -> String {
+fn newest(content: &str, heading: &str, separator: &str, limit: usize) -> String {
     let head = if content.starts_with(heading) {
         heading
     } else {
         ""
     };
     let body = &content[head.len()..];
-    let budget = MAX_FILE_BYTES.saturating_sub(head.len());
+    let budget = limit.saturating_sub(head.len());
     if body.len() <= budget {
         return content.to_owned();
     }
