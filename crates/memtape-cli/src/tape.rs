@@ -447,6 +447,7 @@ pub fn entries(ctx: &Ctx, a: &EntriesArgs, out: &mut impl Write) -> Result<()> {
             .map(|t| parse_time("--until", t))
             .transpose()?,
         limit: a.limit,
+        ..TapeQuery::default()
     };
     let scope = existing_session(&engine, ctx, &a.session)?;
     let found = engine.query(&scope, &query)?;

@@ -32,8 +32,16 @@ pub struct TapeQuery {
     pub since: Option<DateTime<Utc>>,
     /// Keep entries created before this time.
     pub until: Option<DateTime<Utc>>,
-    /// At most this many entries (the first ones in tape order).
+    /// At most this many entries (the first ones in tape order, or the last ones with
+    /// `last`).
     pub limit: Option<usize>,
+    /// Only entries with a greater id (a cursor, within the range).
+    pub after: Option<EntryId>,
+    /// Only entries with a smaller id (a cursor, within the range).
+    pub before: Option<EntryId>,
+    /// With `limit`: the last entries of the selection instead of the first (still in
+    /// tape order), to page backwards.
+    pub last: bool,
 }
 
 /// The order a scan returns entries in.

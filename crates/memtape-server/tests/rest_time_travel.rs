@@ -236,3 +236,67 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+#[test]
+fn entries_page_forwards_and_backwards_without_reading_the_whole_tape_per_page() {
+    let s = Server::start();
+    let messages: Vec<Value> = (0..250)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("turn {i}")}))
+        .collect();
+    let (status, appended) = s.post(
+        "/v1/sessions/long/messages?user=u",
+        &json!({"messages": messages}),
+    );
+    assert_eq!(status, 201, "{appended}");
+    let ids: Vec<u64> = appended["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let base = "/v1/sessions/long/entries?user=u&kind=message&limit=100";
+    // Forwards: 100, 100, 50, following `next`.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = s.get(&format!("{base}{cursor}"));
+        assert_eq!(status, 200, "{page}");
+        seen.extend(
+            page["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["id"].as_u64().unwrap()),
+        );
+        assert!(page.get("prev").is_none());
+        match page["next"].as_u64() {
+            Some(n) => cursor = format!("&after={n}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    // Backwards from the end: the last 100 in tape order, then the 100 before, then 50.
+    let mut back: Vec<u64> = Vec::new();
+    let mut before = ids[249] + 1;
+    loop {
+        let (_, page) = s.get(&format!("{base}&before={before}"));
+        let got: Vec<u64> = page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_u64().unwrap())
+            .collect();
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "tape order");
+        back.splice(0..0, got);
+        assert!(page.get("next").is_none());
+        match page["prev"].as_u64() {
+            Some(p) => before = p,
+            None => break,
+        }
+    }
+    assert_eq!(back, ids);
+    let (_, middle) = s.get(&format!("{base}&after={}&before={}", ids[9], ids[20]));
+    assert_eq!(middle["entries"].as_array().unwrap().len(), 10);
+    let (status, bad) = s.get(&format!("{base}&before=9007199254740992"));
+    assert_eq!(status, 400, "{bad}");
+}

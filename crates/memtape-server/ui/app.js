@@ -264,23 +264,12 @@ async function earlier() {
   tl.loading = true;
   const key = tl.key;
   try {
-    let width = PAGE;
-    let found = [];
-    for (;;) {
-      const lo = Math.max(0, first.id - 1 - width);
-      const r = await api.get(`/v1/sessions/${encodeURIComponent(tl.session)}/entries`, {
-        agent: tl.agent, user: tl.su, after: lo, limit: PAGE,
-      });
-      found = r.entries.filter((e) => e.id < first.id);
-      if (found.length || lo === 0) {
-        if (lo === 0 && found.length < PAGE) tl.start = true;
-        break;
-      }
-      width *= 4;
-    }
+    const r = await api.get(`/v1/sessions/${encodeURIComponent(tl.session)}/entries`, {
+      agent: tl.agent, user: tl.su, before: first.id, limit: PAGE,
+    });
+    const found = r.entries.filter((e) => e.id < first.id && !tl.byId.has(e.id));
+    if (r.prev === undefined || r.prev === null) tl.start = true;
     if (key !== tl.key) return;
-    // The newest of what lies before: a full page may leave older ones for the next click.
-    found = found.slice(-PAGE);
     const ol = $("entries");
     const firstEl = ol.firstChild;
     const items = [];

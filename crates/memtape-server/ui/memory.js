@@ -83,7 +83,7 @@ function markCurrent(path) {
 /** Opens `path`: its versions, the slider at the newest. */
 async function open(path) {
   m.path = path;
-  m.versions = (await api.get("/v1/memory/versions", q({ path }))).versions;
+  m.versions = (await api.get("/v1/memory/versions", q({ path, ops: false }))).versions;
   m.at = m.versions.length - 1;
 }
 

@@ -414,6 +414,9 @@ pub struct EntriesParams {
     pub kind: Option<String>,
     /// Only entries with a greater id (the cursor of the previous page).
     pub after: Option<u64>,
+    /// Only entries with a smaller id: the page just before this id (the `prev` cursor of
+    /// the page after it), to read backwards.
+    pub before: Option<u64>,
     /// At most this many (default 100, at most 1000).
     pub limit: Option<usize>,
 }
@@ -426,6 +429,10 @@ pub struct Entries {
     /// The cursor for the next page (`after=`), when there may be more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<u64>,
+    /// With `before=`: the cursor for the page before this one (`before=`), when there may
+    /// be more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prev: Option<u64>,
 }
 
 /// A session's tape entries: Bub's anchor slices, a kind, paged by id.
@@ -466,26 +473,42 @@ pub async fn entries(
         return Err(ApiError::bad_request("limit must be 1 to 1000"));
     }
     let after = p.after.map(EntryId::new).transpose()?;
+    let before = p.before.map(EntryId::new).transpose()?;
+    let backwards = before.is_some();
+    // One more than a page, read in the store: whether there is more is known without
+    // reading the rest of the tape.
     let found = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
             let query = TapeQuery {
                 range,
                 kinds,
+                after,
+                before,
+                limit: Some(limit + 1),
+                last: backwards,
                 ..TapeQuery::default()
             };
-            let all = engine.query(&scope, &query)?;
-            Ok(all
-                .into_iter()
-                .filter(|e| after.is_none_or(|a| e.id > a))
-                .take(limit + 1)
-                .collect::<Vec<_>>())
+            Ok(engine.query(&scope, &query)?)
         })
         .await?;
     let more = found.len() > limit;
-    let entries: Vec<EntryWire> = found.iter().take(limit).map(EntryWire::of).collect();
-    let next = more.then(|| entries.last().map(|e| e.id)).flatten();
-    Ok(Json(Entries { entries, next }))
+    let page = if backwards {
+        &found[found.len().saturating_sub(limit)..]
+    } else {
+        &found[..found.len().min(limit)]
+    };
+    let entries: Vec<EntryWire> = page.iter().map(EntryWire::of).collect();
+    let (next, prev) = if backwards {
+        (None, more.then(|| entries.first().map(|e| e.id)).flatten())
+    } else {
+        (more.then(|| entries.last().map(|e| e.id)).flatten(), None)
+    };
+    Ok(Json(Entries {
+        entries,
+        next,
+        prev,
+    }))
 }
 
 /// What to search.
