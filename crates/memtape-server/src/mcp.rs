@@ -297,7 +297,7 @@ impl Memtape {
             }
             MEMORY_BLAME => {
                 let input: BlameInput = input(name, args)?;
-                let params = rest::BlameParams {
+                let params = rest::FileParams {
                     agent: Some(who.agent.clone()),
                     user: who.user.clone(),
                     path: input.path,

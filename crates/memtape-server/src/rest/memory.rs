@@ -121,7 +121,7 @@ fn own_version(
     Ok(moment.map_or(log.version(), |m| log.version_as_of(m)))
 }
 
-/// Which file to read, and when.
+/// Which file to read (or blame), and when.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct FileParams {
@@ -245,23 +245,6 @@ pub async fn write_file(
     Ok(Json(out))
 }
 
-/// Which file to blame, and when.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct BlameParams {
-    /// The agent (default `default`).
-    pub agent: Option<String>,
-    /// The user, when the memory is one user's.
-    pub user: Option<String>,
-    /// The file.
-    #[param(min_length = 1)]
-    pub path: String,
-    /// Blame it as it was at this moment: an RFC 3339 time or an entry id (now when
-    /// absent).
-    #[param(min_length = 1)]
-    pub as_of: Option<String>,
-}
-
 /// One line of a blamed file.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BlameLineWire {
@@ -298,13 +281,13 @@ pub struct BlameWire {
 
 /// Blame, like `git blame`: each line of a memory file with the version that wrote it and
 /// the conversation that caused that version.
-#[utoipa::path(get, path = "/v1/memory/blame", tag = "memory", params(BlameParams),
+#[utoipa::path(get, path = "/v1/memory/blame", tag = "memory", params(FileParams),
     responses((status = 200, body = BlameWire), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn blame(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<BlameParams>,
+    ApiQuery(p): ApiQuery<FileParams>,
 ) -> Result<Json<BlameWire>> {
     caller.require(KeyRole::Read)?;
     let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;

@@ -7,7 +7,7 @@ mod memory;
 mod session;
 
 pub(crate) use memory::{
-    BlameParams, EmergenceBody, FileParams, blame, dropped, emergence, file, restore_dropped, view,
+    EmergenceBody, FileParams, blame, dropped, emergence, file, restore_dropped, view,
 };
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
