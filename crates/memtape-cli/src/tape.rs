@@ -310,7 +310,12 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
     // Qanot's WAL: a user message is scanned before anyone answers it (and what it
     // captures names the message as its cause).
     if role == Role::User && !a.no_wal {
-        engine.capture_entry(&entry)?;
+        engine.capture_entry(&entry).with_context(|| {
+            format!(
+                "the message is stored as entry {}, but the WAL could not record what it found",
+                entry.id
+            )
+        })?;
     }
     writeln!(out, "{}", entry.id)?;
     Ok(())

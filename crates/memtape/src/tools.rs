@@ -189,8 +189,10 @@ impl<S: Store> Engine<S> {
         match result {
             Ok(out) => {
                 // A Bub session keeps its memory zone on its tape (seed 001, 3.3: every
-                // save appends a new zone); nothing is written when memory did not change.
+                // save appends a new zone); nothing is written when memory did not change,
+                // nor by a read of the past.
                 if !out.is_error
+                    && as_of.is_none()
                     && session.session().is_some()
                     && self.history_view(session)? == HistoryView::Bub
                 {

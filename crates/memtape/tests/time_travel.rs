@@ -145,6 +145,20 @@ fn memory_and_files_as_of_a_time_or_an_entry_and_writes_do_not_travel() {
         );
     }
     assert_eq!(e.memory_log(&user).unwrap().0.version(), before);
+
+    // In a Bub session a tool call writes the session's memory zone; a read of the past
+    // writes nothing.
+    let bub = user.with_session("bub").unwrap();
+    e.set_history_view(&bub, memtape::HistoryView::Bub).unwrap();
+    let count = || e.store().scan(&bub, &Filter::default()).unwrap().len();
+    let entries = count();
+    let read = e
+        .call_tool_as_of(&bub, "memory.show", &json!({}), Some(&AsOf::Time(at(5))))
+        .unwrap();
+    assert!(!read.is_error, "{}", read.text);
+    assert_eq!(count(), entries, "a read as of then wrote to the tape");
+    e.call_tool(&bub, "memory.show", &json!({})).unwrap();
+    assert!(count() > entries, "a call now writes the zone");
 }
 
 #[test]

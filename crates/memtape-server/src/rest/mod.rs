@@ -288,11 +288,16 @@ pub async fn append(
         .run(move |engine| {
             let mut captured = Vec::new();
             for entry in &scanned {
-                for hit in engine.capture_entry(entry)?.matches {
-                    captured.push(Captured {
+                // The messages are stored: a capture that fails is logged, not answered
+                // as a failed append (a client retrying would store them twice).
+                match engine.capture_entry(entry) {
+                    Ok(c) => captured.extend(c.matches.into_iter().map(|hit| Captured {
                         category: hit.category.to_string(),
                         text: hit.text,
-                    });
+                    })),
+                    Err(e) => {
+                        tracing::warn!(entry = %entry.id, error = %e, "the WAL could not record what it found");
+                    }
                 }
             }
             Ok(captured)
