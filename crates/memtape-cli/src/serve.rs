@@ -98,7 +98,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let addr = listener.local_addr()?;
     writeln!(
         out,
-        "memtape serving {} on http://{addr}\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)",
+        "memtape serving {} on http://{addr}\n  browser   http://{addr}/  (the memory browser)\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)",
         dir.display()
     )?;
     if let Some(index) = index {
