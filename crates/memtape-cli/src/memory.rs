@@ -520,9 +520,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                     })
                     .collect();
                 let (log, _) = engine.memory_log(&scope)?;
-                let version = as_of
-                    .as_ref()
-                    .map_or(log.version(), |m| log.version_as_of(m));
+                let version = log.version_as_of(as_of.as_ref());
                 output::json(
                     out,
                     &MemoryOut {

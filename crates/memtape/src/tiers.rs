@@ -216,11 +216,7 @@ impl<S: Store> Engine<S> {
     /// ([`MemoryLog::view_as_of`]).
     pub fn memory_as_of(&self, scope: &Scope, as_of: Option<&AsOf>) -> Result<MemoryView> {
         let (log, _) = self.memory_log(scope)?;
-        let own = match as_of {
-            Some(m) => log.view_as_of(m),
-            None => log.view(),
-        };
-        self.layered_as_of(scope, own, as_of)
+        self.layered_as_of(scope, log.view_as_of(as_of), as_of)
     }
 
     /// `own`, the view of `scope`'s own memory, with the agent's shared files it does not
@@ -237,11 +233,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<MemoryView> {
         if scope.user().is_some() {
             let (shared, _) = self.memory_log(&scope.agent_scope())?;
-            let shared = match as_of {
-                Some(m) => shared.view_as_of(m),
-                None => shared.view(),
-            };
-            for (path, file) in shared.files {
+            for (path, file) in shared.view_as_of(as_of).files {
                 own.files.entry(path).or_insert(file);
             }
         }
@@ -261,7 +253,7 @@ impl<S: Store> Engine<S> {
         }
         for owner in owners {
             let (log, _) = self.memory_log(&owner)?;
-            let version = as_of.map_or(log.version(), |m| log.version_as_of(m));
+            let version = log.version_as_of(as_of);
             let Some(lines) = log.blame(path, version) else {
                 continue;
             };

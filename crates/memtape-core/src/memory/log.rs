@@ -139,9 +139,12 @@ impl MemoryLog {
         view
     }
 
-    /// The version memory was at, as of `moment`: that of the latest change the moment
-    /// includes (0 when there was none yet).
-    pub fn version_as_of(&self, moment: &AsOf) -> u64 {
+    /// The version memory was at, as of `moment` (now when `None`): that of the latest
+    /// change the moment includes (0 when there was none yet).
+    pub fn version_as_of(&self, moment: Option<&AsOf>) -> u64 {
+        let Some(moment) = moment else {
+            return self.version();
+        };
         self.changes
             .iter()
             .rev()
@@ -149,10 +152,13 @@ impl MemoryLog {
             .map_or(0, |r| r.version)
     }
 
-    /// The memory as it was at `moment`. A change forgotten later stays out: forgetting
-    /// takes a change back as if it had never been made, at every moment.
-    pub fn view_as_of(&self, moment: &AsOf) -> MemoryView {
-        self.view_at(self.version_as_of(moment))
+    /// The memory as it was at `moment` (now when `None`). A change forgotten later stays
+    /// out: forgetting takes a change back as if it had never been made, at every moment.
+    pub fn view_as_of(&self, moment: Option<&AsOf>) -> MemoryView {
+        match moment {
+            None => self.view(),
+            Some(_) => self.view_at(self.version_as_of(moment)),
+        }
     }
 
     /// The changes that touched `path` (every change when `None`), oldest first.

@@ -93,10 +93,14 @@ fn every_version_stays_readable_and_diffs_show_what_changed() {
     assert!(d.contains("--- /dev/null\n+++ b/memories/x.md\n"), "{d}");
     assert_eq!(diff(&l.view(), &l.view()), "");
     assert_eq!(
-        l.view_as_of(&crate::AsOf::Time(at(1))).content("MEMORY.md"),
+        l.view_as_of(Some(&crate::AsOf::Time(at(1))))
+            .content("MEMORY.md"),
         Some("a\nc\n")
     );
-    assert_eq!(l.view_as_of(&crate::AsOf::Time(at(-1))).files.len(), 0);
+    assert_eq!(
+        l.view_as_of(Some(&crate::AsOf::Time(at(-1)))).files.len(),
+        0
+    );
     assert_eq!(l.versions(Some("MEMORY.md")).len(), 2);
     assert_eq!(l.versions(Some("memories/x.md")).len(), 1);
 }
@@ -406,11 +410,12 @@ fn version_as_of_a_time_or_an_entry() {
         write("MEMORY.md", "b"),
         write("MEMORY.md", "c"),
     ]);
-    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId(11))), 2);
-    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId(9))), 0);
-    assert_eq!(l.version_as_of(&crate::AsOf::Entry(EntryId::MAX)), 3);
+    assert_eq!(l.version_as_of(Some(&crate::AsOf::Entry(EntryId(11)))), 2);
+    assert_eq!(l.version_as_of(Some(&crate::AsOf::Entry(EntryId(9)))), 0);
+    assert_eq!(l.version_as_of(Some(&crate::AsOf::Entry(EntryId::MAX))), 3);
     assert_eq!(
-        l.view_as_of(&crate::AsOf::Time(at(0))).content("MEMORY.md"),
+        l.view_as_of(Some(&crate::AsOf::Time(at(0))))
+            .content("MEMORY.md"),
         Some("a")
     );
 }

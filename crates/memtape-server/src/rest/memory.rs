@@ -118,7 +118,7 @@ fn own_version(
     moment: Option<&memtape::AsOf>,
 ) -> Result<u64> {
     let (log, _) = engine.memory_log(scope)?;
-    Ok(moment.map_or(log.version(), |m| log.version_as_of(m)))
+    Ok(log.version_as_of(moment))
 }
 
 /// Which file to read (or blame), and when.

@@ -239,7 +239,7 @@ fn recall<S: Store>(
 fn show<S: Store>(engine: &Engine<S>, scope: &Scope, as_of: Option<&AsOf>) -> Result<ToolOutput> {
     let (log, _) = engine.memory_log(scope)?;
     let view = engine.memory_as_of(scope, as_of)?;
-    let version = as_of.map_or(log.version(), |m| log.version_as_of(m));
+    let version = log.version_as_of(as_of);
     let mut out = format!(
         "memory of {scope}: version {version}, {} file(s)\n",
         view.files.len()
