@@ -31,11 +31,11 @@ pub enum Error {
     },
     /// The database was written by a newer memtape.
     #[error(
-        "the store at {path} has schema version {found}, newer than this memtape supports ({supported}); upgrade memtape to open it"
+        "the store at {store} has schema version {found}, newer than this memtape supports ({supported}); upgrade memtape to open it"
     )]
     NewerSchema {
-        /// The database file.
-        path: PathBuf,
+        /// The database file, or the database's address (without its password).
+        store: String,
         /// The version found.
         found: i64,
         /// The newest version this build knows.
@@ -69,7 +69,7 @@ pub enum Error {
     },
     /// The store was opened read-only and cannot take writes.
     #[error("the store at {0} is open read-only: this command cannot write")]
-    ReadOnly(PathBuf),
+    ReadOnly(String),
     /// The filesystem does not support SQLite's write-ahead log (e.g. some network mounts).
     #[error(
         "{path}: the filesystem refused WAL mode (journal mode is {mode}); put the data directory on a local disk"
@@ -115,6 +115,15 @@ pub enum Error {
     /// SQLite failed.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A database server (PostgreSQL) failed or could not be reached. The store at `store`
+    /// (its address without the password) is named, and the server's own words follow.
+    #[error("postgres at {store}: {source}")]
+    Database {
+        /// The database's address, without its password.
+        store: String,
+        /// The client's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The filesystem failed.
     #[error("{path}: {source}")]
     Io {

@@ -19,6 +19,7 @@
 mod error;
 mod locks;
 mod memory;
+pub mod row;
 pub mod rules;
 mod sqlite;
 
@@ -131,4 +132,45 @@ pub trait Store: Send + Sync {
     /// holds it. The lock is released when the returned guard is dropped, or when its
     /// process dies.
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>>;
+}
+
+/// A boxed store is a store: an engine can hold whichever store its configuration chose
+/// (`Box<dyn Store>`: SQLite by default, PostgreSQL for a `postgres://` address).
+impl<S: Store + ?Sized> Store for Box<S> {
+    fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        (**self).append(entries)
+    }
+    fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
+        (**self).restore(entries)
+    }
+    fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
+        (**self).get(tenant, id)
+    }
+    fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
+        (**self).scan(scope, filter)
+    }
+    fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
+        (**self).scope_info(scope)
+    }
+    fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        (**self).get_many(tenant, ids)
+    }
+    fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
+        (**self).scopes(tenant)
+    }
+    fn tenants(&self) -> Result<Vec<String>> {
+        (**self).tenants()
+    }
+    fn tape_id(&self) -> Result<String> {
+        (**self).tape_id()
+    }
+    fn last_id(&self) -> Result<EntryId> {
+        (**self).last_id()
+    }
+    fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        (**self).entries_after(after, limit)
+    }
+    fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
+        (**self).lock(tenant, name, wait)
+    }
 }

@@ -43,6 +43,15 @@ impl std::fmt::Debug for StoreLock {
 }
 
 impl StoreLock {
+    /// A lock held by `held` (a store implementation's guard: an open lock file, a
+    /// database connection holding an advisory lock), released when `held` is dropped.
+    pub fn new(name: &str, held: impl std::any::Any + Send + Sync) -> Self {
+        StoreLock {
+            name: name.to_owned(),
+            _held: Box::new(held),
+        }
+    }
+
     /// The name it was taken under.
     pub fn name(&self) -> &str {
         &self.name

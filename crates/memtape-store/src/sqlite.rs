@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use chrono::{DateTime, Utc};
-use memtape_core::{Entry, EntryId, Filter, Kind, Meta, NewEntry, Order, Payload, Scope};
+use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 
 use crate::locks::{file_lock, lock_dir};
+use crate::row::{EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql};
 use crate::rules::{check_restored, next_id, plan_restore, prepare};
 use crate::{Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
@@ -92,42 +92,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every write is a transaction that rolls back on error, so a poisoned lock guards
     // nothing half-done.
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn to_nanos(t: DateTime<Utc>) -> Result<i64> {
-    t.timestamp_nanos_opt()
-        .ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
-}
-
-/// An id as SQLite's signed integer. Ids above `i64::MAX` cannot exist; they saturate, so
-/// `id > x` finds nothing and `id < x` finds everything, as they would for a huge number.
-fn sql_id(id: EntryId) -> i64 {
-    i64::try_from(id.0).unwrap_or(i64::MAX)
-}
-
-/// An id read from SQLite (never negative: ids are only ever written from [`sql_id`]).
-fn unsql(v: i64) -> EntryId {
-    EntryId(u64::try_from(v).unwrap_or(0))
-}
-
-fn from_nanos(n: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_nanos(n)
-}
-
-/// The scope's key columns (tenant, agent, user, session, node); "" stands for none, which
-/// no valid scope component can be.
-fn scope_key(scope: &Scope) -> [&str; 5] {
-    [
-        scope.tenant(),
-        scope.agent_name(),
-        scope.user().unwrap_or(""),
-        scope.session().unwrap_or(""),
-        scope.node().unwrap_or(""),
-    ]
-}
-
-fn some(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
 }
 
 impl SqliteStore {
@@ -241,7 +205,7 @@ impl SqliteStore {
         let writer = self
             .writer
             .as_ref()
-            .ok_or_else(|| Error::ReadOnly(self.path.clone()))?;
+            .ok_or_else(|| Error::ReadOnly(self.path.display().to_string()))?;
         let mut conn = lock(writer);
         let run = |conn: &mut Connection| -> Result<T> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -366,7 +330,7 @@ fn identity(conn: &Connection, path: &Path) -> Result<Identity> {
     }
     if version > SCHEMA_VERSION {
         return Err(Error::NewerSchema {
-            path: path.to_owned(),
+            store: path.display().to_string(),
             found: version,
             supported: SCHEMA_VERSION,
         });
@@ -456,24 +420,21 @@ impl Writer<'_> {
     }
 
     fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
-        let meta = serde_json::to_string(&entry.meta).map_err(|e| Error::Corrupt {
-            id: sql_id(entry.id),
-            why: e.to_string(),
-        })?;
+        let row = EntryRow::encode(entry)?;
         self.tx
             .prepare_cached(
                 "INSERT INTO entries (id, scope_id, kind, name, parent, created_at, payload, meta)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                sql_id(entry.id),
+                row.id,
                 scope_id,
-                entry.kind().as_str(),
-                entry.payload.name(),
-                entry.parent.map(sql_id),
-                to_nanos(entry.created_at)?,
-                entry.payload.to_json().to_string(),
-                meta,
+                row.kind,
+                row.name,
+                row.parent,
+                row.created_at,
+                row.payload,
+                row.meta,
             ])?;
         let (_, info) = self
             .scopes
@@ -493,14 +454,13 @@ fn last_id(conn: &Connection) -> Result<EntryId> {
 }
 
 fn scope_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Scope>> {
-    Ok(Scope::from_parts(
+    Ok(scope_from_key(
         r.get(at)?,
         r.get(at + 1)?,
-        some(r.get(at + 2)?),
-        some(r.get(at + 3)?),
-        some(r.get(at + 4)?),
-    )
-    .map_err(Error::Invalid))
+        r.get(at + 2)?,
+        r.get(at + 3)?,
+        r.get(at + 4)?,
+    ))
 }
 
 const SCOPE_COLUMNS: &str = "scope_id, tenant, agent, user, session, node, entries, messages, head, last_id, last_consolidated, first_at, last_at";
@@ -568,12 +528,13 @@ fn prefixed_entry_columns() -> String {
 
 /// Reads the entry columns (in [`ENTRY_COLUMNS`] order) starting at column `at`.
 fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Result<Entry>> {
+    let kind: String = r.get(at + 1)?;
     let payload: String = r.get(at + 4)?;
     let meta: String = r.get(at + 5)?;
     Ok(decode(
         r.get(at)?,
         scope,
-        r.get(at + 1)?,
+        &kind,
         r.get(at + 2)?,
         r.get(at + 3)?,
         &payload,
@@ -639,7 +600,7 @@ impl Store for SqliteStore {
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
         if self.writer.is_none() {
             // A lock guards a write, and this store cannot write.
-            return Err(Error::ReadOnly(self.path.clone()));
+            return Err(Error::ReadOnly(self.path.display().to_string()));
         }
         file_lock(&lock_dir(&self.path), tenant, name, wait)
     }
@@ -768,28 +729,3 @@ impl Store for SqliteStore {
     }
 }
 
-fn decode(
-    id: i64,
-    scope: &Scope,
-    kind: String,
-    parent: Option<i64>,
-    created_at: i64,
-    payload: &str,
-    meta: &str,
-) -> Result<Entry> {
-    let corrupt = |why: String| Error::Corrupt { id, why };
-    let kind: Kind = kind
-        .parse()
-        .map_err(|e: memtape_core::Error| corrupt(e.to_string()))?;
-    let value = serde_json::from_str(payload).map_err(|e| corrupt(e.to_string()))?;
-    let payload = Payload::from_json(kind, value).map_err(|e| corrupt(e.to_string()))?;
-    let meta: Meta = serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?;
-    Ok(Entry {
-        id: unsql(id),
-        scope: scope.clone(),
-        payload,
-        meta,
-        created_at: from_nanos(created_at),
-        parent: parent.map(unsql),
-    })
-}

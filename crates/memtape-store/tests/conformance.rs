@@ -1,5 +1,7 @@
-//! One behavioural suite for every Store implementation: the SQLite store and the
-//! in-memory store must agree on ids, parent links, projections, filters and atomicity.
+//! One behavioural suite for every Store implementation: the SQLite store, the in-memory
+//! store and the PostgreSQL store must agree on ids, parent links, projections, filters
+//! and atomicity. PostgreSQL runs on the cluster `MEMTAPE_TEST_DATABASE_URL` names (a
+//! fresh database per check); without one these tests fail, saying how to start it.
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
@@ -8,6 +10,8 @@ use memtape_core::{
     Anchor, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope, ToolCall,
     events,
 };
+use memtape_postgres::PostgresStore;
+use memtape_postgres::testing::Scratch;
 use memtape_store::{MemoryStore, Placement, SqliteStore, Store};
 use serde_json::json;
 
@@ -53,6 +57,8 @@ fn each_store(check: impl Fn(&dyn Store)) {
     check(&MemoryStore::new());
     let dir = tempfile::tempdir().unwrap();
     check(&SqliteStore::create(dir.path()).unwrap());
+    let db = Scratch::new();
+    check(&PostgresStore::connect(db.url()).unwrap());
 }
 
 #[test]

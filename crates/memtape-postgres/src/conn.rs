@@ -1,0 +1,203 @@
+//! Connections to the database: how they are opened (durable commits, optionally read-only),
+//! the statements each one has prepared, a small pool of idle ones, and how a client error
+//! becomes the store's error naming the database (never its password).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use memtape_store::Error;
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement};
+
+use crate::Result;
+
+/// How many idle connections a store keeps open for its next reads and writes.
+const IDLE: usize = 16;
+
+/// How long opening a connection may take before it is an error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a store's database is, and how to reach it.
+#[derive(Clone)]
+pub(crate) struct Target {
+    config: Config,
+    /// The address as shown in messages: `postgres://user@host:port/db`, no password.
+    address: String,
+    read_only: bool,
+}
+
+impl Target {
+    pub(crate) fn parse(url: &str, read_only: bool) -> Result<Self> {
+        let mut config: Config = url.parse().map_err(|e| Error::Database {
+            store: "the --database address".to_owned(),
+            source: Box::new(e),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("memtape");
+        }
+        let address = redacted(&config);
+        Ok(Target {
+            config,
+            address,
+            read_only,
+        })
+    }
+
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The store's error for a failure of the client or the server.
+    pub(crate) fn err(&self, source: postgres::Error) -> Error {
+        Error::Database {
+            store: self.address.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The store's error for something wrong that the server did not say.
+    pub(crate) fn fail(&self, why: impl Into<String>) -> Error {
+        Error::Database {
+            store: self.address.clone(),
+            source: why.into().into(),
+        }
+    }
+
+    /// Opens a new connection. Every commit on it waits for the server's disk
+    /// (`synchronous_commit = on`, whatever the server's default), so an append that
+    /// returns is durable; a read-only store's connections cannot write at all.
+    pub(crate) fn connect(&self) -> Result<Client> {
+        let mut client = self.config.connect(NoTls).map_err(|e| self.err(e))?;
+        let mut setup = String::from(
+            "SET synchronous_commit = on; SET client_min_messages = warning; SET TIME ZONE 'UTC';",
+        );
+        if self.read_only {
+            setup.push_str(" SET default_transaction_read_only = on;");
+        }
+        client.batch_execute(&setup).map_err(|e| self.err(e))?;
+        Ok(client)
+    }
+}
+
+/// `postgres://user@host:port/db` for `config`: what messages show, without the password.
+fn redacted(config: &Config) -> String {
+    use postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().map_or(String::new(), |u| format!("{u}@"));
+    let db = config.get_dbname().unwrap_or("");
+    format!("postgres://{user}{host}:{port}/{db}")
+}
+
+/// One open connection and the statements it has prepared (one round trip saved on every
+/// later use of the same SQL).
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Conn {
+    pub(crate) fn new(client: Client) -> Self {
+        Conn {
+            client,
+            statements: HashMap::new(),
+        }
+    }
+
+    fn statement(&mut self, target: &Target, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql).map_err(|e| target.err(e))?;
+        self.statements.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Runs `sql` (prepared once per connection) and returns its rows.
+    pub(crate) fn query(
+        &mut self,
+        target: &Target,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let s = self.statement(target, sql)?;
+        self.client.query(&s, params).map_err(|e| target.err(e))
+    }
+
+    /// Runs `sql` and returns its one row, if any.
+    pub(crate) fn query_opt(
+        &mut self,
+        target: &Target,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        let s = self.statement(target, sql)?;
+        self.client.query_opt(&s, params).map_err(|e| target.err(e))
+    }
+
+    /// Runs `sql` and returns its one row.
+    pub(crate) fn query_one(
+        &mut self,
+        target: &Target,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row> {
+        let s = self.statement(target, sql)?;
+        self.client.query_one(&s, params).map_err(|e| target.err(e))
+    }
+
+    /// Runs `sql` and returns how many rows it touched.
+    pub(crate) fn execute(
+        &mut self,
+        target: &Target,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
+        let s = self.statement(target, sql)?;
+        self.client.execute(&s, params).map_err(|e| target.err(e))
+    }
+}
+
+/// The idle connections of one store.
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl Pool {
+    /// An idle connection, or a new one.
+    pub(crate) fn take(&self, target: &Target) -> Result<Conn> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(c) if !c.client.is_closed() => Ok(c),
+            _ => Ok(Conn::new(target.connect()?)),
+        }
+    }
+
+    /// Gives back a connection that is still open and outside any transaction.
+    pub(crate) fn give(&self, conn: Conn) {
+        if conn.client.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE {
+            idle.push(conn);
+        }
+    }
+}

@@ -1,0 +1,595 @@
+//! memtape-postgres: the tape in PostgreSQL ([`PostgresStore`]), behind the same
+//! [`Store`] trait and write rules as the embedded SQLite store, so that several memtape
+//! servers can share one database.
+//!
+//! # Ids in commit order
+//!
+//! Projections (each server's search index) follow the tape by id: they read the entries
+//! after the last id they have seen. That is only safe if an id can never commit after a
+//! higher one has been read. Every write transaction therefore starts by locking the one
+//! row of `memtape_tape` (`SELECT … FOR UPDATE`), takes its ids from the counter there and
+//! holds the lock until it commits. The next writer gets the row only after that commit
+//! (PostgreSQL makes a transaction visible before it releases its locks), so ids are given
+//! and committed in the same order, across tenants and across servers, and a reader that
+//! has seen id `n` has seen every id below it. The price is one writer at a time per
+//! database: a batch is one transaction, so bulk writers send batches (the measured rates
+//! are in docs/scaling.md).
+//!
+//! # Durability and isolation
+//!
+//! Every connection commits with `synchronous_commit = on`, so an append that returns has
+//! reached the server's disk. A batch is one transaction: all of it or none. Entries
+//! cannot be updated, deleted or truncated (triggers refuse it, whoever connects), and
+//! every read is confined to a scope or a tenant, as in SQLite.
+//!
+//! ```no_run
+//! use memtape_postgres::PostgresStore;
+//! use memtape_store::Store;
+//!
+//! let store = PostgresStore::connect("postgres://memtape@127.0.0.1:5432/memtape")?;
+//! println!("tape {} at id {}", store.tape_id()?, store.last_id()?);
+//! # Ok::<(), memtape_store::Error>(())
+//! ```
+
+mod conn;
+mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::collections::HashMap;
+
+use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
+use memtape_store::row::{
+    EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
+};
+use memtape_store::rules::{check_restored, next_id, plan_restore, prepare};
+use memtape_store::{Error, Restored, ScopeInfo, Store, StoreLock, Wait};
+use postgres::Row;
+use postgres::types::ToSql;
+use sha2::{Digest, Sha256};
+
+use crate::conn::{Conn, Pool, Target};
+pub use crate::schema::SCHEMA_VERSION;
+
+/// The result type of this crate (its errors are the store's: [`memtape_store::Error`]).
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The channel every commit of new entries notifies (with the last id committed), so that
+/// followers of the tape wake at once instead of at their next poll.
+pub const CHANNEL: &str = "memtape_tape";
+
+/// How many rows one INSERT statement carries.
+const INSERT_CHUNK: usize = 5_000;
+
+/// The tape in a PostgreSQL database.
+pub struct PostgresStore {
+    target: Target,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("address", &self.target.address())
+            .field("read_only", &self.target.read_only())
+            .finish()
+    }
+}
+
+/// Whether `address` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres_url(address: &str) -> bool {
+    let lower = address.trim_start().to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a libpq key=value
+    /// string), creating memtape's tables or migrating them when needed. A database whose
+    /// schema is newer than this build is refused untouched.
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::open(Target::parse(url, false)?)
+    }
+
+    /// Connects for reading only: the connections cannot write (the server enforces it),
+    /// nothing is migrated, and appends fail with [`Error::ReadOnly`].
+    pub fn connect_read_only(url: &str) -> Result<Self> {
+        Self::open(Target::parse(url, true)?)
+    }
+
+    fn open(target: Target) -> Result<Self> {
+        let store = PostgresStore {
+            target,
+            pool: Pool::default(),
+        };
+        let mut conn = store.pool.take(&store.target)?;
+        schema::prepare(&mut conn, &store.target)?;
+        store.pool.give(conn);
+        Ok(store)
+    }
+
+    /// The database's address as messages show it (`postgres://user@host:port/db`, never
+    /// the password).
+    pub fn address(&self) -> &str {
+        self.target.address()
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&mut Conn, &Target) -> Result<T>) -> Result<T> {
+        let mut conn = self.pool.take(&self.target)?;
+        let out = f(&mut conn, &self.target);
+        self.pool.give(conn);
+        out
+    }
+
+    /// Runs `f` in one transaction that holds the tape's row lock from its start to its
+    /// commit (see the crate documentation), then writes the new entries, the touched
+    /// scope projections and the counter, notifies [`CHANNEL`] and commits. Nothing is
+    /// written when `f` or any step fails.
+    fn write<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        if self.target.read_only() {
+            return Err(Error::ReadOnly(self.target.address().to_owned()));
+        }
+        let target = &self.target;
+        let mut conn = self.pool.take(target)?;
+        let run = |conn: &mut Conn| -> Result<T> {
+            conn.client.batch_execute("BEGIN").map_err(|e| target.err(e))?;
+            let last: i64 = conn
+                .query_one(target, "SELECT last_id FROM memtape_tape FOR UPDATE", &[])?
+                .get(0);
+            let mut tx = Tx {
+                conn,
+                target,
+                last: unsql(last),
+                scopes: HashMap::new(),
+                pending: HashMap::new(),
+                rows: Vec::new(),
+            };
+            let out = f(&mut tx)?;
+            tx.flush()?;
+            conn.client.batch_execute("COMMIT").map_err(|e| target.err(e))?;
+            Ok(out)
+        };
+        let out = run(&mut conn);
+        match &out {
+            Ok(_) => self.pool.give(conn),
+            // A connection that cannot roll back is in no state to be used again.
+            Err(_) => {
+                if conn.client.batch_execute("ROLLBACK").is_ok() {
+                    self.pool.give(conn);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One write transaction: the scopes it has touched (their ids and projections so far),
+/// the entries it will insert, and the last id given.
+struct Tx<'a> {
+    conn: &'a mut Conn,
+    target: &'a Target,
+    last: EntryId,
+    scopes: HashMap<Scope, (i64, ScopeInfo)>,
+    /// Where each entry of this transaction belongs, for references within the batch.
+    pending: HashMap<EntryId, (Scope, Kind)>,
+    rows: Vec<(i64, EntryRow, String)>,
+}
+
+const SCOPE_COLUMNS: &str = r#"scope_id, tenant, agent, "user", session, node, entries, messages, head, last_id, last_consolidated, first_at, last_at"#;
+
+fn scope_of(r: &Row, at: usize) -> Result<Scope> {
+    scope_from_key(
+        r.get(at),
+        r.get(at + 1),
+        r.get(at + 2),
+        r.get(at + 3),
+        r.get(at + 4),
+    )
+}
+
+fn info_of(r: &Row) -> Result<(i64, ScopeInfo)> {
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok((
+        r.get(0),
+        ScopeInfo {
+            scope: scope_of(r, 1)?,
+            entries: count(r.get(6)),
+            messages: count(r.get(7)),
+            head: r.get::<_, Option<i64>>(8).map(unsql),
+            last_id: r.get::<_, Option<i64>>(9).map(unsql),
+            last_consolidated: unsql(r.get(10)),
+            first_at: r.get::<_, Option<i64>>(11).map(from_nanos),
+            last_at: r.get::<_, Option<i64>>(12).map(from_nanos),
+        },
+    ))
+}
+
+fn load_scope(conn: &mut Conn, target: &Target, scope: &Scope) -> Result<Option<(i64, ScopeInfo)>> {
+    let [tenant, agent, user, session, node] = scope_key(scope);
+    let sql = format!(
+        r#"SELECT {SCOPE_COLUMNS} FROM memtape_scopes
+           WHERE tenant = $1 AND agent = $2 AND "user" = $3 AND session = $4 AND node = $5"#
+    );
+    conn.query_opt(target, &sql, &[&tenant, &agent, &user, &session, &node])?
+        .map(|r| info_of(&r))
+        .transpose()
+}
+
+/// The columns an entry is read with, after the five of its scope.
+const ENTRY_SELECT: &str = r#"SELECT s.tenant, s.agent, s."user", s.session, s.node,
+    e.id, e.kind, e.parent, e.created_at, e.payload, e.meta
+    FROM memtape_entries e JOIN memtape_scopes s USING (scope_id)"#;
+
+fn entry_of(r: &Row) -> Result<Entry> {
+    let scope = scope_of(r, 0)?;
+    entry_in(&scope, r, 5)
+}
+
+/// The entry whose columns (id, kind, parent, created_at, payload, meta) start at `at`.
+fn entry_in(scope: &Scope, r: &Row, at: usize) -> Result<Entry> {
+    decode(
+        r.get(at),
+        scope,
+        r.get(at + 1),
+        r.get(at + 2),
+        r.get(at + 3),
+        r.get(at + 4),
+        r.get(at + 5),
+    )
+}
+
+impl Tx<'_> {
+    fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)> {
+        if let Some(found) = self.scopes.get(scope) {
+            return Ok(found.clone());
+        }
+        let found = match load_scope(self.conn, self.target, scope)? {
+            Some(found) => found,
+            None => {
+                let [tenant, agent, user, session, node] = scope_key(scope);
+                let id: i64 = self
+                    .conn
+                    .query_one(
+                        self.target,
+                        r#"INSERT INTO memtape_scopes (tenant, agent, "user", session, node)
+                           VALUES ($1, $2, $3, $4, $5) RETURNING scope_id"#,
+                        &[&tenant, &agent, &user, &session, &node],
+                    )?
+                    .get(0);
+                (id, ScopeInfo::empty(scope.clone()))
+            }
+        };
+        self.scopes.insert(scope.clone(), found.clone());
+        Ok(found)
+    }
+
+    fn lookup(&mut self, id: EntryId) -> Result<Option<(Scope, Kind)>> {
+        if let Some(found) = self.pending.get(&id) {
+            return Ok(Some(found.clone()));
+        }
+        let row = self.conn.query_opt(
+            self.target,
+            r#"SELECT s.tenant, s.agent, s."user", s.session, s.node, e.kind
+               FROM memtape_entries e JOIN memtape_scopes s USING (scope_id) WHERE e.id = $1"#,
+            &[&sql_id(id)],
+        )?;
+        match row {
+            None => Ok(None),
+            Some(r) => {
+                let kind: &str = r.get(5);
+                Ok(Some((scope_of(&r, 0)?, kind.parse::<Kind>()?)))
+            }
+        }
+    }
+
+    /// Queues `entry` (already checked) for insertion and folds it into its scope.
+    fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
+        let row = EntryRow::encode(entry)?;
+        self.rows
+            .push((scope_id, row, entry.scope.tenant().to_owned()));
+        self.pending
+            .insert(entry.id, (entry.scope.clone(), entry.kind()));
+        self.last = self.last.max(entry.id);
+        let (_, info) = self
+            .scopes
+            .get_mut(&entry.scope)
+            .ok_or_else(|| Error::Corrupt {
+                id: sql_id(entry.id),
+                why: "scope not loaded".into(),
+            })?;
+        info.apply(entry);
+        Ok(())
+    }
+
+    /// Writes what the transaction queued: the entries (a few statements, however many),
+    /// the scope projections and the counter; and notifies [`CHANNEL`] (delivered at
+    /// commit).
+    fn flush(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        for chunk in self.rows.chunks(INSERT_CHUNK) {
+            let mut ids = Vec::with_capacity(chunk.len());
+            let mut tenants = Vec::with_capacity(chunk.len());
+            let mut scope_ids = Vec::with_capacity(chunk.len());
+            let mut kinds = Vec::with_capacity(chunk.len());
+            let mut names = Vec::with_capacity(chunk.len());
+            let mut parents = Vec::with_capacity(chunk.len());
+            let mut times = Vec::with_capacity(chunk.len());
+            let mut payloads = Vec::with_capacity(chunk.len());
+            let mut metas = Vec::with_capacity(chunk.len());
+            for (scope_id, row, tenant) in chunk {
+                ids.push(row.id);
+                tenants.push(tenant.as_str());
+                scope_ids.push(*scope_id);
+                kinds.push(row.kind);
+                names.push(row.name.as_deref());
+                parents.push(row.parent);
+                times.push(row.created_at);
+                payloads.push(row.payload.as_str());
+                metas.push(row.meta.as_str());
+            }
+            self.conn.execute(
+                self.target,
+                "INSERT INTO memtape_entries (id, tenant, scope_id, kind, name, parent, created_at, payload, meta)
+                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+                                      $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
+                &[
+                    &ids, &tenants, &scope_ids, &kinds, &names, &parents, &times, &payloads,
+                    &metas,
+                ],
+            )?;
+        }
+        let scopes: Vec<(i64, ScopeInfo)> = self.scopes.values().cloned().collect();
+        for (scope_id, info) in &scopes {
+            let id = |v: Option<EntryId>| v.map(sql_id);
+            let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.conn.execute(
+                self.target,
+                "UPDATE memtape_scopes SET entries = $2, messages = $3, head = $4, last_id = $5,
+                 last_consolidated = $6, first_at = $7, last_at = $8 WHERE scope_id = $1",
+                &[
+                    scope_id,
+                    &count(info.entries),
+                    &count(info.messages),
+                    &id(info.head),
+                    &id(info.last_id),
+                    &sql_id(info.last_consolidated),
+                    &info.first_at.map(to_nanos).transpose()?,
+                    &info.last_at.map(to_nanos).transpose()?,
+                ],
+            )?;
+        }
+        let last = sql_id(self.last);
+        self.conn.execute(
+            self.target,
+            "UPDATE memtape_tape SET last_id = $1",
+            &[&last],
+        )?;
+        self.conn.execute(
+            self.target,
+            "SELECT pg_notify($1, $2)",
+            &[&CHANNEL, &last.to_string()],
+        )?;
+        Ok(())
+    }
+}
+
+/// The two 32-bit keys of the advisory lock `name` of `tenant`: from a hash of both, so a
+/// tenant's locks never meet another tenant's, however the names are spelled.
+fn lock_keys(tenant: &str, name: &str) -> (i32, i32) {
+    let digest = Sha256::digest(format!("{tenant}\u{0}{name}").as_bytes());
+    let half = |at: usize| i32::from_be_bytes([digest[at], digest[at + 1], digest[at + 2], digest[at + 3]]);
+    (half(0), half(4))
+}
+
+/// A held advisory lock: its own connection, which the lock belongs to. Dropping it
+/// unlocks and closes the connection; if the process dies, the server drops the
+/// connection and the lock with it.
+struct HeldLock {
+    client: std::sync::Mutex<Option<postgres::Client>>,
+    keys: (i32, i32),
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let held = self
+            .client
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(mut client) = held {
+            // Unlocked at once rather than when the server notices the closed connection,
+            // so a waiter does not wait for that.
+            let _ = client.execute(
+                "SELECT pg_advisory_unlock($1, $2)",
+                &[&self.keys.0, &self.keys.1],
+            );
+            let _ = client.close();
+        }
+    }
+}
+
+fn tenant_scan_args(filter: &Filter, sql: &mut String, args: &mut Vec<Box<dyn ToSql + Sync>>) -> Result<()> {
+    let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync>| {
+        args.push(value);
+        sql.push_str(&clause.replace('?', &format!("${}", args.len())));
+    };
+    if let Some(a) = filter.after {
+        arg(sql, " AND id > ?", Box::new(sql_id(a)));
+    }
+    if let Some(b) = filter.before {
+        arg(sql, " AND id < ?", Box::new(sql_id(b)));
+    }
+    if !filter.kinds.is_empty() {
+        let kinds: Vec<String> = filter.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+        arg(sql, " AND kind = ANY(?)", Box::new(kinds));
+    }
+    if let Some(n) = &filter.name {
+        arg(sql, " AND name = ?", Box::new(n.clone()));
+    }
+    if let Some(s) = filter.since {
+        arg(sql, " AND created_at >= ?", Box::new(to_nanos(s)?));
+    }
+    if let Some(u) = filter.until {
+        arg(sql, " AND created_at < ?", Box::new(to_nanos(u)?));
+    }
+    sql.push_str(match filter.order {
+        Order::Asc => " ORDER BY id ASC",
+        Order::Desc => " ORDER BY id DESC",
+    });
+    if let Some(l) = filter.limit {
+        arg(sql, " LIMIT ?", Box::new(i64::try_from(l).unwrap_or(i64::MAX)));
+    }
+    Ok(())
+}
+
+impl Store for PostgresStore {
+    fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.write(|tx| {
+            let mut out = Vec::with_capacity(entries.len());
+            for new in entries {
+                let id = next_id(tx.last)?;
+                let (scope_id, info) = tx.scope(&new.scope)?;
+                let entry = prepare(new, id, &info, &mut |id| tx.lookup(id))?;
+                tx.insert(scope_id, &entry)?;
+                out.push(entry);
+            }
+            Ok(out)
+        })
+    }
+
+    fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
+        self.write(|tx| {
+            let (entries, placement) = plan_restore(entries, tx.last)?;
+            for entry in &entries {
+                let (scope_id, info) = tx.scope(&entry.scope)?;
+                check_restored(entry, &info, &mut |id| tx.lookup(id))?;
+                tx.insert(scope_id, entry)?;
+            }
+            Ok(Restored { placement, entries })
+        })
+    }
+
+    fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
+        self.read(|c, t| {
+            let sql = format!("{ENTRY_SELECT} WHERE e.id = $1 AND e.tenant = $2");
+            c.query_opt(t, &sql, &[&sql_id(id), &tenant])?
+                .map(|r| entry_of(&r))
+                .transpose()
+        })
+    }
+
+    fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        let wanted: Vec<i64> = ids.iter().map(|id| sql_id(*id)).collect();
+        let mut found: HashMap<u64, Entry> = self.read(|c, t| {
+            let sql = format!("{ENTRY_SELECT} WHERE e.tenant = $1 AND e.id = ANY($2)");
+            c.query(t, &sql, &[&tenant, &wanted])?
+                .iter()
+                .map(|r| entry_of(r).map(|e| (e.id.0, e)))
+                .collect()
+        })?;
+        Ok(ids.iter().filter_map(|id| found.remove(&id.0)).collect())
+    }
+
+    fn scan(&self, scope: &Scope, filter: &Filter) -> Result<Vec<Entry>> {
+        self.read(|c, t| {
+            let Some((scope_id, _)) = load_scope(c, t, scope)? else {
+                return Ok(Vec::new());
+            };
+            let mut sql = String::from(
+                "SELECT id, kind, parent, created_at, payload, meta FROM memtape_entries WHERE scope_id = $1",
+            );
+            let mut args: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(scope_id)];
+            tenant_scan_args(filter, &mut sql, &mut args)?;
+            let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref()).collect();
+            c.query(t, &sql, &params)?
+                .iter()
+                .map(|r| entry_in(scope, r, 0))
+                .collect()
+        })
+    }
+
+    fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
+        self.read(|c, t| Ok(load_scope(c, t, scope)?.map(|(_, info)| info)))
+    }
+
+    fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
+        self.read(|c, t| {
+            let sql = format!(
+                r#"SELECT {SCOPE_COLUMNS} FROM memtape_scopes WHERE tenant = $1 AND entries > 0
+                   ORDER BY agent, "user", session, node"#
+            );
+            c.query(t, &sql, &[&tenant])?
+                .iter()
+                .map(|r| info_of(r).map(|(_, info)| info))
+                .collect()
+        })
+    }
+
+    fn tenants(&self) -> Result<Vec<String>> {
+        self.read(|c, t| {
+            Ok(c.query(
+                t,
+                "SELECT DISTINCT tenant FROM memtape_scopes WHERE entries > 0 ORDER BY tenant",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+        })
+    }
+
+    fn tape_id(&self) -> Result<String> {
+        self.read(|c, t| Ok(c.query_one(t, "SELECT tape_id FROM memtape_tape", &[])?.get(0)))
+    }
+
+    fn last_id(&self) -> Result<EntryId> {
+        self.read(|c, t| {
+            let last: i64 = c.query_one(t, "SELECT last_id FROM memtape_tape", &[])?.get(0);
+            Ok(unsql(last))
+        })
+    }
+
+    fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        self.read(|c, t| {
+            let sql = format!("{ENTRY_SELECT} WHERE e.id > $1 ORDER BY e.id LIMIT $2");
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            c.query(t, &sql, &[&sql_id(after), &limit])?
+                .iter()
+                .map(entry_of)
+                .collect()
+        })
+    }
+
+    fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
+        if self.target.read_only() {
+            // A lock guards a write, and this store cannot write.
+            return Err(Error::ReadOnly(self.target.address().to_owned()));
+        }
+        let keys = lock_keys(tenant, name);
+        let mut client = self.target.connect()?;
+        let taken = match wait {
+            Wait::Block => {
+                client
+                    .execute("SELECT pg_advisory_lock($1, $2)", &[&keys.0, &keys.1])
+                    .map_err(|e| self.target.err(e))?;
+                true
+            }
+            Wait::Try => client
+                .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&keys.0, &keys.1])
+                .map_err(|e| self.target.err(e))?
+                .get(0),
+        };
+        if !taken {
+            let _ = client.close();
+            return Ok(None);
+        }
+        Ok(Some(StoreLock::new(
+            name,
+            HeldLock {
+                client: std::sync::Mutex::new(Some(client)),
+                keys,
+            },
+        )))
+    }
+}

@@ -1,0 +1,155 @@
+//! The tables of the tape in PostgreSQL and their migrations: a version recorded in the
+//! database, steps applied in one transaction under an advisory lock (two servers starting
+//! on a fresh database do not both create it), and a database of a newer version refused
+//! before anything is written to it.
+
+use memtape_store::Error;
+
+use crate::Result;
+use crate::conn::{Conn, Target};
+
+/// The schema version this build writes. Databases with a higher version are refused.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
+/// named locks, which use two 32-bit keys) that migrations take: "mtap".
+const MIGRATION_LOCK: i64 = 0x6d74_6170;
+
+/// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
+///
+/// - `memtape_tape`: one row: the tape's id, the schema version and the last id given.
+///   Every write locks this row first and holds it to its commit, so writers commit one
+///   after another in id order, and a reader that has seen id `n` has seen every id
+///   below it (see the crate's documentation).
+/// - `memtape_scopes`: each scope's projection, updated in the same transaction as its
+///   entries (as SQLite's table of the same shape).
+/// - `memtape_entries`: the tape. Rows cannot be updated, deleted or truncated: triggers
+///   refuse it, whoever connects.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE memtape_tape (
+    only_row       boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    tape_id        text NOT NULL,
+    schema_version integer NOT NULL,
+    last_id        bigint NOT NULL DEFAULT 0 CHECK (last_id >= 0)
+);
+INSERT INTO memtape_tape (tape_id, schema_version)
+    VALUES (replace(gen_random_uuid()::text, '-', ''), 0);
+CREATE TABLE memtape_scopes (
+    scope_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant            text NOT NULL,
+    agent             text NOT NULL,
+    "user"            text NOT NULL DEFAULT '',
+    session           text NOT NULL DEFAULT '',
+    node              text NOT NULL DEFAULT '',
+    entries           bigint NOT NULL DEFAULT 0,
+    messages          bigint NOT NULL DEFAULT 0,
+    head              bigint,
+    last_id           bigint,
+    last_consolidated bigint NOT NULL DEFAULT 0,
+    first_at          bigint,
+    last_at           bigint,
+    UNIQUE (tenant, agent, "user", session, node)
+);
+CREATE TABLE memtape_entries (
+    id         bigint PRIMARY KEY CHECK (id > 0),
+    tenant     text NOT NULL,
+    scope_id   bigint NOT NULL REFERENCES memtape_scopes (scope_id),
+    kind       text NOT NULL,
+    name       text,
+    parent     bigint REFERENCES memtape_entries (id),
+    created_at bigint NOT NULL,
+    payload    text NOT NULL,
+    meta       text NOT NULL
+);
+CREATE INDEX memtape_entries_by_scope ON memtape_entries (scope_id, id);
+CREATE INDEX memtape_entries_by_kind ON memtape_entries (scope_id, kind, id);
+CREATE INDEX memtape_entries_by_name ON memtape_entries (scope_id, name, id) WHERE name IS NOT NULL;
+CREATE INDEX memtape_entries_by_time ON memtape_entries (scope_id, created_at);
+CREATE FUNCTION memtape_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'memtape entries are append-only (% on %)', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE TRIGGER memtape_entries_append_only BEFORE UPDATE OR DELETE ON memtape_entries
+    FOR EACH ROW EXECUTE FUNCTION memtape_refuse_change();
+CREATE TRIGGER memtape_entries_no_truncate BEFORE TRUNCATE ON memtape_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION memtape_refuse_change();
+CREATE TRIGGER memtape_scopes_kept BEFORE DELETE ON memtape_scopes
+    FOR EACH ROW EXECUTE FUNCTION memtape_refuse_change();
+CREATE TRIGGER memtape_scopes_no_truncate BEFORE TRUNCATE ON memtape_scopes
+    FOR EACH STATEMENT EXECUTE FUNCTION memtape_refuse_change();
+"#];
+
+/// The schema version of the database `conn` is connected to: `None` when it has no
+/// memtape tables. Reads only.
+fn version(conn: &mut Conn, target: &Target) -> Result<Option<i32>> {
+    let exists: bool = conn
+        .query_one(
+            target,
+            "SELECT to_regclass('memtape_tape') IS NOT NULL",
+            &[],
+        )?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let row = conn.query_opt(target, "SELECT schema_version FROM memtape_tape", &[])?;
+    Ok(Some(row.map_or(0, |r| r.get(0))))
+}
+
+fn refuse_newer(target: &Target, found: i32) -> Error {
+    Error::NewerSchema {
+        store: target.address().to_owned(),
+        found: i64::from(found),
+        supported: i64::from(SCHEMA_VERSION),
+    }
+}
+
+/// Checks the database's schema and, for a store that may write, brings it up to date.
+/// A database of this version is only read; one of a newer version is refused before
+/// anything is written; a read-only store refuses a database without memtape's tables.
+pub(crate) fn prepare(conn: &mut Conn, target: &Target) -> Result<()> {
+    match version(conn, target)? {
+        Some(v) if v > SCHEMA_VERSION => return Err(refuse_newer(target, v)),
+        Some(SCHEMA_VERSION) => return Ok(()),
+        None if target.read_only() => {
+            return Err(target.fail(
+                "this database has no memtape tables; open it once for writing (e.g. `memtape init --database URL`) to create them",
+            ));
+        }
+        _ if target.read_only() => return Ok(()),
+        _ => {}
+    }
+    let run = |conn: &mut Conn| -> Result<()> {
+        conn.client
+            .batch_execute("BEGIN")
+            .map_err(|e| target.err(e))?;
+        conn.execute(target, "SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        // Another process may have migrated while this one waited for the lock.
+        let from = match version(conn, target)? {
+            Some(v) if v > SCHEMA_VERSION => return Err(refuse_newer(target, v)),
+            Some(v) => v,
+            None => 0,
+        };
+        for (v, sql) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(from).unwrap_or(0))
+        {
+            conn.client.batch_execute(sql).map_err(|e| target.err(e))?;
+            let next = i32::try_from(v + 1).unwrap_or(i32::MAX);
+            conn.client
+                .execute("UPDATE memtape_tape SET schema_version = $1", &[&next])
+                .map_err(|e| target.err(e))?;
+        }
+        conn.client
+            .batch_execute("COMMIT")
+            .map_err(|e| target.err(e))
+    };
+    let out = run(conn);
+    if out.is_err() {
+        let _ = conn.client.batch_execute("ROLLBACK");
+    }
+    out
+}

@@ -1,0 +1,121 @@
+//! How an entry and a scope become columns of a relational table and back: the one
+//! encoding the SQL stores (SQLite here, PostgreSQL in memtape-postgres) share, so an entry
+//! reads back the same, byte for byte, whichever database holds it.
+
+use chrono::{DateTime, Utc};
+use memtape_core::{Entry, EntryId, Kind, Meta, Payload, Scope};
+
+use crate::{Error, Result};
+
+/// A time as nanoseconds since the epoch (the column type of every timestamp), or an
+/// error for a time outside the years 1677 to 2262.
+pub fn to_nanos(t: DateTime<Utc>) -> Result<i64> {
+    t.timestamp_nanos_opt()
+        .ok_or_else(|| Error::TimeOutOfRange(t.to_rfc3339()))
+}
+
+/// The time `n` nanoseconds after the epoch.
+pub fn from_nanos(n: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_nanos(n)
+}
+
+/// An id as a signed 64-bit column. Ids above `i64::MAX` cannot exist; they saturate, so
+/// `id > x` finds nothing and `id < x` finds everything, as they would for a huge number.
+pub fn sql_id(id: EntryId) -> i64 {
+    i64::try_from(id.0).unwrap_or(i64::MAX)
+}
+
+/// An id read from a column (never negative: ids are only ever written from [`sql_id`]).
+pub fn unsql(v: i64) -> EntryId {
+    EntryId(u64::try_from(v).unwrap_or(0))
+}
+
+/// The scope's key columns (tenant, agent, user, session, node); "" stands for none, which
+/// no valid scope component can be.
+pub fn scope_key(scope: &Scope) -> [&str; 5] {
+    [
+        scope.tenant(),
+        scope.agent_name(),
+        scope.user().unwrap_or(""),
+        scope.session().unwrap_or(""),
+        scope.node().unwrap_or(""),
+    ]
+}
+
+/// The scope whose key columns are these (the inverse of [`scope_key`]).
+pub fn scope_from_key(
+    tenant: String,
+    agent: String,
+    user: String,
+    session: String,
+    node: String,
+) -> Result<Scope> {
+    let some = |s: String| (!s.is_empty()).then_some(s);
+    Scope::from_parts(tenant, agent, some(user), some(session), some(node)).map_err(Error::Invalid)
+}
+
+/// An entry's columns, as stored.
+#[derive(Clone, Debug)]
+pub struct EntryRow {
+    /// The id.
+    pub id: i64,
+    /// The payload's kind ([`Kind::as_str`]).
+    pub kind: &'static str,
+    /// The payload's name (an event's or anchor's), for lookups by name.
+    pub name: Option<String>,
+    /// The parent message.
+    pub parent: Option<i64>,
+    /// When it was written, in nanoseconds.
+    pub created_at: i64,
+    /// The payload as JSON text.
+    pub payload: String,
+    /// The metadata as JSON text.
+    pub meta: String,
+}
+
+impl EntryRow {
+    /// The columns of `entry`.
+    pub fn encode(entry: &Entry) -> Result<Self> {
+        let meta = serde_json::to_string(&entry.meta).map_err(|e| Error::Corrupt {
+            id: sql_id(entry.id),
+            why: e.to_string(),
+        })?;
+        Ok(EntryRow {
+            id: sql_id(entry.id),
+            kind: entry.kind().as_str(),
+            name: entry.payload.name().map(str::to_owned),
+            parent: entry.parent.map(sql_id),
+            created_at: to_nanos(entry.created_at)?,
+            payload: entry.payload.to_json().to_string(),
+            meta,
+        })
+    }
+}
+
+/// The entry stored as these columns in `scope`; a row that does not decode is
+/// [`Error::Corrupt`], naming the entry.
+pub fn decode(
+    id: i64,
+    scope: &Scope,
+    kind: &str,
+    parent: Option<i64>,
+    created_at: i64,
+    payload: &str,
+    meta: &str,
+) -> Result<Entry> {
+    let corrupt = |why: String| Error::Corrupt { id, why };
+    let kind: Kind = kind
+        .parse()
+        .map_err(|e: memtape_core::Error| corrupt(e.to_string()))?;
+    let value = serde_json::from_str(payload).map_err(|e| corrupt(e.to_string()))?;
+    let payload = Payload::from_json(kind, value).map_err(|e| corrupt(e.to_string()))?;
+    let meta: Meta = serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?;
+    Ok(Entry {
+        id: unsql(id),
+        scope: scope.clone(),
+        payload,
+        meta,
+        created_at: from_nanos(created_at),
+        parent: parent.map(unsql),
+    })
+}
