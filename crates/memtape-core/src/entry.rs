@@ -540,11 +540,20 @@ impl Payload {
         (!out.is_empty()).then_some(out)
     }
 
-    /// Checks the payload's rules: message structure, non-empty names, and for an event
-    /// that memtape owns, its data's typed shape ([`BuiltinEvent::decode`]). Every way an
-    /// entry comes in runs this.
+    /// Checks the payload's rules: message structure, non-empty names without control
+    /// characters (a name is a key every store indexes; PostgreSQL's text cannot even hold
+    /// a NUL), and for an event that memtape owns, its data's typed shape
+    /// ([`BuiltinEvent::decode`]). Every way an entry comes in runs this.
     pub fn validate(&self) -> Result<()> {
         self.validate_structure()?;
+        if let Some(name) = self.name()
+            && name.chars().any(char::is_control)
+        {
+            return Err(Error::InvalidEntry(format!(
+                "{} name {name:?} contains a control character",
+                self.kind()
+            )));
+        }
         BuiltinEvent::from_payload(self)?;
         Ok(())
     }

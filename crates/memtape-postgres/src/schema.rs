@@ -82,12 +82,17 @@ CREATE TRIGGER memtape_scopes_no_truncate BEFORE TRUNCATE ON memtape_scopes
 "#];
 
 /// The schema version of the database `conn` is connected to: `None` when it has no
-/// memtape tables. Reads only.
+/// memtape tables (in the schema new tables go to, the first of the search path). Reads
+/// only. The catalog is read with an ordinary query, whose snapshot sees what another
+/// process committed meanwhile (`to_regclass` reads a cache that an advisory lock does not
+/// refresh).
 fn version(conn: &mut Conn, target: &Target) -> Result<Option<i32>> {
     let exists: bool = conn
         .query_one(
             target,
-            "SELECT to_regclass('memtape_tape') IS NOT NULL",
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relname = 'memtape_tape' AND n.nspname = current_schema())",
             &[],
         )?
         .get(0);
