@@ -24,7 +24,7 @@ use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use memtape::{
     Background, ContextConfig, ContextRequest, Engine, MateClaw, Message, Mode, Policy, Qanot,
-    Scope, SearchFilter, SearchRequest, SqliteStore, ToolCall, Trigger, memory_scope,
+    Scope, SearchFilter, SearchRequest, DynStore, ToolCall, Trigger, memory_scope,
 };
 use memtape_llm::{ChatRequest, Llm, ToolSpec};
 use serde_json::Value;
@@ -95,9 +95,9 @@ const TOOL_ROUNDS: usize = 5;
 
 /// The chat's state.
 struct Chat<'a> {
-    engine: Arc<Engine<SqliteStore>>,
+    engine: Arc<Engine<DynStore>>,
     llm: Arc<dyn Llm>,
-    background: Background<SqliteStore>,
+    background: Background<DynStore>,
     session: Scope,
     args: &'a ChatArgs,
     lifecycle: memtape::LifecycleConfig,
@@ -113,7 +113,7 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
     let config = config::load(ctx)?;
     let llm: Arc<dyn Llm> = Arc::from(config.require_llm()?);
     let dir = ctx.data_dir()?;
-    drop(Engine::init(&dir).with_context(|| format!("opening {}", dir.display()))?);
+    drop(crate::ctx::init(ctx)?);
     let engine = if dir.join("index.db").exists() {
         open_indexed(ctx, &Tuning::default())?
     } else {

@@ -1,4 +1,5 @@
-//! The options a command runs with: the data directory, the scope (tenant, agent, user),
+//! The options a command runs with: the data directory (and the database, when the tape
+//! lives in PostgreSQL), the scope (tenant, agent, user),
 //! the embedding model and how talkative to be. Each subcommand takes only the groups it
 //! uses (flattened [`StoreArgs`], [`ScopeArgs`], [`ModelArgs`]), so its `--help` lists only
 //! what applies; the same options are still accepted before the subcommand, as older
@@ -8,10 +9,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, ValueEnum};
-use memtape::{Engine, Scope, SqliteStore, Store};
+use memtape::{DynStore, Engine, Scope, SqliteStore, Store};
+use memtape_postgres::PostgresStore;
 
 /// `MEMTAPE_DATA_DIR`: the data directory when `--data-dir` is not given.
 const DATA_DIR_ENV: &str = "MEMTAPE_DATA_DIR";
+/// `MEMTAPE_DATABASE_URL`: the database holding the tape when `--database` is not given.
+pub const DATABASE_ENV: &str = "MEMTAPE_DATABASE_URL";
 /// `MEMTAPE_MODEL`: the embedding model when `--model` is not given.
 const MODEL_ENV: &str = "MEMTAPE_MODEL";
 /// `MEMTAPE_MODEL_DIR`: a local folder of model files.
@@ -31,6 +35,8 @@ pub struct Globals {
     pub verbose: bool,
     #[arg(long, hide = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "URL")]
+    database: Option<String>,
     #[arg(long, hide = true)]
     tenant: Option<String>,
     #[arg(long, hide = true)]
@@ -52,6 +58,12 @@ pub struct StoreArgs {
     /// directory, e.g. ~/.local/share/memtape).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The PostgreSQL database holding the tape, `postgres://user:password@host:port/db`
+    /// [env: MEMTAPE_DATABASE_URL] (default: the SQLite store in the data directory). The
+    /// data directory then holds only this node's projections: the search index and the
+    /// markdown workspace.
+    #[arg(long, global = true, value_name = "URL")]
+    database: Option<String>,
 }
 
 /// Whose data: the store and the scope in it.
@@ -121,6 +133,8 @@ pub struct Ctx {
     /// Let pip and the hub client print their own output.
     pub verbose: bool,
     data_dir: Option<PathBuf>,
+    /// The PostgreSQL database holding the tape, when not the data directory's SQLite.
+    database: Option<String>,
     /// The tenant.
     pub tenant: String,
     /// The agent.
@@ -153,6 +167,7 @@ impl Ctx {
                 .data_dir
                 .clone()
                 .or_else(|| env(DATA_DIR_ENV).map(PathBuf::from)),
+            database: g.database.clone().or_else(|| env(DATABASE_ENV)),
             tenant: g.tenant.clone().unwrap_or_else(|| "default".into()),
             agent: g.agent.clone().unwrap_or_else(|| "default".into()),
             user: g.user.clone(),
@@ -171,12 +186,30 @@ impl Ctx {
         })
     }
 
-    /// With a subcommand's `--data-dir`.
+    /// With a subcommand's `--data-dir` and `--database`.
     pub fn store(mut self, a: &StoreArgs) -> Ctx {
         if let Some(d) = &a.data_dir {
             self.data_dir = Some(d.clone());
         }
+        if let Some(d) = &a.database {
+            self.database = Some(d.clone());
+        }
         self
+    }
+
+    /// The PostgreSQL database holding the tape, when one is configured.
+    #[allow(dead_code)]
+    pub fn database(&self) -> Option<&str> {
+        self.database.as_deref()
+    }
+
+    /// Where the tape is, for messages: the database's address (without its password), or
+    /// the data directory.
+    pub fn tape_place(&self) -> Result<String> {
+        Ok(match &self.database {
+            Some(url) => redact(url),
+            None => self.data_dir()?.display().to_string(),
+        })
     }
 
     /// With a subcommand's data directory and scope options.
@@ -241,20 +274,78 @@ impl Ctx {
     }
 }
 
+/// How a command opens its store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Opening {
+    /// Creates the store when there is none (a new data directory, or a database without
+    /// memtape's tables).
+    Create,
+    /// The store must exist.
+    Open,
+    /// Reads only: nothing is written.
+    ReadOnly,
+}
+
+/// `url` without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn store(ctx: &Ctx, how: Opening) -> Result<DynStore> {
+    if let Some(url) = &ctx.database {
+        if !memtape_postgres::is_postgres_url(url) {
+            bail!(
+                "--database {:?} is not a PostgreSQL address: write postgres://user:password@host:port/database \
+                 (leave it out to keep the tape in the data directory's SQLite file)",
+                redact(url)
+            );
+        }
+        let store = match how {
+            Opening::ReadOnly => PostgresStore::connect_read_only(url)?,
+            Opening::Create | Opening::Open => PostgresStore::connect(url)?,
+        };
+        return Ok(Box::new(store));
+    }
+    let dir = ctx.data_dir()?;
+    Ok(match how {
+        Opening::Create => Box::new(SqliteStore::create(&dir)?),
+        Opening::Open => Box::new(SqliteStore::open(&dir)?),
+        Opening::ReadOnly => Box::new(SqliteStore::open_read_only(&dir)?),
+    })
+}
+
+/// Creates the store of `ctx` when there is none, and opens it: the data directory is made
+/// (with a database, it holds the node's projections: the search index and the markdown
+/// workspace).
+pub fn init(ctx: &Ctx) -> Result<Engine<DynStore>> {
+    let dir = ctx.data_dir()?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let store = store(ctx, Opening::Create)
+        .with_context(|| format!("opening the store at {}", ctx.tape_place().unwrap_or_default()))?;
+    Ok(Engine::with_store(store))
+}
+
 /// Opens the store of `ctx`.
-pub fn open(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
-    Ok(Engine::open(&ctx.data_dir()?)?)
+pub fn open(ctx: &Ctx) -> Result<Engine<DynStore>> {
+    Ok(Engine::with_store(store(ctx, Opening::Open)?))
 }
 
 /// Opens the store for a command that only reads: nothing is written, so it works on a
 /// full or read-only disk (a backup can always be taken).
-pub fn open_read_only(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
-    Ok(Engine::open_read_only(&ctx.data_dir()?)?)
+pub fn open_read_only(ctx: &Ctx) -> Result<Engine<DynStore>> {
+    Ok(Engine::with_store(store(ctx, Opening::ReadOnly)?))
 }
 
 /// The scope of an existing session: a session with no entries at all is an error that
 /// names it, so a typo does not read as an empty session.
-pub fn existing_session(engine: &Engine<SqliteStore>, ctx: &Ctx, session: &str) -> Result<Scope> {
+pub fn existing_session(engine: &Engine<DynStore>, ctx: &Ctx, session: &str) -> Result<Scope> {
     let scope = ctx.session_scope(session)?;
     if engine.store().scope_info(&scope)?.is_none() {
         let user = ctx

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use memtape::{
     DEFAULT_MAX_TOKEN_LIMIT, Engine, Entry, HistoryLimits, MemoryConfig, MemoryMode, Message,
-    RolePrefix, Scope, SqliteStore, WindowConfig,
+    RolePrefix, Scope, DynStore, WindowConfig,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -183,7 +183,7 @@ impl DifyArgs {
 /// `memtape history SESSION` with Dify flags: the conversation memory a Dify LLM node
 /// reads, within `--max-tokens` (Dify's default 2000).
 pub fn history(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     dify: &DifyArgs,
     max_messages: usize,

@@ -71,6 +71,9 @@ enum Command {
     Import(transfer::ImportArgs),
     /// Export to stdout: one session, or (memtape format) the whole store.
     Export(transfer::ExportArgs),
+    /// Copy the whole tape between the data directory's SQLite store and PostgreSQL,
+    /// every id and byte kept (into an empty store only), and verify the copy.
+    Migrate(transfer::MigrateArgs),
     /// Start a new conversation in a session (nanobot's /new).
     ///
     /// Archives the session's unconsolidated messages to HISTORY.md (an extractive
@@ -163,6 +166,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Consolidate(a) => tape::consolidate(&ctx.scope(&a.scope), a, out)?,
         Command::Import(a) => transfer::import(&ctx.scope(&a.scope), a, out)?,
         Command::Export(a) => transfer::export(&ctx.scope(&a.scope), a, out)?,
+        Command::Migrate(a) => transfer::migrate(&ctx.store(&a.store), a, out)?,
         Command::New(a) => lifecycle::new_session(&ctx.scope(&a.scope), a, out)?,
         Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,

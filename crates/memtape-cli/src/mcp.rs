@@ -5,7 +5,6 @@
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use memtape::Engine;
 use memtape_server::{AppState, KeyStore, Limits};
 
 use crate::ctx::{Ctx, ModelArgs, ScopeArgs};
@@ -28,7 +27,7 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     let dir = ctx.data_dir()?;
     // The store is created on the first launch (a host starts `memtape mcp` before anyone
     // ran `memtape init`).
-    drop(Engine::init(&dir).with_context(|| format!("creating the store in {}", dir.display()))?);
+    drop(crate::ctx::init(ctx)?);
     // The embedding model (ONNX Runtime) is loaded here, before the runtime starts any
     // thread.
     let engine = open_indexed(ctx, &args.tuning)?;

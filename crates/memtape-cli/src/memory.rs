@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use memtape::memory::diff;
-use memtape::{AsOf, Engine, Prefer, Scope, SqliteStore, SyncReport, workspace_dir};
+use memtape::{AsOf, Engine, Prefer, Scope, DynStore, SyncReport, workspace_dir};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -344,7 +344,7 @@ fn text_arg(value: &str) -> Result<String> {
 
 /// Runs a tool; its refusal is this command's error.
 fn tool(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     name: &str,
     input: Value,
@@ -355,7 +355,7 @@ fn tool(
 
 /// [`tool`] on memory as it was at `as_of` (only the reading tools).
 fn tool_as_of(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     name: &str,
     input: Value,
@@ -374,7 +374,7 @@ fn tool_as_of(
 
 /// The engine, with the search index attached when one was built, so memory search runs
 /// through it; without one, memory search is a substring match.
-fn engine_for_search(ctx: &Ctx) -> Result<Engine<SqliteStore>> {
+fn engine_for_search(ctx: &Ctx) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
     if dir.join("index.db").exists() {
         retrieval::open_indexed(ctx, &retrieval::Tuning::default())
@@ -825,7 +825,7 @@ struct CauseOut<'a> {
 
 /// `memtape memory blame`.
 fn blame(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     path: &str,
     as_of: Option<&AsOf>,

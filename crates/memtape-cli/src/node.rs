@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use memtape::{
     DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, Engine, Entry, EntryId, MemoryMode,
-    NodeMemory, NodeTurn, SqliteStore, Store,
+    NodeMemory, NodeTurn, DynStore, Store,
 };
 use serde::Serialize;
 
@@ -134,10 +134,10 @@ struct CleanupOut<'a> {
 
 /// The node memory of `r` in the base scope, which must have entries.
 fn existing_node<'e>(
-    engine: &'e Engine<SqliteStore>,
+    engine: &'e Engine<DynStore>,
     ctx: &Ctx,
     r: &NodeRef,
-) -> Result<NodeMemory<'e, SqliteStore>> {
+) -> Result<NodeMemory<'e, DynStore>> {
     let memory = engine.node_memory(&ctx.base_scope()?, Some(&r.conversation), &r.node)?;
     if engine.store().scope_info(memory.scope())?.is_none() {
         bail!(

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use memtape::{
     Embedder, Engine, Fusion, Index, IndexConfig, Kind, Mode, Role, SearchFilter, SearchHit,
-    SearchRequest, SqliteStore,
+    DynStore, SearchRequest,
 };
 use memtape_embed::{EmbedConfig, Model};
 use serde::Serialize;
@@ -272,18 +272,18 @@ pub struct FetchArgs {
 }
 
 /// Opens the store with its search index, caught up with the tape.
-pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<DynStore>> {
     open_index(ctx, tuning, false)
 }
 
 /// [`open_indexed`] for a server, whose background indexer embeds: the index is caught up
 /// with the tape's text, and vectors left behind (after a crash under load, say) wait for
 /// the indexer instead of holding up the start.
-pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<SqliteStore>> {
+pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<DynStore>> {
     open_index(ctx, tuning, true)
 }
 
-fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<SqliteStore>> {
+fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
     let mut engine = crate::ctx::open(ctx)?;
     // Attaching the index follows the engine's setting: a server's index must not embed
@@ -397,7 +397,8 @@ pub fn search(ctx: &Ctx, args: &SearchArgs, out: &mut impl Write) -> Result<()> 
 /// `memtape reindex`: throws the index away and rebuilds it from the tape.
 pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()> {
     let dir = ctx.data_dir()?;
-    let store = SqliteStore::open(&dir)?;
+    let engine = crate::ctx::open(ctx)?;
+    let store = engine.store();
     let embedder = embedder(ctx)?;
     let id = embedder
         .as_ref()
@@ -406,7 +407,7 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
     let started = std::time::Instant::now();
     let (index, added) = Index::rebuild_from(
         &dir.join("index.db"),
-        &store,
+        store,
         embedder,
         args.tuning.index_config(),
         &mut |done, total| progress.update(done, total),

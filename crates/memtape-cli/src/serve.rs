@@ -64,7 +64,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
             a.addr
         );
     }
-    drop(memtape::Engine::init(&dir).with_context(|| format!("opening {}", dir.display()))?);
+    drop(crate::ctx::init(ctx)?);
     // The model is loaded before the runtime starts any thread (ONNX Runtime's settings
     // are made through the environment, which must not change under other threads).
     let mut ctx = ctx.clone();
@@ -99,7 +99,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     writeln!(
         out,
         "memtape serving {} on http://{addr}\n  browser   http://{addr}/  (the memory browser)\n  REST      http://{addr}/v1  (OpenAPI: http://{addr}/openapi.json)\n  MCP       http://{addr}/mcp  (or `memtape mcp` over stdio)",
-        dir.display()
+        ctx.tape_place()?
     )?;
     if let Some(index) = index {
         writeln!(out, "  index     {index}")?;

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, ValueEnum};
 use memtape::{
-    AnchorRange, AppendOptions, Engine, EntryId, HistoryLimits, HistoryView, Kind, Message, Role,
+    AnchorRange, AppendOptions, EntryId, HistoryLimits, HistoryView, Kind, Message, Role,
     TapeQuery, ToolCall,
 };
 use serde_json::{Map, Value};
@@ -274,9 +274,8 @@ pub fn parse_time(what: &str, text: &str) -> Result<DateTime<Utc>> {
 
 /// `memtape init`.
 pub fn init(ctx: &Ctx, out: &mut impl Write) -> Result<()> {
-    let dir = ctx.data_dir()?;
-    Engine::init(&dir)?;
-    writeln!(out, "memtape store ready at {}", dir.display())?;
+    crate::ctx::init(ctx)?;
+    writeln!(out, "memtape store ready at {}", ctx.tape_place()?)?;
     Ok(())
 }
 

@@ -1,13 +1,15 @@
-//! Import and export: memtape's lossless JSONL, nanobot session files and Bub tapes.
+//! Import and export: memtape's lossless JSONL, nanobot session files and Bub tapes; and
+//! `memtape migrate`, the whole tape copied between SQLite and PostgreSQL.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use clap::{Args, ValueEnum};
-use memtape::Format;
+use memtape::{DynStore, Engine, Format, SqliteStore, Store};
+use memtape_postgres::PostgresStore;
 
-use crate::ctx::{Ctx, ScopeArgs, existing_session, open, open_read_only};
+use crate::ctx::{Ctx, ScopeArgs, StoreArgs, existing_session, open, open_read_only};
 
 /// A JSONL format.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,5 +144,137 @@ pub fn export(ctx: &Ctx, a: &ExportArgs, out: &mut impl Write) -> Result<()> {
         None => ctx.base_scope()?,
     };
     engine.export(format.into(), &scope, out)?;
+    Ok(())
+}
+
+/// `memtape migrate`.
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// Copy the data directory's SQLite store into the PostgreSQL database at URL.
+    #[arg(long, value_name = "URL", required_unless_present = "from", conflicts_with = "from")]
+    to: Option<String>,
+    /// Copy the PostgreSQL database at URL into the data directory's SQLite store.
+    #[arg(long, value_name = "URL")]
+    from: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// How many entries `memtape migrate` copies per transaction.
+const MIGRATE_BATCH: usize = 5_000;
+
+/// A writer that only hashes what it is given: an export's digest without holding it.
+struct Digest(sha2::Sha256, u64);
+
+impl Write for Digest {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        self.0.update(buf);
+        self.1 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The SHA-256 (hex) and size of `store`'s whole-store export (`memtape export --all`).
+fn export_digest(store: DynStore) -> Result<(String, u64)> {
+    use sha2::Digest as _;
+    let engine = Engine::with_store(store);
+    let mut digest = Digest(sha2::Sha256::new(), 0);
+    engine.export_store(&mut digest)?;
+    let hex = digest.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((hex, digest.1))
+}
+
+/// `memtape migrate --to URL | --from URL`: copies every entry, in id order and with its
+/// id, from one store into the other, which must be empty (so every id is kept and an
+/// export of either side is the same, byte for byte); then compares the two exports'
+/// digests. The source is only read.
+pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
+    let dir = ctx.data_dir()?;
+    let check_url = |url: &str| -> Result<()> {
+        if !memtape_postgres::is_postgres_url(url) {
+            bail!("{url:?} is not a PostgreSQL address: write postgres://user:password@host:port/database");
+        }
+        Ok(())
+    };
+    let open_source = || -> Result<(DynStore, String)> {
+        Ok(match (&a.to, &a.from) {
+            (Some(_), _) => (
+                Box::new(SqliteStore::open_read_only(&dir)?),
+                dir.display().to_string(),
+            ),
+            (None, Some(url)) => {
+                check_url(url)?;
+                let store = PostgresStore::connect_read_only(url)?;
+                let name = store.address().to_owned();
+                (Box::new(store), name)
+            }
+            (None, None) => bail!("say where to copy: --to URL or --from URL"),
+        })
+    };
+    let open_target = || -> Result<(DynStore, String)> {
+        Ok(match (&a.to, &a.from) {
+            (Some(url), _) => {
+                check_url(url)?;
+                let store = PostgresStore::connect(url)?;
+                let name = store.address().to_owned();
+                (Box::new(store), name)
+            }
+            _ => (
+                Box::new(SqliteStore::create(&dir)?),
+                dir.display().to_string(),
+            ),
+        })
+    };
+    let (source, from) = open_source()?;
+    let (target, to) = open_target()?;
+    let last = target.last_id()?;
+    if last.0 > 0 {
+        bail!(
+            "{to} already holds entries (up to #{last}): migrate copies into an empty store only, \
+             so that every id is kept and both sides export the same bytes; \
+             to add entries to a store that has some, use `memtape export --all` and `memtape import --restore`"
+        );
+    }
+    let started = std::time::Instant::now();
+    let progress = crate::progress::Progress::spinner(ctx, &format!("copying {from} to {to}"));
+    let total = source.last_id()?.0;
+    let (mut after, mut copied) = (memtape::EntryId(0), 0u64);
+    loop {
+        let batch = source.entries_after(after, MIGRATE_BATCH)?;
+        let Some(tail) = batch.last() else {
+            break;
+        };
+        after = tail.id;
+        let n = batch.len() as u64;
+        let restored = target
+            .restore(batch)
+            .with_context(|| format!("copying the entries after #{copied} into {to}"))?;
+        if restored.placement != memtape::Placement::KeptIds {
+            bail!("{to} could not keep the ids of the entries after #{copied}; the copy is incomplete: start again into an empty store");
+        }
+        copied += n;
+        progress.update(after.0 as usize, total as usize);
+    }
+    progress.finish();
+    let (a_digest, a_bytes) = export_digest(source)?;
+    let (b_digest, _) = export_digest(target)?;
+    if a_digest != b_digest {
+        bail!("the copy differs from its source (export sha256 {a_digest} in {from}, {b_digest} in {to})");
+    }
+    writeln!(
+        out,
+        "copied {copied} entries from {from} to {to} in {:.1}s; both export the same {a_bytes} bytes (sha256 {a_digest})",
+        started.elapsed().as_secs_f64()
+    )?;
+    if a.to.is_some() {
+        writeln!(
+            out,
+            "run memtape with --database (or MEMTAPE_DATABASE_URL) to use it; the SQLite store is left as it was"
+        )?;
+    }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{Engine, Entry, NewEntry, SqliteStore};
+use memtape::{Engine, Entry, NewEntry, DynStore};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, Result};
@@ -32,7 +32,7 @@ pub struct Appender {
 
 impl Appender {
     /// Starts the writer thread over `engine`.
-    pub fn start(engine: Arc<Engine<SqliteStore>>) -> Self {
+    pub fn start(engine: Arc<Engine<DynStore>>) -> Self {
         let (jobs, queue) = sync_channel::<Job>(MAX_JOBS * 4);
         let writer = std::thread::spawn(move || write_loop(&engine, &queue));
         Appender {
@@ -71,7 +71,7 @@ impl Drop for Appender {
     }
 }
 
-fn write_loop(engine: &Engine<SqliteStore>, queue: &Receiver<Job>) {
+fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         let mut entries = batch[0].entries.len();
@@ -89,7 +89,7 @@ fn write_loop(engine: &Engine<SqliteStore>, queue: &Receiver<Job>) {
 }
 
 /// Writes `batch` in one transaction, or each job alone if that fails.
-fn write(engine: &Engine<SqliteStore>, batch: Vec<Job>) {
+fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
     if batch.len() > 1 {
         let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
         if let Ok(mut stored) = engine.append_entries(all) {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{Engine, Entry, PendingVectors, SqliteStore, WriteHook};
+use memtape::{DynStore, Engine, Entry, PendingVectors, Store, WriteHook};
 
 /// What wakes the indexer thread.
 enum Wake {
@@ -23,8 +23,8 @@ enum Wake {
 /// wake-up: writes that come while one is pending share it.
 struct OnWrite(SyncSender<Wake>);
 
-impl WriteHook<SqliteStore> for OnWrite {
-    fn written(&self, _store: &SqliteStore, _entries: &[Entry]) {
+impl WriteHook for OnWrite {
+    fn written(&self, _store: &dyn Store, _entries: &[Entry]) {
         match self.0.try_send(Wake::Written) {
             Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
         }
@@ -44,7 +44,7 @@ impl Indexer {
     /// tape instead: one indexes text and stores vectors, at the priority of requests,
     /// since searches wait for the locks it takes; with a model, another embeds, at a low
     /// priority and holding no lock. Returns the engine, ready to share, and the indexer.
-    pub fn start(mut engine: Engine<SqliteStore>) -> (Arc<Engine<SqliteStore>>, Indexer) {
+    pub fn start(mut engine: Engine<DynStore>) -> (Arc<Engine<DynStore>>, Indexer) {
         let (wake, woken) = sync_channel(1);
         let (wake_embedder, embedder_woken) = sync_channel(1);
         engine.set_index_on_write(false);
@@ -105,7 +105,7 @@ impl Drop for Indexer {
 
 /// The indexer thread: indexes text behind the writes, stores the embedder's vectors.
 fn follow(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     woken: &Receiver<Wake>,
     embedder: &SyncSender<()>,
     stop: &AtomicBool,
@@ -144,7 +144,7 @@ fn follow(
 /// The embedding thread: embeds the documents whose vectors are behind, a batch at a
 /// time, and hands each batch to the indexer thread to store.
 fn embed(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     woken: &Receiver<()>,
     indexer: &SyncSender<Wake>,
     stop: &AtomicBool,

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 
 use memtape::{
-    Background, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, SqliteStore, WriteHook,
+    Background, DynStore, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, Store, WriteHook,
     events,
 };
 use memtape_llm::Llm;
@@ -126,13 +126,13 @@ struct Inner {
     appender: Appender,
     // Then the indexer, stopped between two batches.
     _indexer: Indexer,
-    engine: Arc<Engine<SqliteStore>>,
+    engine: Arc<Engine<DynStore>>,
     permits: Arc<Semaphore>,
     keys: KeyStore,
     limits: Limits,
     loopback: bool,
     memory_changed: broadcast::Sender<Scope>,
-    background: Option<Arc<Background<SqliteStore>>>,
+    background: Option<Arc<Background<DynStore>>>,
 }
 
 /// The model a server keeps memory with, and how (`[llm]` and `[lifecycle]` of
@@ -152,8 +152,8 @@ const CHANGES_QUEUED: usize = 256;
 /// memory scope it changed.
 struct OnMemoryChange(broadcast::Sender<Scope>);
 
-impl WriteHook<SqliteStore> for OnMemoryChange {
-    fn written(&self, _store: &SqliteStore, entries: &[Entry]) {
+impl WriteHook for OnMemoryChange {
+    fn written(&self, _store: &dyn Store, entries: &[Entry]) {
         for entry in entries {
             if matches!(&entry.payload, Payload::Event(e) if e.name == events::MEMORY_CHANGE) {
                 // No receiver is fine: no MCP session is listening.
@@ -179,7 +179,7 @@ impl AppState {
     /// The state over `engine`, authenticating with `keys`; `loopback` says whether the
     /// server only listens on loopback (without keys, it serves only then).
     pub fn new(
-        engine: Engine<SqliteStore>,
+        engine: Engine<impl Store + 'static>,
         keys: KeyStore,
         limits: Limits,
         loopback: bool,
@@ -191,13 +191,13 @@ impl AppState {
     /// consolidated in the background as they fill their window, and the model-driven
     /// routes work.
     pub fn with_model(
-        engine: Engine<SqliteStore>,
+        engine: Engine<impl Store + 'static>,
         keys: KeyStore,
         limits: Limits,
         loopback: bool,
         model: Option<ModelSetup>,
     ) -> Self {
-        let mut engine = engine;
+        let mut engine = engine.boxed();
         let (memory_changed, _) = broadcast::channel(CHANGES_QUEUED);
         engine.add_write_hook(OnMemoryChange(memory_changed.clone()));
         let (engine, indexer) = Indexer::start(engine);
@@ -237,7 +237,7 @@ impl AppState {
     }
 
     /// The background consolidation, when the server has a model.
-    pub fn background(&self) -> Option<&Arc<Background<SqliteStore>>> {
+    pub fn background(&self) -> Option<&Arc<Background<DynStore>>> {
         self.inner.background.as_ref()
     }
 
@@ -353,7 +353,7 @@ impl AppState {
     }
 
     /// The engine, for work that is not a request (shutdown).
-    pub fn engine(&self) -> &Arc<Engine<SqliteStore>> {
+    pub fn engine(&self) -> &Arc<Engine<DynStore>> {
         &self.inner.engine
     }
 
@@ -371,7 +371,7 @@ impl AppState {
     pub async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Engine<SqliteStore>) -> Result<T> + Send + 'static,
+        F: FnOnce(&Engine<DynStore>) -> Result<T> + Send + 'static,
     {
         let permit = self
             .inner

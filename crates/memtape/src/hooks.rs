@@ -17,16 +17,16 @@ use crate::{Engine, Entry, EntryId, Scope};
 /// write: a hook that fails keeps its own record (the index does, for
 /// [`Engine::index_failure`]), and one that panics is passed over (the panic is printed
 /// by the panic hook) while the hooks after it still run.
-pub trait WriteHook<S: Store>: Send + Sync {
+pub trait WriteHook: Send + Sync {
     /// Called with the store and the entries one write made durable.
-    fn written(&self, store: &S, entries: &[Entry]);
+    fn written(&self, store: &dyn Store, entries: &[Entry]);
 }
 
 /// The search index follows the tape: each write brings it up to date
 /// ([`Index::catch_up`] reads everything after its mark, so nothing is missed when a
 /// catch-up failed before).
-impl<S: Store> WriteHook<S> for Index {
-    fn written(&self, store: &S, _entries: &[Entry]) {
+impl WriteHook for Index {
+    fn written(&self, store: &dyn Store, _entries: &[Entry]) {
         // Deliberately not propagated: the index records and logs a failure, and the next
         // search retries and reports it.
         let _ = self.catch_up(store);
@@ -52,8 +52,8 @@ pub struct MemoryWrite<'a> {
 /// A [`WriteHook`] calling `f` for every write or append in each `memory.change` written.
 struct MemoryHook<F>(F);
 
-impl<S: Store, F: Fn(&MemoryWrite<'_>) + Send + Sync> WriteHook<S> for MemoryHook<F> {
-    fn written(&self, _store: &S, entries: &[Entry]) {
+impl<F: Fn(&MemoryWrite<'_>) + Send + Sync> WriteHook for MemoryHook<F> {
+    fn written(&self, _store: &dyn Store, entries: &[Entry]) {
         for entry in entries {
             let Ok(Some(BuiltinEvent::MemoryChange(change))) =
                 BuiltinEvent::from_payload(&entry.payload)
@@ -81,7 +81,7 @@ impl<S: Store, F: Fn(&MemoryWrite<'_>) + Send + Sync> WriteHook<S> for MemoryHoo
 impl<S: Store> Engine<S> {
     /// Adds `hook`, run after every durable write from now on, after the search index and
     /// the hooks added before it.
-    pub fn add_write_hook(&mut self, hook: impl WriteHook<S> + 'static) {
+    pub fn add_write_hook(&mut self, hook: impl WriteHook + 'static) {
         self.hooks.push(Box::new(hook));
     }
 
@@ -113,7 +113,7 @@ impl<S: Store> Engine<S> {
             .index
             .iter()
             .filter(|_| self.index_on_write)
-            .map(|i| i as &dyn WriteHook<S>);
+            .map(|i| i as &dyn WriteHook);
         for hook in index.chain(self.hooks.iter().map(|h| h.as_ref())) {
             let _ = catch_unwind(AssertUnwindSafe(|| hook.written(&self.store, written)));
         }

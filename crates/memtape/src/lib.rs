@@ -90,6 +90,11 @@ pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store, S
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A store chosen at run time: the embedded SQLite store, or PostgreSQL (memtape-postgres)
+/// when the configuration names a database. The CLI and the servers hold an
+/// `Engine<DynStore>`; [`Engine::boxed`] turns any engine into one.
+pub type DynStore = Box<dyn Store>;
+
 /// How many entries history and thread walks read from the store at a time.
 const PAGE: usize = 256;
 
@@ -111,7 +116,7 @@ pub struct Engine<S: Store = SqliteStore> {
     /// Whether each write brings the index up to date on the writer's thread (the
     /// default), or leaves it to [`Engine::catch_up_index_step`] and the next search.
     index_on_write: bool,
-    hooks: Vec<Box<dyn WriteHook<S>>>,
+    hooks: Vec<Box<dyn WriteHook>>,
     /// The memory logs read lately, brought up to date incrementally.
     memory_logs: tiers::LogCache,
 }
@@ -135,6 +140,22 @@ impl Engine<SqliteStore> {
     /// and exports work on a full or read-only disk; writes fail with a clear error.
     pub fn open_read_only(dir: &Path) -> Result<Self> {
         Ok(Self::with_store(SqliteStore::open_read_only(dir)?))
+    }
+}
+
+impl<S: Store + 'static> Engine<S> {
+    /// The same engine over its store boxed as a [`DynStore`]: its index, hooks, clock
+    /// and caches come along.
+    pub fn boxed(self) -> Engine<DynStore> {
+        Engine {
+            store: Box::new(self.store),
+            tokens: self.tokens,
+            clock: self.clock,
+            index: self.index,
+            index_on_write: self.index_on_write,
+            hooks: self.hooks,
+            memory_logs: self.memory_logs,
+        }
     }
 }
 

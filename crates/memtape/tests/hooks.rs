@@ -19,8 +19,8 @@ fn chat() -> Scope {
 
 struct Count(Arc<Mutex<Vec<u64>>>);
 
-impl WriteHook<SqliteStore> for Count {
-    fn written(&self, _store: &SqliteStore, entries: &[Entry]) {
+impl WriteHook for Count {
+    fn written(&self, _store: &dyn Store, entries: &[Entry]) {
         self.0
             .lock()
             .unwrap()
@@ -30,8 +30,8 @@ impl WriteHook<SqliteStore> for Count {
 
 struct Panics;
 
-impl WriteHook<SqliteStore> for Panics {
-    fn written(&self, _store: &SqliteStore, _entries: &[Entry]) {
+impl WriteHook for Panics {
+    fn written(&self, _store: &dyn Store, _entries: &[Entry]) {
         panic!("a broken hook");
     }
 }

@@ -12,7 +12,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use chrono::NaiveDate;
 use memtape::memory::{Change, Op, Recorded, check_path, diff};
-use memtape::{Engine, EntryId, Scope, SqliteStore};
+use memtape::{Engine, EntryId, Scope, DynStore};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -113,7 +113,7 @@ impl MemoryFileWire {
 
 /// The version of `scope`'s own memory, now or as of `moment`.
 fn own_version(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     moment: Option<&memtape::AsOf>,
 ) -> Result<u64> {
@@ -387,7 +387,7 @@ pub struct MaybeRecorded {
 /// Records `change` in `scope`'s memory; with `if_version`, only while the memory is still
 /// at that version (otherwise a 409 and nothing is recorded).
 fn record(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     if_version: Option<u64>,
     change: Change,
@@ -514,7 +514,7 @@ pub struct TextWire {
 
 /// Runs a reading tool; a refusal is a 400 with its text.
 fn read_tool(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     name: &str,
     input: &Value,
@@ -524,7 +524,7 @@ fn read_tool(
 
 /// [`read_tool`] on memory as it was at `moment`.
 pub(super) fn read_tool_as_of(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<DynStore>,
     scope: &Scope,
     name: &str,
     input: &Value,

@@ -390,7 +390,7 @@ pub async fn history(
 }
 
 /// Refuses a session with no entries as not found (the same for another tenant's).
-fn existing(engine: &memtape::Engine, scope: &Scope, name: &str) -> Result<()> {
+fn existing(engine: &memtape::Engine<memtape::DynStore>, scope: &Scope, name: &str) -> Result<()> {
     use memtape::Store;
     if engine.store().scope_info(scope)?.is_none() {
         return Err(ApiError::not_found(format!("no session {name}")));

@@ -18,7 +18,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memtape::{Engine, Entry, EntryId, Filter, Format, Scope, SqliteStore, Store};
+use memtape::{Engine, Entry, EntryId, Filter, Format, Scope, DynStore, Store};
 use memtape_core::formats::memtape::line;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -222,7 +222,7 @@ impl Merge {
     }
 
     /// Reads the next page of cursor `i` if its buffer is empty, and queues its next entry.
-    fn refill(&mut self, engine: &Engine<SqliteStore>, i: usize) -> Result<()> {
+    fn refill(&mut self, engine: &Engine<DynStore>, i: usize) -> Result<()> {
         let c = &mut self.cursors[i];
         if c.buf.is_empty() && !c.done {
             let filter = Filter {
@@ -244,7 +244,7 @@ impl Merge {
     }
 
     /// Writes the next lines (about [`CHUNK`] bytes) to `out`; false when all are written.
-    fn write(&mut self, engine: &Engine<SqliteStore>, out: &mut Vec<u8>) -> Result<bool> {
+    fn write(&mut self, engine: &Engine<DynStore>, out: &mut Vec<u8>) -> Result<bool> {
         if !self.started {
             self.started = true;
             for i in 0..self.cursors.len() {
