@@ -190,6 +190,11 @@ impl Pool {
         }
     }
 
+    /// Takes every idle connection out, to close them.
+    pub(crate) fn drain(&self) -> Vec<Conn> {
+        std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// Gives back a connection that is still open and outside any transaction.
     pub(crate) fn give(&self, conn: Conn) {
         if conn.client.is_closed() {

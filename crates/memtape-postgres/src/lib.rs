@@ -65,6 +65,9 @@ const INSERT_CHUNK: usize = 5_000;
 pub struct PostgresStore {
     target: Target,
     pool: Pool,
+    /// The connection that listens on [`CHANNEL`], opened by the first
+    /// [`Store::wait_for_writes`]: notifications that come between two waits queue on it.
+    listener: std::sync::Mutex<Option<postgres::Client>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -100,6 +103,7 @@ impl PostgresStore {
         let store = PostgresStore {
             target,
             pool: Pool::default(),
+            listener: std::sync::Mutex::new(None),
         };
         let mut conn = store.pool.take(&store.target)?;
         schema::prepare(&mut conn, &store.target)?;
@@ -397,15 +401,42 @@ impl Drop for HeldLock {
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
+        let keys = self.keys;
         if let Some(mut client) = held {
-            // Unlocked at once rather than when the server notices the closed connection,
-            // so a waiter does not wait for that.
-            let _ = client.execute(
-                "SELECT pg_advisory_unlock($1, $2)",
-                &[&self.keys.0, &self.keys.1],
-            );
-            let _ = client.close();
+            off_runtime(move || {
+                // Unlocked at once rather than when the server notices the closed
+                // connection, so a waiter does not wait for that.
+                let _ = client.execute("SELECT pg_advisory_unlock($1, $2)", &[&keys.0, &keys.1]);
+                let _ = client.close();
+            });
         }
+    }
+}
+
+/// Runs `f` on a thread of its own and waits for it. The synchronous client runs its own
+/// small async runtime for every call, closing included, and an async runtime cannot be
+/// entered from a thread that is driving one: a store dropped inside a server's runtime
+/// (at shutdown) would abort the process. Used for what may run there: closing.
+fn off_runtime(f: impl FnOnce() + Send) {
+    std::thread::scope(|s| {
+        s.spawn(f);
+    });
+}
+
+impl Drop for PostgresStore {
+    /// Closes the idle connections and the listener away from any async runtime (see
+    /// [`off_runtime`]).
+    fn drop(&mut self) {
+        let idle = self.pool.drain();
+        let listener = self
+            .listener
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        off_runtime(move || {
+            drop(idle);
+            drop(listener);
+        });
     }
 }
 
@@ -559,6 +590,33 @@ impl Store for PostgresStore {
                 .map(entry_of)
                 .collect()
         })
+    }
+
+    fn wait_for_writes(&self, timeout: std::time::Duration) -> Result<()> {
+        let mut listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut client = match listener.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => {
+                let mut c = self.target.connect()?;
+                c.batch_execute(&format!("LISTEN {CHANNEL}"))
+                    .map_err(|e| self.target.err(e))?;
+                c
+            }
+        };
+        use postgres::fallible_iterator::FallibleIterator;
+        {
+            let mut notes = client.notifications();
+            // A failed connection is an error; the next wait opens a new one.
+            let first = notes.timeout_iter(timeout).next();
+            first.map_err(|e| self.target.err(e))?;
+            // Whatever else has queued says the same: drain it.
+            while let Ok(Some(_)) = notes.iter().next() {}
+        }
+        *listener = Some(client);
+        Ok(())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

@@ -279,3 +279,34 @@ fn a_bad_address_or_an_unreachable_server_is_a_clear_error() {
     let err = PostgresStore::connect("postgres://host:notaport/db").unwrap_err();
     assert!(err.to_string().contains("--database"), "{err}");
 }
+
+#[test]
+fn a_waiting_follower_wakes_when_another_store_commits() {
+    let db = Scratch::new();
+    let follower = PostgresStore::connect(db.url()).unwrap();
+    let writer = PostgresStore::connect(db.url()).unwrap();
+    // Nothing written: the wait lasts its whole timeout.
+    let started = std::time::Instant::now();
+    follower.wait_for_writes(Duration::from_millis(300)).unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // A commit elsewhere ends the wait at once, long before its timeout.
+    let url = db.url().to_owned();
+    let write = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let w = PostgresStore::connect(&url).unwrap();
+        w.append(vec![msg(&scope("t", "s"), "wake up")]).unwrap();
+    });
+    let started = std::time::Instant::now();
+    follower.wait_for_writes(Duration::from_secs(30)).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "woken by the commit, not the timeout"
+    );
+    write.join().unwrap();
+    assert_eq!(follower.last_id().unwrap(), EntryId(1));
+    // Commits made while nobody waited are not lost: the next wait returns at once.
+    writer.append(vec![msg(&scope("t", "s"), "while away")]).unwrap();
+    let started = std::time::Instant::now();
+    follower.wait_for_writes(Duration::from_secs(30)).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

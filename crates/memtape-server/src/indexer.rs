@@ -2,11 +2,17 @@
 //! tape, and this thread brings the search index up to date behind it (embedding is the
 //! slow part of a write). A search still catches up first, so it finds every append
 //! acknowledged before it; the indexer only makes that catch-up short.
+//!
+//! Appends by other processes (a second server on the same PostgreSQL database, the CLI
+//! beside a server on one data directory) are followed too: a watcher thread waits for the
+//! store's sign of a commit (PostgreSQL's LISTEN/NOTIFY) or for [`FOLLOW_POLL`], whichever
+//! comes first, and wakes the indexer when the tape has grown past the index.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use memtape::{DynStore, Engine, Entry, PendingVectors, Store, WriteHook};
 
@@ -30,6 +36,11 @@ impl WriteHook for OnWrite {
         }
     }
 }
+
+/// How long the watcher waits for a sign of a commit before it looks at the tape anyway:
+/// the floor under the notifications (and all there is for SQLite). It also bounds how
+/// long a stopping server waits for the watcher.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// The indexer's threads and the way to stop them.
 pub struct Indexer {
@@ -75,6 +86,18 @@ impl Indexer {
                 Ok(t) => threads.push(t),
                 Err(e) => tracing::warn!(
                     "could not start the embedding thread ({e}); new entries are found by BM25 only"
+                ),
+            }
+        }
+        if !threads.is_empty() {
+            let (engine, stop, indexer) = (engine.clone(), stop.clone(), wake.clone());
+            match std::thread::Builder::new()
+                .name("memtape-tape-watcher".into())
+                .spawn(move || watch(&engine, &indexer, &stop))
+            {
+                Ok(t) => threads.push(t),
+                Err(e) => tracing::warn!(
+                    "could not start the tape watcher ({e}); other processes' appends are indexed by the next search"
                 ),
             }
         }
@@ -138,6 +161,40 @@ fn follow(
         }
         // New text is new documents to embed.
         let _ = embedder.try_send(());
+    }
+}
+
+/// The watcher thread: wakes the indexer whenever the tape has grown past the index,
+/// however it grew (this server's appends wake the indexer directly as well).
+fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBool) {
+    let Some(index) = engine.index() else {
+        return;
+    };
+    let mut failing = false;
+    while !stop.load(Ordering::SeqCst) {
+        let looked = engine
+            .store()
+            .wait_for_writes(FOLLOW_POLL)
+            .and_then(|()| engine.store().last_id());
+        match looked {
+            Ok(last) => {
+                if failing {
+                    tracing::info!("following the tape again");
+                    failing = false;
+                }
+                if last > index.covered() {
+                    let _ = indexer.try_send(Wake::Written);
+                }
+            }
+            Err(e) => {
+                // Said once per outage, not every poll; retried after a pause.
+                if !failing {
+                    tracing::warn!("cannot follow the tape: {e}; retrying");
+                    failing = true;
+                }
+                std::thread::sleep(FOLLOW_POLL);
+            }
+        }
     }
 }
 

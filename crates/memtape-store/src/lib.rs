@@ -132,6 +132,16 @@ pub trait Store: Send + Sync {
     /// holds it. The lock is released when the returned guard is dropped, or when its
     /// process dies.
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>>;
+
+    /// Waits up to `timeout` for a sign that the tape grew (a commit by this process or
+    /// another one), returning early when one comes: PostgreSQL's notifications. Stores
+    /// with no such sign (SQLite, memory) just wait the whole `timeout`; a follower of the
+    /// tape compares [`Store::last_id`] with what it has read after every wait, so a sign
+    /// only makes it sooner. Meant for one follower thread per store.
+    fn wait_for_writes(&self, timeout: std::time::Duration) -> Result<()> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
 }
 
 /// A boxed store is a store: an engine can hold whichever store its configuration chose
@@ -172,5 +182,8 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
         (**self).lock(tenant, name, wait)
+    }
+    fn wait_for_writes(&self, timeout: std::time::Duration) -> Result<()> {
+        (**self).wait_for_writes(timeout)
     }
 }

@@ -20,6 +20,8 @@ pub fn no_model_settings() -> Vec<(&'static str, &'static str)> {
         "MEMTAPE_LLM_TIMEOUT",
         "MEMTAPE_LLM_MAX_RETRIES",
         "MEMTAPE_CONFIG",
+        // The tape stays in the scratch data directory unless a test names a database.
+        "MEMTAPE_DATABASE_URL",
     ]
     .into_iter()
     .map(|name| (name, ""))
@@ -40,6 +42,13 @@ impl Run {
         };
         run.ok(&["init"]);
         run
+    }
+
+    /// A fresh directory whose data directory does not exist yet.
+    pub fn new_empty() -> Self {
+        Run {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     /// Runs `memtape ARGS` with the scratch data directory and the default model.

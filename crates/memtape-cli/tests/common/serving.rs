@@ -31,6 +31,7 @@ impl Serving {
             .args(["--model", model, "serve", "--addr", "127.0.0.1:0"])
             .args(extra)
             .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+            .envs(super::no_model_settings())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
