@@ -1,5 +1,7 @@
-//! The scale benchmark: synthetic tapes of 10k, 100k and 1M entries, indexed as the engine
-//! indexes every append, then BM25, vector and hybrid query latency at each size.
+//! The scale benchmark: synthetic tapes of 10k, 100k, 1M (and 10M) entries, indexed as the
+//! engine indexes every append, then BM25, vector and hybrid query latency at each size; on
+//! the embedded SQLite store, or with a database address on PostgreSQL (a new database per
+//! size, dropped after it).
 //!
 //! Texts are sentences of 8–30 made-up words drawn from a Zipf distribution over a 20,000
 //! word vocabulary (like natural text: a few very common words, a long tail). Queries are
@@ -14,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use memtape::{
-    Embedder, Engine, Index, IndexConfig, Message, Mode, NewEntry, Payload, Scope, SearchFilter,
-    SearchRequest,
+    DynStore, Embedder, Engine, Index, IndexConfig, Message, Mode, NewEntry, Payload, Scope,
+    SearchFilter, SearchRequest,
 };
 use serde::Serialize;
 
@@ -38,6 +40,9 @@ pub struct Config {
     pub index: IndexConfig,
     /// The embedding model; `None` for seeded random word vectors.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// A PostgreSQL cluster (an address whose role may create databases): the tape goes
+    /// there instead of SQLite.
+    pub database: Option<String>,
 }
 
 /// The numbers for one size.
@@ -45,11 +50,13 @@ pub struct Config {
 pub struct SizeReport {
     /// Entries on the tape.
     pub entries: usize,
+    /// Where the tape was: `sqlite` or `postgres`.
+    pub store: String,
     /// Entries per second appended and indexed (tape commit, FTS5, vectors).
     pub ingest_entries_per_s: f64,
     /// The index file on disk, MB.
     pub index_mb: f64,
-    /// The tape on disk, MB.
+    /// The tape on disk, MB (PostgreSQL: the database's size).
     pub tape_mb: f64,
     /// Resident memory after building and querying this size, MB.
     pub rss_mb: f64,
@@ -187,7 +194,24 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             config.index,
         )
         .map_err(memtape::Error::from)?;
-        let engine = Engine::init(scratch.path())?.with_index(index)?;
+        let database = match &config.database {
+            Some(admin) => {
+                let name = format!("memtape_scale_{n}_{:08x}", fastrand::u32(..));
+                let url = memtape_postgres::create_database(admin, &name)
+                    .map_err(memtape::Error::from)?;
+                Some((admin.clone(), name, url))
+            }
+            None => None,
+        };
+        let store: DynStore = match &database {
+            Some((_, _, url)) => Box::new(
+                memtape_postgres::PostgresStore::connect(url).map_err(memtape::Error::from)?,
+            ),
+            None => Box::new(
+                memtape::SqliteStore::create(scratch.path()).map_err(memtape::Error::from)?,
+            ),
+        };
+        let engine = Engine::with_store(store).with_index(index)?;
         let mut rng = fastrand::Rng::with_seed(n as u64);
         let started = Instant::now();
         let base = Scope::agent("bench", "agent").map_err(memtape::Error::from)?;
@@ -263,11 +287,26 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             overlap += hits as f64 / exact.len().max(1) as f64;
         }
         let vector_recall_10 = overlap / 50.0;
+        let tape_mb = match &database {
+            Some((_, _, url)) => {
+                memtape_postgres::PostgresStore::connect_read_only(url)
+                    .and_then(|s| s.database_bytes())
+                    .map_err(memtape::Error::from)? as f64
+                    / 1e6
+            }
+            None => dir_mb(scratch.path(), "memtape.db"),
+        };
         let report = SizeReport {
             entries: n,
+            store: if database.is_some() {
+                "postgres"
+            } else {
+                "sqlite"
+            }
+            .into(),
             ingest_entries_per_s: ingest,
             index_mb: dir_mb(scratch.path(), "index.db"),
-            tape_mb: dir_mb(scratch.path(), "memtape.db"),
+            tape_mb,
             rss_mb: rss_mb(),
             bm25_ms,
             vector_ms,
@@ -276,6 +315,10 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         };
         progress(&format!("{report:?}"));
         sizes.push(report);
+        drop(engine);
+        if let Some((admin, name, _)) = database {
+            memtape_postgres::drop_database(&admin, &name).map_err(memtape::Error::from)?;
+        }
     }
     Ok(Report {
         sizes,

@@ -38,6 +38,9 @@ pub enum BenchCommand {
     Scale(ScaleArgs),
     /// Load on `memtape serve` over loopback: saturation and a fixed offered rate.
     Serve(crate::bench_serve::ServeBenchArgs),
+    /// Two servers on one PostgreSQL database: how long after server A acknowledges an
+    /// append server B finds it, by BM25 and by vector search (p50/p99).
+    Follow(crate::bench_follow::FollowBenchArgs),
 }
 
 /// `memtape bench store`.
@@ -90,6 +93,10 @@ pub struct ScaleArgs {
     /// Where vectors come from.
     #[arg(long, value_enum, default_value = "wordllama")]
     vectors: VectorsArg,
+    /// Put the tape in PostgreSQL: a cluster address whose role may create databases (a
+    /// new database per size, dropped after it). Default: the embedded SQLite store.
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
     #[command(flatten)]
     tuning: Tuning,
     #[command(flatten)]
@@ -168,6 +175,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             Ok(())
         }
         BenchCommand::Serve(a) => crate::bench_serve::run(ctx, a, out),
+        BenchCommand::Follow(a) => crate::bench_follow::run(ctx, a, out),
         BenchCommand::Scale(a) => {
             let mut ctx = ctx.clone().models(&a.models);
             let embedder = match a.vectors {
@@ -181,6 +189,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 sizes: a.sizes.clone(),
                 index: a.tuning.index_config(),
                 embedder,
+                database: a.database.clone(),
             };
             let progress = Progress::spinner(&ctx, "scale: building the first tape");
             let report = memtape_bench::scale::run(&config, &mut |line| {

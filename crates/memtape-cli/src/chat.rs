@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use memtape::{
-    Background, ContextConfig, ContextRequest, Engine, MateClaw, Message, Mode, Policy, Qanot,
-    Scope, SearchFilter, SearchRequest, DynStore, ToolCall, Trigger, memory_scope,
+    Background, ContextConfig, ContextRequest, DynStore, Engine, MateClaw, Message, Mode, Policy,
+    Qanot, Scope, SearchFilter, SearchRequest, ToolCall, Trigger, memory_scope,
 };
 use memtape_llm::{ChatRequest, Llm, ToolSpec};
 use serde_json::Value;

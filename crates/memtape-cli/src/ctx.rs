@@ -327,8 +327,12 @@ fn store(ctx: &Ctx, how: Opening) -> Result<DynStore> {
 pub fn init(ctx: &Ctx) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let store = store(ctx, Opening::Create)
-        .with_context(|| format!("opening the store at {}", ctx.tape_place().unwrap_or_default()))?;
+    let store = store(ctx, Opening::Create).with_context(|| {
+        format!(
+            "opening the store at {}",
+            ctx.tape_place().unwrap_or_default()
+        )
+    })?;
     Ok(Engine::with_store(store))
 }
 

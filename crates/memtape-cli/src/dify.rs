@@ -10,8 +10,8 @@ use std::io::Write;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use memtape::{
-    DEFAULT_MAX_TOKEN_LIMIT, Engine, Entry, HistoryLimits, MemoryConfig, MemoryMode, Message,
-    RolePrefix, Scope, DynStore, WindowConfig,
+    DEFAULT_MAX_TOKEN_LIMIT, DynStore, Engine, Entry, HistoryLimits, MemoryConfig, MemoryMode,
+    Message, RolePrefix, Scope, WindowConfig,
 };
 use serde::Serialize;
 use serde_json::Value;

@@ -4,6 +4,7 @@
 //! exits non-zero with one message that names what is wrong.
 
 mod bench;
+mod bench_follow;
 mod bench_serve;
 mod chat;
 mod config;
@@ -31,8 +32,9 @@ use crate::ctx::{Ctx, Globals};
 
 /// What `memtape --help` opens with.
 const ABOUT: &str = "memtape: long-term memory for LLM agents. Conversations, tool calls, \
-memory files and their versions are entries on an append-only tape in one SQLite file; \
-history, search, the memory view and the prompt are read from it.";
+memory files and their versions are entries on an append-only tape in one SQLite file (or a \
+PostgreSQL database, for several servers); history, search, the memory view and the prompt are \
+read from it.";
 
 #[derive(Parser)]
 #[command(name = "memtape", version, about = ABOUT, max_term_width = 100)]

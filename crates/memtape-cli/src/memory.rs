@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use memtape::memory::diff;
-use memtape::{AsOf, Engine, Prefer, Scope, DynStore, SyncReport, workspace_dir};
+use memtape::{AsOf, DynStore, Engine, Prefer, Scope, SyncReport, workspace_dir};
 use serde::Serialize;
 use serde_json::{Value, json};
 

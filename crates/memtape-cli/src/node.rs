@@ -9,8 +9,8 @@ use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use memtape::{
-    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, Engine, Entry, EntryId, MemoryMode,
-    NodeMemory, NodeTurn, DynStore, Store,
+    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, DynStore, Engine, Entry, EntryId, MemoryMode,
+    NodeMemory, NodeTurn, Store,
 };
 use serde::Serialize;
 

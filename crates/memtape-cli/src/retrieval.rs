@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use memtape::{
-    Embedder, Engine, Fusion, Index, IndexConfig, Kind, Mode, Role, SearchFilter, SearchHit,
-    DynStore, SearchRequest,
+    DynStore, Embedder, Engine, Fusion, Index, IndexConfig, Kind, Mode, Role, SearchFilter,
+    SearchHit, SearchRequest,
 };
 use memtape_embed::{EmbedConfig, Model};
 use serde::Serialize;

@@ -151,7 +151,12 @@ pub fn export(ctx: &Ctx, a: &ExportArgs, out: &mut impl Write) -> Result<()> {
 #[derive(Args, Debug)]
 pub struct MigrateArgs {
     /// Copy the data directory's SQLite store into the PostgreSQL database at URL.
-    #[arg(long, value_name = "URL", required_unless_present = "from", conflicts_with = "from")]
+    #[arg(
+        long,
+        value_name = "URL",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
     to: Option<String>,
     /// Copy the PostgreSQL database at URL into the data directory's SQLite store.
     #[arg(long, value_name = "URL")]
@@ -184,7 +189,12 @@ fn export_digest(store: DynStore) -> Result<(String, u64)> {
     let engine = Engine::with_store(store);
     let mut digest = Digest(sha2::Sha256::new(), 0);
     engine.export_store(&mut digest)?;
-    let hex = digest.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = digest
+        .0
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     Ok((hex, digest.1))
 }
 
@@ -196,7 +206,9 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
     let dir = ctx.data_dir()?;
     let check_url = |url: &str| -> Result<()> {
         if !memtape_postgres::is_postgres_url(url) {
-            bail!("{url:?} is not a PostgreSQL address: write postgres://user:password@host:port/database");
+            bail!(
+                "{url:?} is not a PostgreSQL address: write postgres://user:password@host:port/database"
+            );
         }
         Ok(())
     };
@@ -254,7 +266,9 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
             .restore(batch)
             .with_context(|| format!("copying the entries after #{copied} into {to}"))?;
         if restored.placement != memtape::Placement::KeptIds {
-            bail!("{to} could not keep the ids of the entries after #{copied}; the copy is incomplete: start again into an empty store");
+            bail!(
+                "{to} could not keep the ids of the entries after #{copied}; the copy is incomplete: start again into an empty store"
+            );
         }
         copied += n;
         progress.update(after.0 as usize, total as usize);
@@ -263,7 +277,9 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
     let (a_digest, a_bytes) = export_digest(source)?;
     let (b_digest, _) = export_digest(target)?;
     if a_digest != b_digest {
-        bail!("the copy differs from its source (export sha256 {a_digest} in {from}, {b_digest} in {to})");
+        bail!(
+            "the copy differs from its source (export sha256 {a_digest} in {from}, {b_digest} in {to})"
+        );
     }
     writeln!(
         out,

@@ -25,7 +25,14 @@ fn fill(r: &Run, extra: &[&str]) {
         let all: Vec<&str> = args.iter().chain(extra).copied().collect();
         r.ok(&all);
     };
-    run(&["append", "s1", "--role", "user", "--content", "I live in Lisbon; 私はリスボンに住んでいます"]);
+    run(&[
+        "append",
+        "s1",
+        "--role",
+        "user",
+        "--content",
+        "I live in Lisbon; 私はリスボンに住んでいます",
+    ]);
     run(&[
         "append",
         "s1",
@@ -36,11 +43,35 @@ fn fill(r: &Run, extra: &[&str]) {
         "--tool-calls",
         r#"[{"id":"c1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Lisbon\"}"}}]"#,
     ]);
-    run(&["append", "s1", "--role", "tool", "--tool-call-id", "c1", "--content", "sunny\u{1}"]);
+    run(&[
+        "append",
+        "s1",
+        "--role",
+        "tool",
+        "--tool-call-id",
+        "c1",
+        "--content",
+        "sunny\u{1}",
+    ]);
     run(&["anchor", "s1", "phase/1"]);
-    run(&["append", "s2", "--role", "user", "--content", "other tenant", "--tenant", "acme"]);
+    run(&[
+        "append",
+        "s2",
+        "--role",
+        "user",
+        "--content",
+        "other tenant",
+        "--tenant",
+        "acme",
+    ]);
     run(&["memory", "save", "Ada likes tea"]);
-    run(&["memory", "save", "Ada's cat is called Miso", "--user", "ada"]);
+    run(&[
+        "memory",
+        "save",
+        "Ada's cat is called Miso",
+        "--user",
+        "ada",
+    ]);
     run(&["files", "write", "notes.md", "# Notes\n- first"]);
 }
 
@@ -48,7 +79,11 @@ fn export_all(r: &Run, extra: &[&str]) -> Vec<u8> {
     let mut args = vec!["export", "--all"];
     args.extend(extra);
     let out = r.cmd(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
@@ -65,7 +100,10 @@ fn migrate_copies_the_tape_both_ways_and_every_export_is_identical() {
     assert!(said.contains("copied"), "{said}");
     // The database now answers every read the SQLite store did.
     let on_pg = export_all(&r, &["--database", url]);
-    assert_eq!(on_pg, original, "the export from PostgreSQL is byte-identical");
+    assert_eq!(
+        on_pg, original,
+        "the export from PostgreSQL is byte-identical"
+    );
     let history = r.ok(&["history", "s1", "--database", url]);
     assert!(history.contains("Lisbon"), "{history}");
 
@@ -83,13 +121,28 @@ fn migrate_copies_the_tape_both_ways_and_every_export_is_identical() {
 
     // Writes through MEMTAPE_DATABASE_URL land in PostgreSQL, not in the data directory.
     let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
-        .args(["append", "s1", "--role", "user", "--content", "I moved to Porto"])
+        .args([
+            "append",
+            "s1",
+            "--role",
+            "user",
+            "--content",
+            "I moved to Porto",
+        ])
         .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
         .env("MEMTAPE_DATABASE_URL", url)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(export_all(&r, &[]), original, "the SQLite store is left alone");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        export_all(&r, &[]),
+        original,
+        "the SQLite store is left alone"
+    );
     let hits = r.ok(&["search", "--model", "none", "Porto", "--database", url]);
     assert!(hits.contains("I moved to Porto"), "{hits}");
 }
@@ -100,7 +153,12 @@ fn a_database_that_is_not_postgres_or_not_reachable_is_a_clear_error() {
     let err = r.fails(&["history", "s1", "--database", "mysql://u:pw@host/db"]);
     assert!(err.contains("not a PostgreSQL address"), "{err}");
     assert!(!err.contains("pw"), "no password in messages: {err}");
-    let err = r.fails(&["history", "s1", "--database", "postgres://u:hunter2@127.0.0.1:1/db"]);
+    let err = r.fails(&[
+        "history",
+        "s1",
+        "--database",
+        "postgres://u:hunter2@127.0.0.1:1/db",
+    ]);
     assert!(err.contains("postgres://u@127.0.0.1:1/db"), "{err}");
     assert!(!err.contains("hunter2"), "no password in messages: {err}");
     let err = r.fails(&["migrate", "--to", "postgres://u:hunter2@127.0.0.1:1/db"]);
@@ -168,7 +226,13 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
         .collect();
     std::thread::sleep(Duration::from_millis(400));
     let pid = a.child.id().to_string();
-    assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     // B goes on a little after A died.
     std::thread::sleep(Duration::from_millis(200));
     stop_b.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -180,7 +244,10 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
         .iter()
         .filter(|(_, w)| w[1..2].parse::<u32>().unwrap() % 2 == 0)
         .count();
-    assert!(through_a > 0 && through_a < acked.len(), "both servers took writes");
+    assert!(
+        through_a > 0 && through_a < acked.len(),
+        "both servers took writes"
+    );
     let killed = Arc::try_unwrap(a).ok().unwrap();
     assert_eq!(killed.terminate_killed(), None, "killed by a signal");
 
@@ -205,7 +272,16 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
     assert_eq!(ids.len(), acked.len());
 
     // A write by the CLI beside the server, on the same database, is found too.
-    rb.ok(&["append", "late", "--role", "user", "--content", "crosswordomega", "--database", &url]);
+    rb.ok(&[
+        "append",
+        "late",
+        "--role",
+        "user",
+        "--content",
+        "crosswordomega",
+        "--database",
+        &url,
+    ]);
     assert!(found(&b, "crosswordomega"));
     let b = Arc::try_unwrap(b).ok().unwrap();
     let (code, _) = b.terminate();

@@ -85,7 +85,57 @@ pub fn is_postgres_url(address: &str) -> bool {
     lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
+/// Creates the database `name` on the cluster that `admin_url` reaches (the role needs
+/// CREATEDB) and returns the address of the new database: for benchmarks and tests that
+/// want a store of their own. `name` must be a plain identifier (letters, digits, `_`).
+pub fn create_database(admin_url: &str, name: &str) -> Result<String> {
+    let target = Target::parse(admin_url, false)?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(target.fail(format!("{name:?} is not a plain database name")));
+    }
+    let mut client = target.connect()?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .map_err(|e| target.err(e))?;
+    Ok(with_database(admin_url, name))
+}
+
+/// Drops the database `name` (closing any connection still open to it), if it exists.
+pub fn drop_database(admin_url: &str, name: &str) -> Result<()> {
+    let target = Target::parse(admin_url, false)?;
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(target.fail(format!("{name:?} is not a plain database name")));
+    }
+    let mut client = target.connect()?;
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .map_err(|e| target.err(e))
+}
+
+/// `url` with its database name replaced by `db` (`postgres://user@host:port/db?options`).
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[after_scheme..]
+        .find('/')
+        .map_or(base.len(), |i| after_scheme + i);
+    format!("{}/{db}{query}", &base[..host_end])
+}
+
 impl PostgresStore {
+    /// The size of the database on disk, in bytes (`pg_database_size`).
+    pub fn database_bytes(&self) -> Result<i64> {
+        self.read(|c, t| {
+            Ok(
+                c.query_one(t, "SELECT pg_database_size(current_database())", &[])?
+                    .get(0),
+            )
+        })
+    }
+
     /// Connects to the database at `url` (a `postgres://` URL or a libpq key=value
     /// string), creating memtape's tables or migrating them when needed. A database whose
     /// schema is newer than this build is refused untouched.
@@ -135,7 +185,9 @@ impl PostgresStore {
         let target = &self.target;
         let mut conn = self.pool.take(target)?;
         let run = |conn: &mut Conn| -> Result<T> {
-            conn.client.batch_execute("BEGIN").map_err(|e| target.err(e))?;
+            conn.client
+                .batch_execute("BEGIN")
+                .map_err(|e| target.err(e))?;
             let last: i64 = conn
                 .query_one(target, "SELECT last_id FROM memtape_tape FOR UPDATE", &[])?
                 .get(0);
@@ -149,7 +201,9 @@ impl PostgresStore {
             };
             let out = f(&mut tx)?;
             tx.flush()?;
-            conn.client.batch_execute("COMMIT").map_err(|e| target.err(e))?;
+            conn.client
+                .batch_execute("COMMIT")
+                .map_err(|e| target.err(e))?;
             Ok(out)
         };
         let out = run(&mut conn);
@@ -382,7 +436,9 @@ impl Tx<'_> {
 /// tenant's locks never meet another tenant's, however the names are spelled.
 fn lock_keys(tenant: &str, name: &str) -> (i32, i32) {
     let digest = Sha256::digest(format!("{tenant}\u{0}{name}").as_bytes());
-    let half = |at: usize| i32::from_be_bytes([digest[at], digest[at + 1], digest[at + 2], digest[at + 3]]);
+    let half = |at: usize| {
+        i32::from_be_bytes([digest[at], digest[at + 1], digest[at + 2], digest[at + 3]])
+    };
     (half(0), half(4))
 }
 
@@ -440,7 +496,11 @@ impl Drop for PostgresStore {
     }
 }
 
-fn tenant_scan_args(filter: &Filter, sql: &mut String, args: &mut Vec<Box<dyn ToSql + Sync>>) -> Result<()> {
+fn tenant_scan_args(
+    filter: &Filter,
+    sql: &mut String,
+    args: &mut Vec<Box<dyn ToSql + Sync>>,
+) -> Result<()> {
     let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync>| {
         args.push(value);
         sql.push_str(&clause.replace('?', &format!("${}", args.len())));
@@ -469,7 +529,11 @@ fn tenant_scan_args(filter: &Filter, sql: &mut String, args: &mut Vec<Box<dyn To
         Order::Desc => " ORDER BY id DESC",
     });
     if let Some(l) = filter.limit {
-        arg(sql, " LIMIT ?", Box::new(i64::try_from(l).unwrap_or(i64::MAX)));
+        arg(
+            sql,
+            " LIMIT ?",
+            Box::new(i64::try_from(l).unwrap_or(i64::MAX)),
+        );
     }
     Ok(())
 }
@@ -571,12 +635,17 @@ impl Store for PostgresStore {
     }
 
     fn tape_id(&self) -> Result<String> {
-        self.read(|c, t| Ok(c.query_one(t, "SELECT tape_id FROM memtape_tape", &[])?.get(0)))
+        self.read(|c, t| {
+            Ok(c.query_one(t, "SELECT tape_id FROM memtape_tape", &[])?
+                .get(0))
+        })
     }
 
     fn last_id(&self) -> Result<EntryId> {
         self.read(|c, t| {
-            let last: i64 = c.query_one(t, "SELECT last_id FROM memtape_tape", &[])?.get(0);
+            let last: i64 = c
+                .query_one(t, "SELECT last_id FROM memtape_tape", &[])?
+                .get(0);
             Ok(unsql(last))
         })
     }

@@ -130,7 +130,11 @@ pub(crate) fn prepare(conn: &mut Conn, target: &Target) -> Result<()> {
         conn.client
             .batch_execute("BEGIN")
             .map_err(|e| target.err(e))?;
-        conn.execute(target, "SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        conn.execute(
+            target,
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&MIGRATION_LOCK],
+        )?;
         // Another process may have migrated while this one waited for the lock.
         let from = match version(conn, target)? {
             Some(v) if v > SCHEMA_VERSION => return Err(refuse_newer(target, v)),

@@ -29,30 +29,13 @@ pub fn admin_url() -> String {
     })
 }
 
-/// `url` with its database name replaced by `db` (`postgres://user@host:port/db?options`).
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let after_scheme = base.find("://").map_or(0, |i| i + 3);
-    let host_end = base[after_scheme..]
-        .find('/')
-        .map_or(base.len(), |i| after_scheme + i);
-    format!("{}/{db}{query}", &base[..host_end])
-}
-
 impl Scratch {
     /// Creates a new empty database, or panics naming what failed.
     pub fn new() -> Self {
         let admin = admin_url();
         let name = format!("memtape_test_{:016x}", fastrand::u64(..));
-        let mut client = Client::connect(&admin, NoTls)
-            .unwrap_or_else(|e| panic!("cannot reach the test cluster at {admin}: {e}"));
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
+        let url = crate::create_database(&admin, &name)
             .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
-        let url = with_database(&admin, &name);
         Scratch { admin, name, url }
     }
 
@@ -76,11 +59,6 @@ impl Default for Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut client) = Client::connect(&self.admin, NoTls) {
-            let _ = client.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
+        let _ = crate::drop_database(&self.admin, &self.name);
     }
 }

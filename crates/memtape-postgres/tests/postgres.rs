@@ -76,7 +76,9 @@ fn a_follower_never_skips_an_id_under_concurrent_writers() {
                 let s = scope(if w % 2 == 0 { "even" } else { "odd" }, &format!("w{w}"));
                 for b in 0..BATCHES {
                     let n = 1 + (b % 3);
-                    let batch = (0..n).map(|i| msg(&s, &format!("w{w} b{b} i{i}"))).collect();
+                    let batch = (0..n)
+                        .map(|i| msg(&s, &format!("w{w} b{b} i{i}")))
+                        .collect();
                     store.append(batch).unwrap();
                 }
             })
@@ -118,8 +120,7 @@ fn the_database_itself_refuses_to_change_or_remove_entries() {
     ] {
         let err = raw.batch_execute(sql).unwrap_err();
         assert!(
-            err.to_string().contains("append-only")
-                || format!("{err:?}").contains("append-only"),
+            err.to_string().contains("append-only") || format!("{err:?}").contains("append-only"),
             "{sql}: {err:?}"
         );
     }
@@ -153,7 +154,10 @@ fn a_newer_schema_is_refused_and_left_untouched() {
             Err(Error::NewerSchema {
                 found, supported, ..
             }) => {
-                assert_eq!((found, supported), (i64::from(newer), i64::from(SCHEMA_VERSION)));
+                assert_eq!(
+                    (found, supported),
+                    (i64::from(newer), i64::from(SCHEMA_VERSION))
+                );
             }
             other => panic!("expected NewerSchema, got {other:?}"),
         }
@@ -170,7 +174,10 @@ fn servers_opening_a_fresh_database_at_once_create_it_once() {
             std::thread::spawn(move || PostgresStore::connect(&url).map(|s| s.tape_id().unwrap()))
         })
         .collect();
-    let ids: Vec<String> = opens.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+    let ids: Vec<String> = opens
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "one tape: {ids:?}");
     let version: i32 = db
         .client()
@@ -220,7 +227,9 @@ fn advisory_locks_hold_across_stores_and_die_with_their_connection() {
         let url = db.url().to_owned();
         std::thread::spawn(move || {
             let c = PostgresStore::connect(&url).unwrap();
-            c.lock("t", "consolidate/s1", Wait::Block).unwrap().is_some()
+            c.lock("t", "consolidate/s1", Wait::Block)
+                .unwrap()
+                .is_some()
         })
     };
     std::thread::sleep(Duration::from_millis(200));
@@ -243,7 +252,10 @@ fn advisory_locks_hold_across_stores_and_die_with_their_connection() {
         if b.lock("t", "emergence", Wait::Try).unwrap().is_some() {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the lock was never released");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock was never released"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -275,7 +287,10 @@ fn a_bad_address_or_an_unreachable_server_is_a_clear_error() {
     let err = PostgresStore::connect("postgres://u:secret@127.0.0.1:1/db").unwrap_err();
     let text = err.to_string();
     assert!(text.contains("postgres://u@127.0.0.1:1/db"), "{text}");
-    assert!(!text.contains("secret"), "the password is never shown: {text}");
+    assert!(
+        !text.contains("secret"),
+        "the password is never shown: {text}"
+    );
     let err = PostgresStore::connect("postgres://host:notaport/db").unwrap_err();
     assert!(err.to_string().contains("--database"), "{err}");
 }
@@ -287,7 +302,9 @@ fn a_waiting_follower_wakes_when_another_store_commits() {
     let writer = PostgresStore::connect(db.url()).unwrap();
     // Nothing written: the wait lasts its whole timeout.
     let started = std::time::Instant::now();
-    follower.wait_for_writes(Duration::from_millis(300)).unwrap();
+    follower
+        .wait_for_writes(Duration::from_millis(300))
+        .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(300));
     // A commit elsewhere ends the wait at once, long before its timeout.
     let url = db.url().to_owned();
@@ -305,7 +322,9 @@ fn a_waiting_follower_wakes_when_another_store_commits() {
     write.join().unwrap();
     assert_eq!(follower.last_id().unwrap(), EntryId(1));
     // Commits made while nobody waited are not lost: the next wait returns at once.
-    writer.append(vec![msg(&scope("t", "s"), "while away")]).unwrap();
+    writer
+        .append(vec![msg(&scope("t", "s"), "while away")])
+        .unwrap();
     let started = std::time::Instant::now();
     follower.wait_for_writes(Duration::from_secs(30)).unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{Engine, Entry, NewEntry, DynStore};
+use memtape::{DynStore, Engine, Entry, NewEntry};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, Result};

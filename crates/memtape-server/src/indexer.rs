@@ -164,8 +164,9 @@ fn follow(
     }
 }
 
-/// The watcher thread: wakes the indexer whenever the tape has grown past the index,
-/// however it grew (this server's appends wake the indexer directly as well).
+/// The watcher thread: wakes the indexer whenever the tape has grown past the index, or
+/// the index's vectors are behind its text, however that came about (this server's
+/// appends wake the indexer directly as well).
 fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBool) {
     let Some(index) = engine.index() else {
         return;
@@ -182,7 +183,10 @@ fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBoo
                     tracing::info!("following the tape again");
                     failing = false;
                 }
-                if last > index.covered() {
+                // Vectors behind count too: a search may have indexed another process's
+                // append as text itself, and only a wake gets the embedder to it.
+                let embeds = index.embedder().is_some();
+                if last > index.covered() || (embeds && index.embedded() < index.covered()) {
                     let _ = indexer.try_send(Wake::Written);
                 }
             }

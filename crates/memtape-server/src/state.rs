@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 
 use memtape::{
-    Background, DynStore, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, Store, WriteHook,
-    events,
+    Background, DynStore, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, Store,
+    WriteHook, events,
 };
 use memtape_llm::Llm;
 use serde::{Deserialize, Serialize};

@@ -13,7 +13,9 @@ use rusqlite::{
 };
 
 use crate::locks::{file_lock, lock_dir};
-use crate::row::{EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql};
+use crate::row::{
+    EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
+};
 use crate::rules::{check_restored, next_id, plan_restore, prepare};
 use crate::{Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
@@ -728,4 +730,3 @@ impl Store for SqliteStore {
         self.read(last_id)
     }
 }
-

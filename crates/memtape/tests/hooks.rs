@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use memtape::{Engine, Entry, Format, MemoryWrite, Message, Scope, SqliteStore, WriteHook};
+use memtape::{Engine, Entry, Format, MemoryWrite, Message, Scope, Store, WriteHook};
 
 type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
 

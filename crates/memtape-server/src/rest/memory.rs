@@ -12,7 +12,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use chrono::NaiveDate;
 use memtape::memory::{Change, Op, Recorded, check_path, diff};
-use memtape::{Engine, EntryId, Scope, DynStore};
+use memtape::{DynStore, Engine, EntryId, Scope};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};

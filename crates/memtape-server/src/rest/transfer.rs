@@ -18,7 +18,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memtape::{Engine, Entry, EntryId, Filter, Format, Scope, DynStore, Store};
+use memtape::{DynStore, Engine, Entry, EntryId, Filter, Format, Scope, Store};
 use memtape_core::formats::memtape::line;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
