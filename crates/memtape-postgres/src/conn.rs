@@ -3,7 +3,7 @@
 //! becomes the store's error naming the database (never its password).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use memtape_store::Error;
@@ -12,8 +12,9 @@ use postgres::{Client, Config, NoTls, Row, Statement};
 
 use crate::Result;
 
-/// How many idle connections a store keeps open for its next reads and writes.
-const IDLE: usize = 16;
+/// How many connections one store opens at most for its reads and writes (its locks and
+/// its listener have a connection each besides).
+pub const MAX_OPEN: usize = 32;
 
 /// How long opening a connection may take before it is an error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -170,39 +171,86 @@ impl Conn {
     }
 }
 
-/// The idle connections of one store.
+/// The connections of one store: at most [`MAX_OPEN`] open at once (idle or in use), so
+/// a busy server cannot exhaust the database's connection slots; a caller who finds them
+/// all in use waits for one to come back. No caller holds one connection while it asks
+/// for another, so the wait always ends.
 #[derive(Default)]
 pub(crate) struct Pool {
-    idle: Mutex<Vec<Conn>>,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: Vec<Conn>,
+    /// Connections open, idle or in use.
+    open: usize,
 }
 
 impl Pool {
-    /// An idle connection, or a new one.
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An idle connection, or a new one when fewer than [`MAX_OPEN`] are open; else waits.
     pub(crate) fn take(&self, target: &Target) -> Result<Conn> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        match idle {
-            Some(c) if !c.client.is_closed() => Ok(c),
-            _ => Ok(Conn::new(target.connect()?)),
+        let mut state = self.state();
+        loop {
+            if let Some(c) = state.idle.pop() {
+                if c.client.is_closed() {
+                    state.open -= 1;
+                    drop(state);
+                    drop(c);
+                    state = self.state();
+                    continue;
+                }
+                return Ok(c);
+            }
+            if state.open < MAX_OPEN {
+                state.open += 1;
+                drop(state);
+                return match target.connect() {
+                    Ok(client) => Ok(Conn::new(client)),
+                    Err(e) => {
+                        self.release_slot();
+                        Err(e)
+                    }
+                };
+            }
+            state = self
+                .freed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    fn release_slot(&self) {
+        self.state().open -= 1;
+        self.freed.notify_one();
+    }
+
+    /// Gives back a connection that is outside any transaction; a closed one is let go.
+    pub(crate) fn give(&self, conn: Conn) {
+        if conn.client.is_closed() {
+            self.discard(conn);
+            return;
+        }
+        self.state().idle.push(conn);
+        self.freed.notify_one();
+    }
+
+    /// Lets a connection go (closed, or in no state to be used again).
+    pub(crate) fn discard(&self, conn: Conn) {
+        drop(conn);
+        self.release_slot();
     }
 
     /// Takes every idle connection out, to close them.
     pub(crate) fn drain(&self) -> Vec<Conn> {
-        std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Gives back a connection that is still open and outside any transaction.
-    pub(crate) fn give(&self, conn: Conn) {
-        if conn.client.is_closed() {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < IDLE {
-            idle.push(conn);
-        }
+        let mut state = self.state();
+        let idle = std::mem::take(&mut state.idle);
+        state.open -= idle.len();
+        idle
     }
 }

@@ -49,6 +49,7 @@ use postgres::types::ToSql;
 use sha2::{Digest, Sha256};
 
 use crate::conn::{Conn, Pool, Target};
+pub use crate::conn::MAX_OPEN;
 pub use crate::schema::SCHEMA_VERSION;
 
 /// The result type of this crate (its errors are the store's: [`memtape_store::Error`]).
@@ -213,6 +214,8 @@ impl PostgresStore {
             Err(_) => {
                 if conn.client.batch_execute("ROLLBACK").is_ok() {
                     self.pool.give(conn);
+                } else {
+                    self.pool.discard(conn);
                 }
             }
         }
@@ -496,7 +499,8 @@ impl Drop for PostgresStore {
     }
 }
 
-fn tenant_scan_args(
+/// Appends the SQL of `filter` (after a `WHERE scope_id = $1`) and its parameters.
+fn filter_clauses(
     filter: &Filter,
     sql: &mut String,
     args: &mut Vec<Box<dyn ToSql + Sync>>,
@@ -595,7 +599,7 @@ impl Store for PostgresStore {
                 "SELECT id, kind, parent, created_at, payload, meta FROM memtape_entries WHERE scope_id = $1",
             );
             let mut args: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(scope_id)];
-            tenant_scan_args(filter, &mut sql, &mut args)?;
+            filter_clauses(filter, &mut sql, &mut args)?;
             let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref()).collect();
             c.query(t, &sql, &params)?
                 .iter()

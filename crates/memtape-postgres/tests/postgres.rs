@@ -329,3 +329,54 @@ fn a_waiting_follower_wakes_when_another_store_commits() {
     follower.wait_for_writes(Duration::from_secs(30)).unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_busy_store_opens_no_more_connections_than_its_bound() {
+    let db = Scratch::new();
+    let store = Arc::new(PostgresStore::connect(db.url()).unwrap());
+    let s = scope("t", "s");
+    store.append(vec![msg(&s, "one")]).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (mut raw, done) = (db.client(), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut most = 0i64;
+            while !done.load(Ordering::SeqCst) {
+                let open: i64 = raw
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE datname = current_database() AND application_name = 'memtape'",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                most = most.max(open);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    let workers: Vec<_> = (0..3 * memtape_postgres::MAX_OPEN)
+        .map(|i| {
+            let (store, s) = (Arc::clone(&store), s.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    assert!(!store.scan(&s, &Filter::default()).unwrap().is_empty());
+                    if i % 8 == 0 {
+                        store.append(vec![msg(&s, "more")]).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let most = monitor.join().unwrap();
+    assert!(
+        most >= 2 && most <= memtape_postgres::MAX_OPEN as i64,
+        "at most {} connections open at once, saw {most}",
+        memtape_postgres::MAX_OPEN
+    );
+}

@@ -127,6 +127,16 @@ impl From<memtape::Error> for ApiError {
                 S::Unwritable { .. } | S::ReadOnly(_) | S::IdsExhausted(_) => {
                     Self::new(StatusCode::INSUFFICIENT_STORAGE, "unavailable", message)
                 }
+                // The database server failed or is out of reach: the client may retry.
+                // Its address and words go to the log, not to the client.
+                S::Database { .. } => {
+                    tracing::warn!("database error: {message}");
+                    Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "the database did not answer; try again".to_owned(),
+                    )
+                }
                 _ => Self::internal(message),
             },
             _ => Self::internal(message),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use memtape::{
     Background, DynStore, Engine, Entry, LifecycleConfig, NewEntry, Payload, Scope, Store,
-    WriteHook, events,
+    StoreLock, WriteHook, events,
 };
 use memtape_llm::Llm;
 use serde::{Deserialize, Serialize};
@@ -133,6 +133,10 @@ struct Inner {
     loopback: bool,
     memory_changed: broadcast::Sender<Scope>,
     background: Option<Arc<Background<DynStore>>>,
+    /// The emergence scheduler's lock, once this server holds it: of all the servers on
+    /// one store (several on one PostgreSQL database), only its holder runs the schedule,
+    /// so a slot runs once. It passes to another server when this one stops or dies.
+    scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
 }
 
 /// The model a server keeps memory with, and how (`[llm]` and `[lifecycle]` of
@@ -144,6 +148,10 @@ pub struct ModelSetup {
     /// When and how the lifecycle runs.
     pub lifecycle: LifecycleConfig,
 }
+
+/// The scheduler's lock: a name no tenant's locks use (tenant names cannot be empty).
+const SCHEDULER_TENANT: &str = "";
+const SCHEDULER_LOCK: &str = "emergence scheduler";
 
 /// How many memory changes wait for a slow listener before it is told it missed some.
 const CHANGES_QUEUED: usize = 256;
@@ -226,6 +234,7 @@ impl AppState {
                 loopback,
                 memory_changed,
                 background,
+                scheduler: Arc::default(),
             }),
         }
     }
@@ -300,7 +309,9 @@ impl AppState {
     }
 
     /// Runs the emergences due between `after` and `until` (each agent's schedule), one at a
-    /// time on the blocking pool; a memory busy elsewhere is skipped.
+    /// time on the blocking pool; a memory busy elsewhere is skipped. Only the server that
+    /// holds the scheduler's lock runs them (taken at the first tick it is free, kept while
+    /// the server runs).
     pub async fn run_due_emergences(
         &self,
         after: chrono::DateTime<chrono::Utc>,
@@ -310,7 +321,25 @@ impl AppState {
             return;
         };
         let engine = self.inner.engine.clone();
+        let scheduler = self.inner.scheduler.clone();
         let done = tokio::task::spawn_blocking(move || {
+            let mut held = scheduler
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if held.is_none() {
+                match engine
+                    .store()
+                    .lock(SCHEDULER_TENANT, SCHEDULER_LOCK, memtape::Wait::Try)
+                {
+                    Ok(Some(lock)) => *held = Some(lock),
+                    // Another server on this store runs the schedule.
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not take the emergence scheduler's lock");
+                        return;
+                    }
+                }
+            }
             let config = &background.config().emergence;
             let due = match engine.due_emergences(config, after, until) {
                 Ok(due) => due,

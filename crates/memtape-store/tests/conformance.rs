@@ -464,3 +464,40 @@ fn compare_and_append_refuses_a_write_based_on_a_stale_read() {
             .unwrap();
     });
 }
+
+#[test]
+fn ids_at_the_integer_edges_read_as_missing_never_as_errors() {
+    each_store(|store| {
+        let a = session("a");
+        store
+            .append(vec![msg(&a, Message::user("one"), 0)])
+            .unwrap();
+        for edge in [0, EntryId::MAX.0, i64::MAX as u64, u64::MAX] {
+            let id = EntryId(edge);
+            assert_eq!(store.get("acme", id).unwrap(), None, "get {edge}");
+            assert!(store.get_many("acme", &[id]).unwrap().is_empty());
+            let later = Filter {
+                after: Some(id),
+                ..Filter::default()
+            };
+            let expect = usize::from(edge == 0);
+            assert_eq!(store.scan(&a, &later).unwrap().len(), expect, "after {edge}");
+            assert_eq!(store.entries_after(id, 10).unwrap().len(), expect);
+            let earlier = Filter {
+                before: Some(id),
+                ..Filter::default()
+            };
+            assert_eq!(
+                store.scan(&a, &earlier).unwrap().len(),
+                1 - expect,
+                "before {edge}"
+            );
+        }
+        let huge_limit = Filter {
+            limit: Some(usize::MAX),
+            ..Filter::default()
+        };
+        assert_eq!(store.scan(&a, &huge_limit).unwrap().len(), 1);
+        assert_eq!(store.entries_after(EntryId(0), usize::MAX).unwrap().len(), 1);
+    });
+}
