@@ -481,7 +481,11 @@ fn ids_at_the_integer_edges_read_as_missing_never_as_errors() {
                 ..Filter::default()
             };
             let expect = usize::from(edge == 0);
-            assert_eq!(store.scan(&a, &later).unwrap().len(), expect, "after {edge}");
+            assert_eq!(
+                store.scan(&a, &later).unwrap().len(),
+                expect,
+                "after {edge}"
+            );
             assert_eq!(store.entries_after(id, 10).unwrap().len(), expect);
             let earlier = Filter {
                 before: Some(id),
@@ -498,6 +502,9 @@ fn ids_at_the_integer_edges_read_as_missing_never_as_errors() {
             ..Filter::default()
         };
         assert_eq!(store.scan(&a, &huge_limit).unwrap().len(), 1);
-        assert_eq!(store.entries_after(EntryId(0), usize::MAX).unwrap().len(), 1);
+        assert_eq!(
+            store.entries_after(EntryId(0), usize::MAX).unwrap().len(),
+            1
+        );
     });
 }
