@@ -42,7 +42,7 @@ use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 use memtape_store::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
-use memtape_store::rules::{check_restored, next_id, plan_restore, prepare};
+use memtape_store::rules::{Transaction, append_in, restore_in};
 use memtape_store::{Error, Restored, ScopeInfo, Store, StoreLock, Wait};
 use postgres::Row;
 use postgres::types::ToSql;
@@ -298,7 +298,11 @@ fn entry_in(scope: &Scope, r: &Row, at: usize) -> Result<Entry> {
     )
 }
 
-impl Tx<'_> {
+impl Transaction for Tx<'_> {
+    fn last_id(&mut self) -> Result<EntryId> {
+        Ok(self.last)
+    }
+
     fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)> {
         if let Some(found) = self.scopes.get(scope) {
             return Ok(found.clone());
@@ -360,7 +364,9 @@ impl Tx<'_> {
         info.apply(entry);
         Ok(())
     }
+}
 
+impl Tx<'_> {
     /// Writes what the transaction queued: the entries (a few statements, however many),
     /// the scope projections and the counter; and notifies [`CHANNEL`] (delivered at
     /// commit).
@@ -544,29 +550,11 @@ fn filter_clauses(
 
 impl Store for PostgresStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        self.write(|tx| {
-            let mut out = Vec::with_capacity(entries.len());
-            for new in entries {
-                let id = next_id(tx.last)?;
-                let (scope_id, info) = tx.scope(&new.scope)?;
-                let entry = prepare(new, id, &info, &mut |id| tx.lookup(id))?;
-                tx.insert(scope_id, &entry)?;
-                out.push(entry);
-            }
-            Ok(out)
-        })
+        self.write(|tx| append_in(tx, entries))
     }
 
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
-        self.write(|tx| {
-            let (entries, placement) = plan_restore(entries, tx.last)?;
-            for entry in &entries {
-                let (scope_id, info) = tx.scope(&entry.scope)?;
-                check_restored(entry, &info, &mut |id| tx.lookup(id))?;
-                tx.insert(scope_id, entry)?;
-            }
-            Ok(Restored { placement, entries })
-        })
+        self.write(|tx| restore_in(tx, entries))
     }
 
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {

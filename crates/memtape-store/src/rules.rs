@@ -258,3 +258,45 @@ pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) 
     }
     Ok(())
 }
+
+/// One write transaction of a SQL store, as the shared append and restore loops see it:
+/// where ids stand, each scope's row id and projection so far, lookups of stored entries,
+/// and the insertion of a checked entry (which folds it into its scope's projection).
+pub trait Transaction {
+    /// The last id given so far (in this transaction or before it).
+    fn last_id(&mut self) -> Result<EntryId>;
+    /// The row id and projection of `scope`, creating its row when it has none.
+    fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)>;
+    /// Where an entry (stored, or written earlier in this transaction) belongs.
+    fn lookup(&mut self, id: EntryId) -> Result<Option<(Scope, Kind)>>;
+    /// Writes `entry`, already checked, into the scope with row id `scope_id`.
+    fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()>;
+}
+
+/// [`crate::Store::append`] inside `tx`: each new entry gets the next id and is prepared
+/// ([`prepare`]) against its scope as the entries before it left it.
+pub fn append_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+    let mut last = tx.last_id()?;
+    let mut out = Vec::with_capacity(entries.len());
+    for new in entries {
+        let id = next_id(last)?;
+        last = id;
+        let (scope_id, info) = tx.scope(&new.scope)?;
+        let entry = prepare(new, id, &info, &mut |id| tx.lookup(id))?;
+        tx.insert(scope_id, &entry)?;
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// [`crate::Store::restore`] inside `tx`: planned by [`plan_restore`], each entry checked
+/// ([`check_restored`]) and written as planned.
+pub fn restore_in(tx: &mut dyn Transaction, entries: Vec<Entry>) -> Result<crate::Restored> {
+    let (entries, placement) = plan_restore(entries, tx.last_id()?)?;
+    for entry in &entries {
+        let (scope_id, info) = tx.scope(&entry.scope)?;
+        check_restored(entry, &info, &mut |id| tx.lookup(id))?;
+        tx.insert(scope_id, entry)?;
+    }
+    Ok(crate::Restored { placement, entries })
+}

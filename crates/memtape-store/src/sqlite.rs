@@ -16,7 +16,7 @@ use crate::locks::{file_lock, lock_dir};
 use crate::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
-use crate::rules::{check_restored, next_id, plan_restore, prepare};
+use crate::rules::{Transaction, append_in, restore_in};
 use crate::{Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
 /// The schema version this build writes. Databases with a higher version are refused.
@@ -381,7 +381,7 @@ struct Writer<'a> {
     scopes: HashMap<Scope, (i64, ScopeInfo)>,
 }
 
-impl Writer<'_> {
+impl Transaction for Writer<'_> {
     fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)> {
         if let Some(found) = self.scopes.get(scope) {
             return Ok(found.clone());
@@ -400,11 +400,11 @@ impl Writer<'_> {
         Ok(found)
     }
 
-    fn last_id(&self) -> Result<EntryId> {
+    fn last_id(&mut self) -> Result<EntryId> {
         last_id(self.tx)
     }
 
-    fn lookup(&self, id: EntryId) -> Result<Option<(Scope, Kind)>> {
+    fn lookup(&mut self, id: EntryId) -> Result<Option<(Scope, Kind)>> {
         let row = self
             .tx
             .prepare_cached(
@@ -546,31 +546,11 @@ fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Res
 
 impl Store for SqliteStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        self.write(|w| {
-            let mut last = w.last_id()?;
-            let mut out = Vec::with_capacity(entries.len());
-            for new in entries {
-                let next = next_id(last)?;
-                last = next;
-                let (scope_id, info) = w.scope(&new.scope)?;
-                let entry = prepare(new, next, &info, &mut |id| w.lookup(id))?;
-                w.insert(scope_id, &entry)?;
-                out.push(entry);
-            }
-            Ok(out)
-        })
+        self.write(|w| append_in(w, entries))
     }
 
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
-        self.write(|w| {
-            let (entries, placement) = plan_restore(entries, w.last_id()?)?;
-            for entry in &entries {
-                let (scope_id, info) = w.scope(&entry.scope)?;
-                check_restored(entry, &info, &mut |id| w.lookup(id))?;
-                w.insert(scope_id, entry)?;
-            }
-            Ok(Restored { placement, entries })
-        })
+        self.write(|w| restore_in(w, entries))
     }
 
     fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
