@@ -197,12 +197,6 @@ impl Ctx {
         self
     }
 
-    /// The PostgreSQL database holding the tape, when one is configured.
-    #[allow(dead_code)]
-    pub fn database(&self) -> Option<&str> {
-        self.database.as_deref()
-    }
-
     /// Where the tape is, for messages: the database's address (without its password), or
     /// the data directory.
     pub fn tape_place(&self) -> Result<String> {
@@ -307,6 +301,8 @@ fn store(ctx: &Ctx, how: Opening) -> Result<DynStore> {
                 redact(url)
             );
         }
+        // A database without memtape's tables gets them on the first open that may write
+        // (a server, an append): there is no file whose absence would mean a typo.
         let store = match how {
             Opening::ReadOnly => PostgresStore::connect_read_only(url)?,
             Opening::Create | Opening::Open => PostgresStore::connect(url)?,

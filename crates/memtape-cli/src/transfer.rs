@@ -150,7 +150,9 @@ pub fn export(ctx: &Ctx, a: &ExportArgs, out: &mut impl Write) -> Result<()> {
 /// `memtape migrate`.
 #[derive(Args, Debug)]
 pub struct MigrateArgs {
-    /// Copy the data directory's SQLite store into the PostgreSQL database at URL.
+    /// Copy the data directory's SQLite store into the PostgreSQL database at URL. Stop the
+    /// servers and other writers first: entries written during the copy make the final
+    /// check fail.
     #[arg(
         long,
         value_name = "URL",
@@ -247,8 +249,9 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
     if last.0 > 0 {
         bail!(
             "{to} already holds entries (up to #{last}): migrate copies into an empty store only, \
-             so that every id is kept and both sides export the same bytes; \
-             to add entries to a store that has some, use `memtape export --all` and `memtape import --restore`"
+             so that every id is kept and both sides export the same bytes (after an interrupted \
+             migrate, start again into a new database or data directory); to add entries to a \
+             store that has some, use `memtape export --all` and `memtape import --restore`"
         );
     }
     let started = std::time::Instant::now();
@@ -260,14 +263,15 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
         let Some(tail) = batch.last() else {
             break;
         };
+        let from_id = after;
         after = tail.id;
         let n = batch.len() as u64;
         let restored = target
             .restore(batch)
-            .with_context(|| format!("copying the entries after #{copied} into {to}"))?;
+            .with_context(|| format!("copying the entries after #{from_id} into {to}"))?;
         if restored.placement != memtape::Placement::KeptIds {
             bail!(
-                "{to} could not keep the ids of the entries after #{copied}; the copy is incomplete: start again into an empty store"
+                "{to} could not keep the ids of the entries after #{from_id}; the copy is incomplete: start again into an empty store"
             );
         }
         copied += n;
