@@ -201,7 +201,7 @@ impl Ctx {
     /// the data directory.
     pub fn tape_place(&self) -> Result<String> {
         Ok(match &self.database {
-            Some(url) => redact(url),
+            Some(url) => memtape_postgres::shown(url),
             None => self.data_dir()?.display().to_string(),
         })
     }
@@ -280,25 +280,13 @@ enum Opening {
     ReadOnly,
 }
 
-/// `url` without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 fn store(ctx: &Ctx, how: Opening) -> Result<DynStore> {
     if let Some(url) = &ctx.database {
         if !memtape_postgres::is_postgres_url(url) {
             bail!(
                 "--database {:?} is not a PostgreSQL address: write postgres://user:password@host:port/database \
                  (leave it out to keep the tape in the data directory's SQLite file)",
-                redact(url)
+                memtape_postgres::shown(url)
             );
         }
         // A database without memtape's tables gets them on the first open that may write

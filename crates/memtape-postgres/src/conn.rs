@@ -88,6 +88,22 @@ impl Target {
     }
 }
 
+/// How `url` is shown in messages, never with its password: `postgres://user@host:port/db`
+/// when it parses as a database address, else the text with any `user:password@` cut to
+/// `user@`.
+pub fn shown(url: &str) -> String {
+    if let Ok(config) = url.parse::<Config>() {
+        return redacted(&config);
+    }
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// `postgres://user@host:port/db` for `config`: what messages show, without the password.
 fn redacted(config: &Config) -> String {
     use postgres::config::Host;

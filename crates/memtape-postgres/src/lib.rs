@@ -48,8 +48,8 @@ use postgres::Row;
 use postgres::types::ToSql;
 use sha2::{Digest, Sha256};
 
-pub use crate::conn::MAX_OPEN;
 use crate::conn::{Conn, Pool, Target};
+pub use crate::conn::{MAX_OPEN, shown};
 pub use crate::schema::SCHEMA_VERSION;
 
 /// The result type of this crate (its errors are the store's: [`memtape_store::Error`]).
