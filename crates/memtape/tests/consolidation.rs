@@ -610,6 +610,15 @@ fn background_consolidation_starts_at_the_window_and_runs_once_per_session() {
         !background.nudge(&session()).unwrap(),
         "one at a time per session"
     );
+    // Once the model has the request, the span is read: what comes now is "meanwhile".
+    let asked = std::time::Instant::now();
+    while server.requests() == 0 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "the model was never asked"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let late = chat(&engine, 1);
     background.wait_idle();
     assert_eq!(
