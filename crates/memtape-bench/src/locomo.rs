@@ -436,6 +436,7 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
             "neighbour_weight": config.index.neighbour_weight,
             "scope_weight": config.index.scope_weight,
             "time_weight": config.index.time_weight,
+            "speaker_weight": config.index.speaker_weight,
             "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
             "conversations": conversations.len(),
         }),

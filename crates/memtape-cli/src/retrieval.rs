@@ -152,6 +152,9 @@ pub struct Tuning {
     /// How much a hit gains when its time falls on a date the query names (0 to 10).
     #[arg(long, value_parser = weight)]
     time_weight: Option<f32>,
+    /// How much a message gains when the query names its speaker (0 to 10).
+    #[arg(long, value_parser = weight)]
+    speaker_weight: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
     #[arg(long, value_parser = count)]
     exact_limit: Option<usize>,
@@ -183,6 +186,7 @@ impl Tuning {
             neighbour_weight: self.neighbour_weight.unwrap_or(base.neighbour_weight),
             scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
             time_weight: self.time_weight.unwrap_or(base.time_weight),
+            speaker_weight: self.speaker_weight.unwrap_or(base.speaker_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

@@ -67,23 +67,27 @@ pub struct IndexConfig {
     /// queries are plain words). Documents from that period are also searched on their
     /// own, so they become candidates even when other documents match the words better.
     pub time_weight: f32,
+    /// When the query names a speaker (a message's name, such as "What did Caroline
+    /// paint?"): how much that speaker's messages gain (0 = names are plain words).
+    pub speaker_weight: f32,
 }
 
 impl Default for IndexConfig {
     /// The best settings measured on the LoCoMo dev file (docs/benchmarks.md): weighted
     /// fusion leaning on BM25, the previous message as context, neighbour spreading, a
-    /// small boost for hits in strongly matching sessions, and time-aware ranking.
+    /// boost for hits in strongly matching sessions, and time- and speaker-aware ranking.
     fn default() -> Self {
         IndexConfig {
-            fusion: Fusion::Weighted { bm25_weight: 0.7 },
+            fusion: Fusion::Weighted { bm25_weight: 0.6 },
             candidates: 100,
             exact_limit: 20_000,
             oversample: 100,
             context_weight: 0.2,
             embed_context: false,
-            neighbour_weight: 0.3,
-            scope_weight: 0.1,
+            neighbour_weight: 0.4,
+            scope_weight: 0.2,
             time_weight: 0.5,
+            speaker_weight: 0.5,
         }
     }
 }
@@ -102,6 +106,7 @@ impl IndexConfig {
             neighbour_weight: 0.0,
             scope_weight: 0.0,
             time_weight: 0.0,
+            speaker_weight: 0.0,
             ..IndexConfig::default()
         }
     }
@@ -114,6 +119,8 @@ struct DocMeta {
     kind: Kind,
     role: Option<Role>,
     at: DateTime<Utc>,
+    /// The message's speaker, by its row in `Docs::speaker_rows`.
+    speaker: Option<u32>,
 }
 
 /// Scopes and documents committed to the file, to be mirrored in memory in one step.
@@ -122,7 +129,7 @@ struct Added {
     /// New scopes, numbered after the mirror's last one.
     scopes: Vec<Scope>,
     /// New documents in id order.
-    docs: Vec<(EntryId, DocMeta, Option<Quantized>)>,
+    docs: Vec<(EntryId, DocMeta, Option<Quantized>, Option<String>)>,
     /// The covered mark after them.
     covered: EntryId,
     /// The embedded mark after them.
@@ -153,6 +160,10 @@ struct Docs {
     meta: Vec<DocMeta>,
     scopes: Vec<Scope>,
     scope_rows: HashMap<Scope, u32>,
+    /// The rows of the speakers (names of messages that are not tool results) seen, and
+    /// the rows of the speakers whose name holds each word.
+    speaker_rows: HashMap<String, u32>,
+    speaker_words: HashMap<String, Vec<u32>>,
     /// The vectors of the first rows: every document up to `embedded` has one, those
     /// after it (indexed with vectors to follow, [`Index::set_vectors_behind`]) not yet.
     /// So a vector's row is its document's row, and vector search sees a prefix.
@@ -174,6 +185,8 @@ impl Docs {
             meta: Vec::new(),
             scopes: Vec::new(),
             scope_rows: HashMap::new(),
+            speaker_rows: HashMap::new(),
+            speaker_words: HashMap::new(),
             vectors: Vectors::new(dim),
             covered: EntryId(0),
             embedded: EntryId(0),
@@ -191,7 +204,8 @@ impl Docs {
                 .insert(scope.clone(), self.scopes.len() as u32);
             self.scopes.push(scope);
         }
-        for (id, meta, vector) in added.docs {
+        for (id, mut meta, vector, speaker) in added.docs {
+            meta.speaker = speaker.map(|name| self.speaker_row(name));
             self.push(id, meta, vector.as_ref());
         }
         self.covered = self.covered.max(added.covered);
@@ -228,6 +242,21 @@ impl Docs {
         {
             self.vectors.push(v);
         }
+    }
+
+    /// The row of speaker `name`, added if new.
+    fn speaker_row(&mut self, name: String) -> u32 {
+        if let Some(row) = self.speaker_rows.get(&name) {
+            return *row;
+        }
+        let row = self.speaker_rows.len() as u32;
+        for word in crate::text::terms(&name) {
+            if !crate::text::is_stop_word(&word) {
+                self.speaker_words.entry(word).or_default().push(row);
+            }
+        }
+        self.speaker_rows.insert(name, row);
+        row
     }
 
     fn row_of(&self, id: u64) -> Option<usize> {

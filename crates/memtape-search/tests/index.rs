@@ -557,6 +557,76 @@ fn a_date_in_the_query_favours_that_day() {
     assert_eq!(ids(&timed, &undated), [1], "no date, no change");
 }
 
+/// Speaker-aware ranking (issue 16): a query that names a speaker favours what that
+/// speaker said over another speaker's words about them; a tool result's name (a
+/// function's) is not a speaker; a query naming no one ranks as before.
+#[test]
+fn a_speaker_named_in_the_query_ranks_their_own_words_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let chat = session("ann", "chat");
+    let named = |name: &str, text: &str| {
+        let mut m = Message::user(text);
+        m.name = Some(name.to_owned());
+        m
+    };
+    say(
+        &store,
+        &chat,
+        named("Melanie", "I painted a sunset over the lake"),
+        0,
+    ); // 1
+    say(
+        &store,
+        &chat,
+        named(
+            "Caroline Smith",
+            "Melanie painted that? Melanie, your painting: a painted sky",
+        ),
+        0,
+    ); // 2
+    let mut tool = Message::tool_result("call_1", "painted sky found in the paint store");
+    tool.name = Some("Melanie".to_owned());
+    say(&store, &chat, tool, 0); // 3
+    let request = |text: &str| {
+        SearchRequest::new(text, SearchFilter::tenant("acme"))
+            .mode(Mode::Bm25)
+            .limit(3)
+    };
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    let question = request("What has Melanie painted?");
+    assert_eq!(
+        ids(&plain, &question)[0],
+        2,
+        "Caroline's turn names Melanie and says painted twice"
+    );
+    let config = IndexConfig {
+        speaker_weight: 0.5,
+        ..IndexConfig::plain()
+    };
+    let aware = with(config, &dir.path().join("aware.db"));
+    aware.catch_up(&store).unwrap();
+    assert_eq!(
+        ids(&aware, &question),
+        [1, 2, 3],
+        "Melanie's own words first; the tool named Melanie gains nothing"
+    );
+    assert_eq!(
+        ids(
+            &aware,
+            &request("what did smith's friend say about the painted sky?")
+        )[0],
+        2,
+        "any word of a name names its speaker, in any case, possessive or not"
+    );
+    assert_eq!(
+        ids(&aware, &request("a painted sky")),
+        ids(&plain, &request("a painted sky")),
+        "no name, no change"
+    );
+}
+
 /// A server indexes text at once and vectors behind (`set_vectors_behind`): BM25 finds a
 /// document as soon as its catch-up commits, vector search once a pass has embedded it;
 /// another process mirrors those vectors; a catch-up that embeds as it goes fills what was

@@ -30,6 +30,9 @@ struct NewDoc {
     scope: Scope,
     kind: Kind,
     role: Option<Role>,
+    /// The message's name (its speaker), if it has one and is not a tool result (whose
+    /// name is a function's).
+    speaker: Option<String>,
     at: DateTime<Utc>,
     text: String,
     /// The text of the conversational entry before this one in its scope ("" if none or
@@ -44,6 +47,10 @@ impl NewDoc {
             scope: entry.scope.clone(),
             kind: entry.kind(),
             role: entry.message().map(|m| m.role),
+            speaker: entry
+                .message()
+                .filter(|m| m.role != Role::Tool)
+                .and_then(|m| m.name.clone()),
             at: entry.created_at,
             text: entry.payload.search_text()?,
             context: String::new(),
@@ -393,7 +400,8 @@ impl Index {
             .collect();
         let mut scope_stmt =
             tx.prepare_cached("INSERT INTO scopes VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
-        let mut doc_stmt = tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+        let mut doc_stmt =
+            tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?;
         let mut fts_stmt = tx.prepare_cached(
             "INSERT INTO fts (rowid, text, context, cjk) VALUES (?1, ?2, ?3, ?4)",
         )?;
@@ -428,7 +436,8 @@ impl Index {
                 doc.kind.as_str(),
                 doc.role.map(Role::as_str),
                 doc.at.timestamp_millis(),
-                vector.as_ref().map(|v| v.to_bytes())
+                vector.as_ref().map(|v| v.to_bytes()),
+                doc.speaker
             ])?;
             fts_stmt.execute(params![id, doc.text, doc.context, cjk_bigrams(&doc.text)])?;
             let meta = DocMeta {
@@ -436,8 +445,9 @@ impl Index {
                 kind: doc.kind,
                 role: doc.role,
                 at: doc.at,
+                speaker: None,
             };
-            out.docs.push((doc.id, meta, vector));
+            out.docs.push((doc.id, meta, vector, doc.speaker.clone()));
         }
         Ok(out)
     }

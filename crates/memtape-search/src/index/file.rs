@@ -22,8 +22,9 @@ use crate::{Error, Result};
 /// "mtai": marks a SQLite file as a memtape search index.
 const APPLICATION_ID: i64 = 0x6d74_6169;
 /// The index file format; a file of another version is rebuilt, never guessed at.
-/// Version 3 added the tape binding, the build id and the CJK column.
-pub(crate) const FORMAT_VERSION: i64 = 3;
+/// Version 3 added the tape binding, the build id and the CJK column; version 4 the
+/// speaker of each message.
+pub(crate) const FORMAT_VERSION: i64 = 4;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -43,7 +44,8 @@ CREATE TABLE docs (
     kind TEXT NOT NULL,
     role TEXT,
     at INTEGER NOT NULL,
-    vec BLOB
+    vec BLOB,
+    speaker TEXT
 );
 CREATE VIRTUAL TABLE fts USING fts5 (
     text, context, cjk, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
@@ -293,7 +295,7 @@ pub(crate) fn load_after(
             .push(scope.map_err(|e| bad(path, e.to_string()))?);
     }
     let mut stmt = conn.prepare_cached(
-        "SELECT id, scope, kind, role, at, vec FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
+        "SELECT id, scope, kind, role, at, vec, speaker FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
     )?;
     let mut rows = stmt.query([docs.covered.0 as i64, covered.0 as i64])?;
     let dim = docs.vectors.dim();
@@ -313,6 +315,7 @@ pub(crate) fn load_after(
                 .transpose()
                 .map_err(|e: memtape_core::Error| bad(path, e.to_string()))?,
             at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
+            speaker: None,
         };
         if meta.scope as usize >= scope_count {
             return Err(bad(path, format!("document {id} names no known scope")));
@@ -336,7 +339,9 @@ pub(crate) fn load_after(
                 ));
             }
         };
-        added.docs.push((EntryId(id as u64), meta, vector));
+        added
+            .docs
+            .push((EntryId(id as u64), meta, vector, r.get(6)?));
     }
     Ok(added)
 }

@@ -1,5 +1,5 @@
 //! Answering a query: BM25 through FTS5, vectors in memory, fusion, and the ranking
-//! boosts (neighbours, session strength, time).
+//! boosts (neighbours, session strength, speakers, time).
 
 use std::collections::HashMap;
 
@@ -7,7 +7,7 @@ use memtape_core::EntryId;
 
 use super::{Docs, Index};
 use crate::fusion::{self, List};
-use crate::text::{cjk_query, fts_query};
+use crate::text::{cjk_query, fts_query, terms};
 use crate::when::{self, Period};
 use crate::{Error, Hit, Mode, Result, SearchRequest};
 
@@ -139,6 +139,16 @@ impl Index {
         if self.config.scope_weight > 0.0 {
             hits = by_scope(&docs, hits, self.config.scope_weight);
         }
+        if self.config.speaker_weight > 0.0 {
+            let named = named_speakers(&docs, &request.text);
+            if !named.is_empty() {
+                for (row, hit) in hits.iter_mut() {
+                    if docs.meta[*row].speaker.is_some_and(|s| named.contains(&s)) {
+                        hit.score += self.config.speaker_weight;
+                    }
+                }
+            }
+        }
         if period.is_some() {
             for (row, hit) in hits.iter_mut() {
                 if in_period(*row) {
@@ -237,6 +247,20 @@ fn bm25_best(
         }
     }
     Ok(out)
+}
+
+/// The speakers (by row) that `query` names: those with a word of their name among the
+/// query's words (case-insensitive; "Caroline's" names Caroline).
+fn named_speakers(docs: &Docs, query: &str) -> Vec<u32> {
+    let mut out: Vec<u32> = terms(query)
+        .iter()
+        .filter_map(|t| docs.speaker_words.get(t))
+        .flatten()
+        .copied()
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Adds `weight` × the strength of each hit's scope (the sum of the scope's three best hit
