@@ -1,6 +1,6 @@
 //! `memtape bench …`: the benchmarks behind docs/benchmarks.md (store, LoCoMo retrieval and
-//! question answering, scale, context stability). Reports are JSON on stdout (and in `--out`), summaries on
-//! stderr, progress on a terminal.
+//! question answering, scale, context stability). Reports are JSON on stdout (and in
+//! `--out`), summaries on stderr, progress on a terminal.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
