@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod locomo;
+pub mod locomo_qa;
 pub mod scale;
 pub mod serve;
 pub mod store;
@@ -17,6 +18,10 @@ pub enum Error {
     /// The benchmark's input data is missing or malformed.
     #[error("{0}")]
     Data(String),
+    /// The model's first call failed, so the run stopped rather than ask every question of
+    /// a provider that does not answer.
+    #[error("the model's first call failed, so the run stopped: {0}")]
+    Llm(memtape_llm::Error),
     /// Scratch files could not be made.
     #[error("scratch directory: {0}")]
     Io(#[from] std::io::Error),

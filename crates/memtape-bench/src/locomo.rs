@@ -35,28 +35,45 @@ pub struct Config {
 
 /// One dialog turn.
 #[derive(Clone, Debug)]
-struct Turn {
-    dia_id: String,
-    session: u32,
-    speaker: String,
-    text: String,
-    at: DateTime<Utc>,
+pub(crate) struct Turn {
+    pub(crate) dia_id: String,
+    pub(crate) session: u32,
+    pub(crate) speaker: String,
+    pub(crate) text: String,
+    pub(crate) at: DateTime<Utc>,
 }
 
 /// One question with its normalised evidence.
 #[derive(Clone, Debug)]
-struct Query {
-    question: String,
-    category: u8,
-    evidence: Vec<String>,
+pub(crate) struct Query {
+    pub(crate) question: String,
+    /// The gold answer (a number in the file is kept as its text); never reaches the
+    /// retriever, only the LoCoMo QA judge.
+    pub(crate) answer: String,
+    pub(crate) category: u8,
+    pub(crate) evidence: Vec<String>,
 }
 
 /// One conversation of the file.
 #[derive(Clone, Debug)]
-struct Conversation {
-    id: String,
-    turns: Vec<Turn>,
-    queries: Vec<Query>,
+pub(crate) struct Conversation {
+    pub(crate) id: String,
+    pub(crate) turns: Vec<Turn>,
+    pub(crate) queries: Vec<Query>,
+}
+
+/// One conversation ingested into a scratch store of its own.
+pub(crate) struct Ingested {
+    /// The engine over the scratch store, with its index.
+    pub(crate) engine: Engine,
+    /// The conversation's user scope.
+    pub(crate) user: Scope,
+    /// The dia_id of each entry.
+    pub(crate) dia_ids: HashMap<EntryId, String>,
+    /// Seconds the ingest took (appended, indexed and embedded).
+    pub(crate) seconds: f64,
+    /// The scratch directory, removed after the engine is dropped (fields drop in order).
+    _scratch: tempfile::TempDir,
 }
 
 /// The metrics of the protocol, averaged over queries.
@@ -89,7 +106,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    fn add(&mut self, other: &Metrics) {
+    pub(crate) fn add(&mut self, other: &Metrics) {
         self.recall_1 += other.recall_1;
         self.recall_5 += other.recall_5;
         self.recall_10 += other.recall_10;
@@ -100,7 +117,7 @@ impl Metrics {
         self.n += other.n;
     }
 
-    fn mean(mut self) -> Metrics {
+    pub(crate) fn mean(mut self) -> Metrics {
         let n = self.n.max(1) as f64;
         for v in [
             &mut self.recall_1,
@@ -217,7 +234,7 @@ fn normalise_evidence(raw: &[Value], known: &HashSet<&str>) -> Vec<String> {
 }
 
 /// Reads a file in LoCoMo's format.
-fn load(path: &Path) -> Result<Vec<Conversation>, Error> {
+pub(crate) fn load(path: &Path) -> Result<Vec<Conversation>, Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
     let samples: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
@@ -288,6 +305,11 @@ fn load(path: &Path) -> Result<Vec<Conversation>, Error> {
             if !evidence.is_empty() {
                 queries.push(Query {
                     question: question.to_owned(),
+                    answer: match &qa["answer"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    },
                     category: category as u8,
                     evidence,
                 });
@@ -304,7 +326,7 @@ fn session_of(dia_id: &str) -> Option<u32> {
 }
 
 /// The protocol's metrics for one ranking.
-fn score(ranking: &[String], evidence: &[String]) -> Metrics {
+pub(crate) fn score(ranking: &[String], evidence: &[String]) -> Metrics {
     let relevant = |d: &String| evidence.contains(d);
     let recall = |k: usize| {
         ranking.iter().take(k).filter(|d| relevant(d)).count() as f64 / evidence.len() as f64
@@ -340,6 +362,68 @@ fn score(ranking: &[String], evidence: &[String]) -> Metrics {
     }
 }
 
+/// Ingests `conv` into a scratch store of its own, as the protocol says.
+pub(crate) fn ingest(conv: &Conversation, config: &Config) -> Result<Ingested, Error> {
+    let scratch = tempfile::tempdir()?;
+    let index = Index::open(
+        &scratch.path().join("index.db"),
+        config.embedder.clone(),
+        config.index,
+    )
+    .map_err(memtape::Error::from)?;
+    let engine = Engine::init(scratch.path())?.with_index(index)?;
+    // The conversation is a user of the agent; each LoCoMo session is a session.
+    let user = Scope::agent("locomo", "bench")
+        .and_then(|s| s.with_user(conv.id.as_str()))
+        .map_err(memtape::Error::from)?;
+    let started = Instant::now();
+    let mut dia_ids: HashMap<EntryId, String> = HashMap::new();
+    // The conversation is imported in one append (one transaction), each LoCoMo
+    // session in its own session scope; the write hook then indexes it in batches.
+    let mut entries = Vec::with_capacity(conv.turns.len());
+    for t in &conv.turns {
+        let session = user
+            .clone()
+            .with_session(format!("session_{}", t.session))
+            .map_err(memtape::Error::from)?;
+        let mut m = Message::user(t.text.clone());
+        m.name = Some(t.speaker.clone());
+        entries.push(NewEntry::new(session, Payload::Message(m), t.at));
+    }
+    for (entry, turn) in engine.append_entries(entries)?.iter().zip(&conv.turns) {
+        dia_ids.insert(entry.id, turn.dia_id.clone());
+    }
+    Ok(Ingested {
+        engine,
+        user,
+        dia_ids,
+        seconds: started.elapsed().as_secs_f64(),
+        _scratch: scratch,
+    })
+}
+
+impl Ingested {
+    /// The dia_ids `question` ranks, best first, `DEPTH` deep, and the search's latency
+    /// in ms.
+    pub(crate) fn rank(&self, question: &str, mode: Mode) -> Result<(Vec<String>, f64), Error> {
+        let request = SearchRequest {
+            text: question.to_owned(),
+            filter: SearchFilter::within(&self.user),
+            limit: DEPTH,
+            mode,
+            exact: false,
+        };
+        let started = Instant::now();
+        let hits = self.engine.search(&request)?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let ranking = hits
+            .iter()
+            .filter_map(|h| self.dia_ids.get(&h.entry.id).cloned())
+            .collect();
+        Ok((ranking, ms))
+    }
+}
+
 /// Runs the benchmark on the LoCoMo-format file at `data`.
 pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
     let conversations = load(data)?;
@@ -348,51 +432,11 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
     let mut latencies = Vec::new();
     let mut ingest_s = 0.0;
     for conv in &conversations {
-        let scratch = tempfile::tempdir()?;
-        let index = Index::open(
-            &scratch.path().join("index.db"),
-            config.embedder.clone(),
-            config.index,
-        )
-        .map_err(memtape::Error::from)?;
-        let engine = Engine::init(scratch.path())?.with_index(index)?;
-        // The conversation is a user of the agent; each LoCoMo session is a session.
-        let user = Scope::agent("locomo", "bench")
-            .and_then(|s| s.with_user(conv.id.as_str()))
-            .map_err(memtape::Error::from)?;
-        let started = Instant::now();
-        let mut dia_ids: HashMap<EntryId, String> = HashMap::new();
-        // The conversation is imported in one append (one transaction), each LoCoMo
-        // session in its own session scope; the write hook then indexes it in batches.
-        let mut entries = Vec::with_capacity(conv.turns.len());
-        for t in &conv.turns {
-            let session = user
-                .clone()
-                .with_session(format!("session_{}", t.session))
-                .map_err(memtape::Error::from)?;
-            let mut m = Message::user(t.text.clone());
-            m.name = Some(t.speaker.clone());
-            entries.push(NewEntry::new(session, Payload::Message(m), t.at));
-        }
-        for (entry, turn) in engine.append_entries(entries)?.iter().zip(&conv.turns) {
-            dia_ids.insert(entry.id, turn.dia_id.clone());
-        }
-        ingest_s += started.elapsed().as_secs_f64();
+        let ingested = ingest(conv, config)?;
+        ingest_s += ingested.seconds;
         for q in &conv.queries {
-            let request = SearchRequest {
-                text: q.question.clone(),
-                filter: SearchFilter::within(&user),
-                limit: DEPTH,
-                mode: config.mode,
-                exact: false,
-            };
-            let started = Instant::now();
-            let hits = engine.search(&request)?;
-            latencies.push(started.elapsed().as_secs_f64() * 1000.0);
-            let ranking: Vec<String> = hits
-                .iter()
-                .filter_map(|h| dia_ids.get(&h.entry.id).cloned())
-                .collect();
+            let (ranking, ms) = ingested.rank(&q.question, config.mode)?;
+            latencies.push(ms);
             let m = score(&ranking, &q.evidence);
             overall.add(&m);
             by_category
@@ -402,11 +446,6 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
         }
     }
     let n_queries = overall.n;
-    let embedder = config
-        .embedder
-        .as_ref()
-        .map_or("none".to_owned(), |e| e.id().to_owned());
-    let fusion = format!("{:?}", config.index.fusion);
     Ok(Report {
         system: "memtape".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -426,20 +465,30 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
             peak_rss_mb: peak_rss_mb(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
-        settings: serde_json::json!({
-            "mode": config.mode.as_str(),
-            "embedder": embedder,
-            "fusion": fusion,
-            "candidates": config.index.candidates,
-            "context_weight": config.index.context_weight,
-            "embed_context": config.index.embed_context,
-            "neighbour_weight": config.index.neighbour_weight,
-            "scope_weight": config.index.scope_weight,
-            "time_weight": config.index.time_weight,
-            "speaker_weight": config.index.speaker_weight,
-            "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
-            "conversations": conversations.len(),
-        }),
+        settings: settings(config, conversations.len()),
+    })
+}
+
+/// The retrieval settings of a run over `conversations` conversations, for its report.
+pub(crate) fn settings(config: &Config, conversations: usize) -> Value {
+    let embedder = config
+        .embedder
+        .as_ref()
+        .map_or("none".to_owned(), |e| e.id().to_owned());
+    let fusion = format!("{:?}", config.index.fusion);
+    serde_json::json!({
+        "mode": config.mode.as_str(),
+        "embedder": embedder,
+        "fusion": fusion,
+        "candidates": config.index.candidates,
+        "context_weight": config.index.context_weight,
+        "embed_context": config.index.embed_context,
+        "neighbour_weight": config.index.neighbour_weight,
+        "scope_weight": config.index.scope_weight,
+        "time_weight": config.index.time_weight,
+        "speaker_weight": config.index.speaker_weight,
+        "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
+        "conversations": conversations,
     })
 }
 

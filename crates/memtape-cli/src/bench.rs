@@ -1,6 +1,6 @@
-//! `memtape bench …`: the benchmarks behind docs/benchmarks.md (store, LoCoMo retrieval,
-//! scale, context stability). Reports are JSON on stdout (and in `--out`), summaries on
-//! stderr, progress on a terminal.
+//! `memtape bench …`: the benchmarks behind docs/benchmarks.md (store, LoCoMo retrieval and
+//! question answering, scale, context stability). Reports are JSON on stdout (and in
+//! `--out`), summaries on stderr, progress on a terminal.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,9 @@ pub enum BenchCommand {
     Store(StoreBenchArgs),
     /// Retrieval quality and speed on a LoCoMo-format file (../shared/bench/PROTOCOL.md).
     Locomo(LocomoArgs),
+    /// Question answering on a LoCoMo-format file: the configured model answers from the
+    /// top K turns memtape retrieves and judges its answers (mem0's J metric).
+    LocomoQa(LocomoQaArgs),
     /// Ingest rate, index size, memory and query latency on synthetic tapes.
     Scale(ScaleArgs),
     /// Load on `memtape serve` over loopback: saturation and a fixed offered rate.
@@ -79,6 +82,25 @@ pub struct LocomoArgs {
     tuning: Tuning,
     #[command(flatten)]
     models: ModelArgs,
+}
+
+/// `memtape bench locomo-qa`.
+#[derive(Args)]
+pub struct LocomoQaArgs {
+    #[command(flatten)]
+    locomo: LocomoArgs,
+    /// How many retrieved turns the model answers from.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=50))]
+    top_k: u16,
+    /// Ask only the first N questions (in file order).
+    #[arg(long, value_name = "N")]
+    limit_questions: Option<usize>,
+    /// The most tokens an answer or a verdict may have.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: u32,
+    /// Also write every question (retrieved turns, answer, verdict) here, one JSON line each.
+    #[arg(long, value_name = "FILE")]
+    answers: Option<PathBuf>,
 }
 
 /// `memtape bench scale`.
@@ -146,22 +168,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
         }
         BenchCommand::Locomo(a) => {
             let ctx = ctx.clone().models(&a.models);
-            let split = a.split.clone().unwrap_or_else(|| {
-                a.data
-                    .file_stem()
-                    .map_or("locomo".into(), |s| s.to_string_lossy().into_owned())
-            });
-            let mode = Mode::from(a.mode);
-            let embedder = match mode {
-                Mode::Bm25 => None,
-                _ => embedder(&ctx)?,
-            };
-            let config = memtape_bench::locomo::Config {
-                mode,
-                embedder,
-                index: a.tuning.index_config(),
-                split,
-            };
+            let config = locomo_config(&ctx, a)?;
             let progress = Progress::spinner(
                 &ctx,
                 &format!("LoCoMo: indexing and querying {}", a.data.display()),
@@ -174,6 +181,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             }
             Ok(())
         }
+        BenchCommand::LocomoQa(a) => locomo_qa(ctx, a, out),
         BenchCommand::Serve(a) => crate::bench_serve::run(ctx, a, out),
         BenchCommand::Follow(a) => crate::bench_follow::run(ctx, a, out),
         BenchCommand::Scale(a) => {
@@ -200,4 +208,81 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             write_report(&report, a.out.as_deref(), out)
         }
     }
+}
+
+/// The retrieval settings `memtape bench locomo` and `locomo-qa` run with.
+fn locomo_config(ctx: &Ctx, a: &LocomoArgs) -> Result<memtape_bench::locomo::Config> {
+    let split = a.split.clone().unwrap_or_else(|| {
+        a.data
+            .file_stem()
+            .map_or("locomo".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let mode = Mode::from(a.mode);
+    let embedder = match mode {
+        Mode::Bm25 => None,
+        _ => embedder(ctx)?,
+    };
+    Ok(memtape_bench::locomo::Config {
+        mode,
+        embedder,
+        index: a.tuning.index_config(),
+        split,
+    })
+}
+
+/// What the LoCoMo QA summary's columns mean, printed under it.
+const LOCOMO_QA_LEGEND: &str = "\
+J: the share of questions the judge found CORRECT (failed and unparseable count as wrong), by category
+recall@k: the share of a question's evidence turns among the k the model answered from
+tokens: prompt+completion, as the provider counted them";
+
+/// `memtape bench locomo-qa`: refuses to start without a configured model.
+fn locomo_qa(ctx: &Ctx, a: &LocomoQaArgs, out: &mut impl Write) -> Result<()> {
+    let ctx = ctx.clone().models(&a.locomo.models);
+    let config_file = crate::config::load(&ctx)?;
+    let llm = config_file.require_llm()?;
+    let config = memtape_bench::locomo_qa::Config {
+        retrieval: locomo_config(&ctx, &a.locomo)?,
+        top_k: a.top_k.into(),
+        limit_questions: a.limit_questions,
+        max_tokens: Some(a.max_tokens),
+    };
+    let progress = Progress::spinner(
+        &ctx,
+        &format!(
+            "LoCoMo QA: {} with {}",
+            a.locomo.data.display(),
+            llm.model()
+        ),
+    );
+    let report =
+        memtape_bench::locomo_qa::run(&a.locomo.data, &config, llm.as_ref(), &mut |line| {
+            progress.message(line);
+        });
+    progress.finish();
+    let report = match report {
+        Ok(r) => r,
+        Err(e @ memtape_bench::Error::Llm(_)) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "LoCoMo QA could not use the model {}: check MEMTAPE_LLM_BASE_URL, \
+                 MEMTAPE_LLM_MODEL and MEMTAPE_LLM_API_KEY (or [llm] in {})",
+                llm.model(),
+                config_file.path.display()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(path) = &a.answers {
+        let mut text = String::new();
+        for q in &report.questions {
+            text.push_str(&serde_json::to_string(q)?);
+            text.push('\n');
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    write_report(&report, a.locomo.out.as_deref(), out)?;
+    if !ctx.quiet {
+        eprintln!("{}\n{LOCOMO_QA_LEGEND}", report.summary());
+    }
+    Ok(())
 }
