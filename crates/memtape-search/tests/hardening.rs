@@ -230,6 +230,46 @@ fn a_failed_catch_up_is_recorded_and_the_next_one_recovers() {
     assert_eq!(bm25(&index, "ivy", SearchFilter::tenant("acme")), [2]);
 }
 
+/// A hybrid search embeds its query on the caller's thread while FTS5 runs on another:
+/// when the embedding fails, the search fails with the model's error (no hang, no partial
+/// answer), and the next search is whole again.
+#[test]
+fn a_failed_query_embedding_fails_that_hybrid_search_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let embedder = Arc::new(FailsOnPoison {
+        armed: false.into(),
+    });
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(embedder.clone()),
+        IndexConfig::plain(),
+    )
+    .unwrap();
+    let ann = session("ann", "s1");
+    say(&store, &ann, "ann owns a kayak");
+    say(&store, &ann, "the lake is calm");
+    index.catch_up(&store).unwrap();
+    embedder
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let hybrid = |text: &str| {
+        index.search(
+            &SearchRequest::new(text, SearchFilter::tenant("acme"))
+                .mode(Mode::Hybrid)
+                .limit(5),
+        )
+    };
+    let err = hybrid("poison kayak").unwrap_err();
+    assert!(
+        err.to_string().contains("injected embedding failure"),
+        "{err}"
+    );
+    let hits = hybrid("poison kayak").unwrap();
+    assert_eq!(hits[0].id.0, 1);
+    assert!(hits[0].bm25.is_some() && hits[0].vector.is_some());
+}
+
 /// The child side of the concurrency test: appends, catches up and searches in a loop,
 /// reindexing now and then; exits non-zero on the first failed search.
 fn child(dir: &Path, who: &str, rounds: usize, reindex: bool) {

@@ -40,36 +40,60 @@ impl Index {
         if request.limit == 0 {
             return Ok(Vec::new());
         }
-        // The query's embedding first: it is the slow part, and needs no connection.
-        let query_vector = match request.mode {
-            Mode::Bm25 => None,
-            Mode::Vector | Mode::Hybrid => {
-                if self.embedder.is_none() {
-                    return Err(Error::NoEmbedder(request.mode.as_str()));
-                }
-                self.embed(&[request.text.as_str()])?
-                    .and_then(|mut v| v.pop())
-            }
+        let wants_vector = request.mode != Mode::Bm25;
+        if wants_vector && self.embedder.is_none() {
+            return Err(Error::NoEmbedder(request.mode.as_str()));
+        }
+        let embed_query = || -> Result<Option<Vec<f32>>> {
+            Ok(self
+                .embed(&[request.text.as_str()])?
+                .and_then(|mut v| v.pop()))
         };
         let sql = match request.mode {
             Mode::Vector => None,
             Mode::Bm25 | Mode::Hybrid => self.bm25_query(&request.text),
         };
         let Some((sql, query)) = sql else {
+            let query_vector = if wants_vector { embed_query()? } else { None };
             return self.rank(request, query_vector, None);
         };
-        self.with_reader(|conn| {
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query([query])?;
-            // The first step ranks every match (FTS5 sorts them all): done before the
-            // mirror is read-locked, so a catch-up's commit never waits behind it, and
-            // searches never queue behind that commit.
-            let mut matches = Matches {
-                read: Vec::new(),
-                rows: Some(&mut rows),
-            };
-            matches.get(0)?;
-            self.rank(request, query_vector, Some(&mut matches))
+        let bm25_then_rank = |query_vector: &dyn Fn() -> Result<Option<Vec<f32>>>| {
+            self.with_reader(|conn| {
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut rows = stmt.query([query.as_str()])?;
+                // The first step ranks every match (FTS5 sorts them all): done before the
+                // mirror is read-locked, so a catch-up's commit never waits behind it, and
+                // searches never queue behind that commit.
+                let mut matches = Matches {
+                    read: Vec::new(),
+                    rows: Some(&mut rows),
+                };
+                matches.get(0)?;
+                self.rank(request, query_vector()?, Some(&mut matches))
+            })
+        };
+        if !wants_vector {
+            return bm25_then_rank(&|| Ok(None));
+        }
+        // Hybrid: FTS5 finds the BM25 matches on a thread of its own while this one embeds
+        // the query (most of a search's time). The embedding stays on the caller's thread:
+        // ONNX Runtime keeps per-thread buffers, which a fresh thread would set up anew.
+        std::thread::scope(|scope| {
+            let (send, receive) = std::sync::mpsc::sync_channel::<Result<Option<Vec<f32>>>>(1);
+            let ranked = scope.spawn(move || {
+                bm25_then_rank(&|| {
+                    receive.recv().unwrap_or_else(|_| {
+                        Err(Error::Embed(crate::EmbedError::from(
+                            "the query's embedding was abandoned",
+                        )))
+                    })
+                })
+            });
+            // The other side is gone only if it failed first; its error is the answer.
+            let _ = send.send(embed_query());
+            ranked
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     }
 
