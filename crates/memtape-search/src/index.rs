@@ -27,6 +27,7 @@ use memtape_store::Store;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::vectors::{Quantized, Vectors};
+use crate::when;
 use crate::{Embedder, Error, Fusion, SearchFilter};
 
 /// The result type of this crate.
@@ -123,13 +124,25 @@ struct DocMeta {
     speaker: Option<u32>,
 }
 
+/// One document committed to the file, to be mirrored.
+#[derive(Debug)]
+struct AddedDoc {
+    id: EntryId,
+    meta: DocMeta,
+    vector: Option<Quantized>,
+    /// Its speaker's name (the mirror keeps a row number in `meta`).
+    speaker: Option<String>,
+    /// The period the dates in its text name.
+    event: Option<when::Period>,
+}
+
 /// Scopes and documents committed to the file, to be mirrored in memory in one step.
 #[derive(Debug, Default)]
 struct Added {
     /// New scopes, numbered after the mirror's last one.
     scopes: Vec<Scope>,
     /// New documents in id order.
-    docs: Vec<(EntryId, DocMeta, Option<Quantized>, Option<String>)>,
+    docs: Vec<AddedDoc>,
     /// The covered mark after them.
     covered: EntryId,
     /// The embedded mark after them.
@@ -164,6 +177,8 @@ struct Docs {
     /// the rows of the speakers whose name holds each word.
     speaker_rows: HashMap<String, u32>,
     speaker_words: HashMap<String, Vec<u32>>,
+    /// The period the dates in a document's text name, by row (few documents have one).
+    events: HashMap<u32, when::Period>,
     /// The vectors of the first rows: every document up to `embedded` has one, those
     /// after it (indexed with vectors to follow, [`Index::set_vectors_behind`]) not yet.
     /// So a vector's row is its document's row, and vector search sees a prefix.
@@ -187,6 +202,7 @@ impl Docs {
             scope_rows: HashMap::new(),
             speaker_rows: HashMap::new(),
             speaker_words: HashMap::new(),
+            events: HashMap::new(),
             vectors: Vectors::new(dim),
             covered: EntryId(0),
             embedded: EntryId(0),
@@ -204,9 +220,12 @@ impl Docs {
                 .insert(scope.clone(), self.scopes.len() as u32);
             self.scopes.push(scope);
         }
-        for (id, mut meta, vector, speaker) in added.docs {
-            meta.speaker = speaker.map(|name| self.speaker_row(name));
-            self.push(id, meta, vector.as_ref());
+        for mut doc in added.docs {
+            doc.meta.speaker = doc.speaker.map(|name| self.speaker_row(name));
+            if let Some(event) = doc.event {
+                self.events.insert(self.ids.len() as u32, event);
+            }
+            self.push(doc.id, doc.meta, doc.vector.as_ref());
         }
         self.covered = self.covered.max(added.covered);
         self.embedded = self.embedded.max(added.embedded);

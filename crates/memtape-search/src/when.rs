@@ -1,8 +1,11 @@
-//! Dates named in a query ("on 7 July, 2023", "in August 2023", "2023-05-08"): the period
-//! they name, for time-aware ranking. Only absolute dates with a year are read; a date
-//! without a year, or a relative one ("last week"), names no period.
+//! Dates named in text, for time-aware ranking: absolute dates with a year ("on 7 July,
+//! 2023", "in August 2023", "2023-05-08"; [`period`]), and dates read against a moment
+//! ([`relative`]): relative ones ("yesterday", "last week", "three days ago", "last
+//! Friday", "next month") and, optionally, dates without a year ("in May", "on June 3rd").
+//! A message's relative dates are read against its own time (what "last week" meant when
+//! it was said); a query's against the newest message it searches.
 
-use chrono::{DateTime, Days, Months, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, Days, Months, NaiveDate, Utc, Weekday};
 
 /// A half-open span of time `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +43,16 @@ impl Period {
             start: start.and_hms_opt(0, 0, 0)?.and_utc(),
             end: end.and_hms_opt(0, 0, 0)?.and_utc(),
         })
+    }
+
+    /// Whether the two share an instant.
+    pub fn overlaps(&self, other: &Period) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+
+    /// The days `[from, to)`.
+    fn days(from: NaiveDate, to: NaiveDate) -> Option<Period> {
+        Period::span(from, to)
     }
 
     /// The smallest period covering both.
@@ -155,6 +168,215 @@ pub fn period(text: &str) -> Option<Period> {
     found
 }
 
+/// A small count written as digits or a word ("3", "three", "a", "a few", "a couple").
+fn count_of(words: &[&str], at: usize) -> Option<(u32, usize)> {
+    let w = words.get(at)?.to_lowercase();
+    let next = words.get(at + 1).map(|n| n.to_lowercase());
+    let next = next.as_deref();
+    let n = match w.as_str() {
+        "a" | "an" => match next {
+            Some("few") => return Some((3, 2)),
+            Some("couple") => {
+                let skip = if words
+                    .get(at + 2)
+                    .is_some_and(|o| o.eq_ignore_ascii_case("of"))
+                {
+                    3
+                } else {
+                    2
+                };
+                return Some((2, skip));
+            }
+            _ => 1,
+        },
+        "one" => 1,
+        "two" | "couple" => 2,
+        "three" | "few" => 3,
+        "four" => 4,
+        "five" => 5,
+        "six" => 6,
+        "seven" => 7,
+        "eight" => 8,
+        "nine" => 9,
+        "ten" => 10,
+        digits => digits.parse().ok().filter(|n| (1..=400).contains(n))?,
+    };
+    Some((n, 1))
+}
+
+/// The weekday a word names ("friday", "fri").
+fn weekday_of(word: &str) -> Option<Weekday> {
+    let word = word.to_lowercase();
+    [
+        ("monday", Weekday::Mon),
+        ("tuesday", Weekday::Tue),
+        ("wednesday", Weekday::Wed),
+        ("thursday", Weekday::Thu),
+        ("friday", Weekday::Fri),
+        ("saturday", Weekday::Sat),
+        ("sunday", Weekday::Sun),
+    ]
+    .into_iter()
+    .find(|(name, _)| *name == word)
+    .map(|(_, d)| d)
+}
+
+/// The Monday of `day`'s week.
+fn monday_of(day: NaiveDate) -> Option<NaiveDate> {
+    day.checked_sub_days(Days::new(u64::from(day.weekday().num_days_from_monday())))
+}
+
+/// The calendar month `months` before (negative: after) `day`'s month.
+fn month_from(day: NaiveDate, months: i32) -> Option<Period> {
+    let first = NaiveDate::from_ymd_opt(day.year(), day.month(), 1)?;
+    let first = if months >= 0 {
+        first.checked_sub_months(Months::new(months.unsigned_abs()))?
+    } else {
+        first.checked_add_months(Months::new(months.unsigned_abs()))?
+    };
+    Period::month(first.year(), first.month())
+}
+
+/// The period the dates in `text` name when read at `now`: relative dates ("yesterday",
+/// "the day before yesterday", "last night", "last week", "last weekend", "last month",
+/// "last year", "last Friday", "N days / weeks / months / years ago", "tomorrow", "next
+/// week / month / year / Friday") and, with `yearless`, dates without a year ("in May",
+/// "on May 3rd", "3 June": the latest at or before `now`); several give the span from the
+/// first to the last. `None` when there are none.
+///
+/// Weeks run Monday to Sunday; "N weeks ago" is the seven days around that day, "N
+/// months ago" and "N years ago" the calendar month and year.
+pub fn relative(text: &str, now: DateTime<Utc>, yearless: bool) -> Option<Period> {
+    let today = now.date_naive();
+    let words: Vec<&str> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+    let word = |i: usize| lower.get(i).map_or("", String::as_str);
+    let back = |days: u64| today.checked_sub_days(Days::new(days));
+    let ahead = |days: u64| today.checked_add_days(Days::new(days));
+    let mut found: Option<Period> = None;
+    let mut add = |p: Option<Period>| {
+        if let Some(p) = p {
+            found = Some(found.map_or(p, |f| f.union(p)));
+        }
+    };
+    let mut i = 0;
+    while i < lower.len() {
+        let w = word(i);
+        let mut step = 1;
+        match w {
+            "yesterday" => {
+                // "the day before yesterday"
+                let before = i >= 2 && word(i - 2) == "day" && word(i - 1) == "before";
+                add(back(if before { 2 } else { 1 }).and_then(Period::day));
+            }
+            "tomorrow" => add(ahead(1).and_then(Period::day)),
+            "last" | "past" | "next" | "this" => {
+                let sign: i64 = match w {
+                    "next" => -1,
+                    "this" => 0,
+                    _ => 1,
+                };
+                step = 2;
+                match word(i + 1) {
+                    "night" if sign == 1 => add(back(1).and_then(Period::day)),
+                    "week" => add(monday_of(today).and_then(|m| {
+                        let from = m.checked_sub_signed(chrono::TimeDelta::days(7 * sign))?;
+                        Period::days(from, from.checked_add_days(Days::new(7))?)
+                    })),
+                    "weekend" => add(monday_of(today).and_then(|m| {
+                        let saturday =
+                            m.checked_add_signed(chrono::TimeDelta::days(5 - 7 * sign))?;
+                        Period::days(saturday, saturday.checked_add_days(Days::new(2))?)
+                    })),
+                    "month" => add(month_from(today, sign as i32)),
+                    "year" => add(Period::year(today.year() - sign as i32)),
+                    other => match weekday_of(other) {
+                        Some(day) if sign != 0 => {
+                            // The latest such weekday before today (or the first after).
+                            let gap = if sign == 1 {
+                                (7 + today.weekday().num_days_from_monday()
+                                    - day.num_days_from_monday())
+                                    % 7
+                            } else {
+                                (7 + day.num_days_from_monday()
+                                    - today.weekday().num_days_from_monday())
+                                    % 7
+                            };
+                            let gap = u64::from(if gap == 0 { 7 } else { gap });
+                            add(if sign == 1 { back(gap) } else { ahead(gap) }
+                                .and_then(Period::day));
+                        }
+                        _ => step = 1,
+                    },
+                }
+            }
+            _ => {
+                if let Some((n, used)) = count_of(&words, i)
+                    && word(i + used + 1) == "ago"
+                {
+                    let n = i64::from(n);
+                    let unit = word(i + used);
+                    step = used + 2;
+                    add(match unit.trim_end_matches('s') {
+                        "day" => back(n as u64).and_then(Period::day),
+                        "week" => today
+                            .checked_sub_signed(chrono::TimeDelta::days(7 * n + 3))
+                            .and_then(|from| {
+                                Period::days(from, from.checked_add_days(Days::new(7))?)
+                            }),
+                        "month" => month_from(today, n as i32),
+                        "year" => Period::year(today.year() - n as i32),
+                        _ => None,
+                    });
+                } else if yearless && let Some(month) = month_of(w) {
+                    // A month without a year, after a preposition or beside a day, so
+                    // that "may" and "march" as words are not read as months.
+                    let day_after = lower.get(i + 1).and_then(|d| day_of(d));
+                    let day_before = i.checked_sub(1).and_then(|j| day_of(word(j)));
+                    let day = day_after.or(day_before);
+                    let year_follows = lower
+                        .get(i + 1 + usize::from(day_after.is_some()))
+                        .is_some_and(|y| year_of(y).is_some());
+                    let after_preposition = i > 0
+                        && matches!(
+                            word(i - 1),
+                            "in" | "on"
+                                | "of"
+                                | "during"
+                                | "since"
+                                | "until"
+                                | "before"
+                                | "after"
+                                | "by"
+                        );
+                    if !year_follows && (day.is_some() || after_preposition) {
+                        // The latest such day or month at or before today.
+                        let year = if (month, day.unwrap_or(1)) <= (today.month(), today.day()) {
+                            today.year()
+                        } else {
+                            today.year() - 1
+                        };
+                        add(match day {
+                            Some(d) => {
+                                NaiveDate::from_ymd_opt(year, month, d).and_then(Period::day)
+                            }
+                            None => Period::month(year, month),
+                        });
+                        if day_after.is_some() {
+                            step = 2;
+                        }
+                    }
+                }
+            }
+        }
+        i += step;
+    }
+    found
+}
+
 /// A `YYYY-MM-DD` date.
 fn iso_date(word: &str) -> Option<NaiveDate> {
     if word.len() != 10 {
@@ -233,6 +455,99 @@ mod tests {
             "31 February 2023",
         ] {
             assert_eq!(period(text), None, "{text}");
+        }
+    }
+    /// `relative` read at Wednesday 12 July 2023, 15:00.
+    fn at_july_12(text: &str, yearless: bool) -> Option<(String, String)> {
+        let now = NaiveDate::from_ymd_opt(2023, 7, 12)
+            .and_then(|d| d.and_hms_opt(15, 0, 0))
+            .map(|t| t.and_utc());
+        relative(text, now.expect("a date"), yearless).map(|p| {
+            (
+                p.start.format("%Y-%m-%d").to_string(),
+                p.end.format("%Y-%m-%d").to_string(),
+            )
+        })
+    }
+
+    #[test]
+    fn relative_dates_are_read_against_the_moment() {
+        for (text, want) in [
+            (
+                "I went to a support group yesterday",
+                span("2023-07-11", "2023-07-12"),
+            ),
+            (
+                "the day before yesterday we met",
+                span("2023-07-10", "2023-07-11"),
+            ),
+            ("last night was fun", span("2023-07-11", "2023-07-12")),
+            (
+                "Last week I went to a pride parade",
+                span("2023-07-03", "2023-07-10"),
+            ),
+            (
+                "last weekend we went camping",
+                span("2023-07-08", "2023-07-10"),
+            ),
+            (
+                "this weekend we go camping",
+                span("2023-07-15", "2023-07-17"),
+            ),
+            ("next week is the game", span("2023-07-17", "2023-07-24")),
+            ("last month", span("2023-06-01", "2023-07-01")),
+            (
+                "next month I'm in Seattle",
+                span("2023-08-01", "2023-09-01"),
+            ),
+            (
+                "last year we went camping",
+                span("2022-01-01", "2023-01-01"),
+            ),
+            ("last Friday", span("2023-07-07", "2023-07-08")),
+            ("last Wednesday", span("2023-07-05", "2023-07-06")),
+            ("next Monday", span("2023-07-17", "2023-07-18")),
+            ("tomorrow", span("2023-07-13", "2023-07-14")),
+            ("three days ago", span("2023-07-09", "2023-07-10")),
+            ("2 weeks ago", span("2023-06-25", "2023-07-02")),
+            ("a few months ago", span("2023-04-01", "2023-05-01")),
+            ("a couple of years ago", span("2021-01-01", "2022-01-01")),
+            ("I moved here 4 years ago", span("2019-01-01", "2020-01-01")),
+        ] {
+            assert_eq!(at_july_12(text, false), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn dates_without_a_year_are_the_latest_before_the_moment_when_asked_for() {
+        for (text, want) in [
+            (
+                "When did Melanie go camping in June?",
+                span("2023-06-01", "2023-07-01"),
+            ),
+            (
+                "Which spot did Joanna visit in August?",
+                span("2022-08-01", "2022-09-01"),
+            ),
+            (
+                "what happened on July 4th",
+                span("2023-07-04", "2023-07-05"),
+            ),
+            ("on 20 December", span("2022-12-20", "2022-12-21")),
+        ] {
+            assert_eq!(at_july_12(text, true), want, "{text}");
+            assert_eq!(at_july_12(text, false), None, "{text}: not asked for");
+        }
+        for text in [
+            "May I ask what you did?",
+            "we march on",
+            "the past",
+            "last but not least",
+            "in 7 July 2023",
+            "ten ago",
+            "9999 days ago",
+        ] {
+            assert_eq!(at_july_12(text, true), None, "{text}");
         }
     }
 }

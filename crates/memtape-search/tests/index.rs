@@ -557,6 +557,69 @@ fn a_date_in_the_query_favours_that_day() {
     assert_eq!(ids(&timed, &undated), [1], "no date, no change");
 }
 
+/// Relative dates (issue 16): a message's "yesterday" is read at its own time, so a query
+/// naming that day finds it; a query's own "yesterday" is read at the newest message it
+/// searches (another user's newer messages do not move it).
+#[test]
+fn relative_dates_in_messages_and_queries_name_their_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let ann = session("ann", "garden");
+    say(
+        &store,
+        &ann,
+        Message::user("garden plans: plant more garden beds, plant a garden path"),
+        0,
+    ); // 1
+    say(
+        &store,
+        &ann,
+        Message::user("yesterday I planted tomatoes in the garden"),
+        5,
+    ); // 2
+    say(&store, &ann, Message::user("the weather was fine"), 5); // 3
+    say(
+        &store,
+        &session("bob", "garden"),
+        Message::user("planted the garden, garden, garden"),
+        30,
+    ); // 4
+    let ann_only = SearchFilter {
+        user: Some("ann".into()),
+        ..SearchFilter::tenant("acme")
+    };
+    let ask = |index: &Index, text: &str| {
+        ids(
+            index,
+            &SearchRequest::new(text, ann_only.clone())
+                .mode(Mode::Bm25)
+                .limit(1),
+        )
+    };
+    let day4 = t(4).format("%-d %B %Y").to_string();
+    let on_day4 = format!("What did I plant in the garden on {day4}?");
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    assert_eq!(ask(&plain, &on_day4), [1], "the plans match the words best");
+    let config = IndexConfig {
+        time_weight: 0.5,
+        ..IndexConfig::plain()
+    };
+    let timed = with(config, &dir.path().join("timed.db"));
+    timed.catch_up(&store).unwrap();
+    assert_eq!(ask(&timed, &on_day4), [2], "said on day 5 about day 4");
+    assert_eq!(
+        ask(&timed, "What did I plant in the garden yesterday?"),
+        [2],
+        "yesterday of ann's newest message (day 5), not of bob's (day 30)"
+    );
+    assert_eq!(
+        ask(&timed, "What did I plant in the garden?"),
+        [1],
+        "no date, no change"
+    );
+}
+
 /// Speaker-aware ranking (issue 16): a query that names a speaker favours what that
 /// speaker said over another speaker's words about them; a tool result's name (a
 /// function's) is not a speaker; a query naming no one ranks as before.

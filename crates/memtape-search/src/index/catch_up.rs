@@ -16,9 +16,10 @@ use memtape_core::{Entry, EntryId, Kind, Role, Scope};
 use memtape_store::Store;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use super::{Added, DocMeta, Docs, Index, Progress, file, lock};
+use super::{Added, AddedDoc, DocMeta, Docs, Index, Progress, file, lock};
 use crate::text::cjk_bigrams;
 use crate::vectors::quantize;
+use crate::when;
 use crate::{Error, Result};
 
 /// How many tape entries one catch-up batch reads, embeds and commits.
@@ -401,7 +402,7 @@ impl Index {
         let mut scope_stmt =
             tx.prepare_cached("INSERT INTO scopes VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
         let mut doc_stmt =
-            tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?;
+            tx.prepare_cached("INSERT INTO docs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
         let mut fts_stmt = tx.prepare_cached(
             "INSERT INTO fts (rowid, text, context, cjk) VALUES (?1, ?2, ?3, ?4)",
         )?;
@@ -429,6 +430,10 @@ impl Index {
                 }
             };
             let vector = vectors.as_ref().map(|v| v[i].clone());
+            // The period the message's dates name, read at its own time ("last week" as
+            // meant when it was said); dates without a year are left alone.
+            let event =
+                when::period(&doc.text).or_else(|| when::relative(&doc.text, doc.at, false));
             let id = doc.id.0 as i64;
             doc_stmt.execute(params![
                 id,
@@ -437,7 +442,9 @@ impl Index {
                 doc.role.map(Role::as_str),
                 doc.at.timestamp_millis(),
                 vector.as_ref().map(|v| v.to_bytes()),
-                doc.speaker
+                doc.speaker,
+                event.map(|p| p.start.timestamp_millis()),
+                event.map(|p| p.end.timestamp_millis())
             ])?;
             fts_stmt.execute(params![id, doc.text, doc.context, cjk_bigrams(&doc.text)])?;
             let meta = DocMeta {
@@ -447,7 +454,13 @@ impl Index {
                 at: doc.at,
                 speaker: None,
             };
-            out.docs.push((doc.id, meta, vector, doc.speaker.clone()));
+            out.docs.push(AddedDoc {
+                id: doc.id,
+                meta,
+                vector,
+                speaker: doc.speaker.clone(),
+                event,
+            });
         }
         Ok(out)
     }

@@ -15,16 +15,17 @@ use chrono::DateTime;
 use memtape_core::{EntryId, Scope};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use super::{DocMeta, Docs};
+use super::{AddedDoc, DocMeta, Docs};
 use crate::vectors::Quantized;
+use crate::when::Period;
 use crate::{Error, Result};
 
 /// "mtai": marks a SQLite file as a memtape search index.
 const APPLICATION_ID: i64 = 0x6d74_6169;
 /// The index file format; a file of another version is rebuilt, never guessed at.
-/// Version 3 added the tape binding, the build id and the CJK column; version 4 the
-/// speaker of each message.
-pub(crate) const FORMAT_VERSION: i64 = 4;
+/// Version 3 added the tape binding, the build id and the CJK column; version 5 the
+/// speaker of each message and the period its dates name.
+pub(crate) const FORMAT_VERSION: i64 = 5;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -45,7 +46,9 @@ CREATE TABLE docs (
     role TEXT,
     at INTEGER NOT NULL,
     vec BLOB,
-    speaker TEXT
+    speaker TEXT,
+    event_start INTEGER,
+    event_end INTEGER
 );
 CREATE VIRTUAL TABLE fts USING fts5 (
     text, context, cjk, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
@@ -295,7 +298,7 @@ pub(crate) fn load_after(
             .push(scope.map_err(|e| bad(path, e.to_string()))?);
     }
     let mut stmt = conn.prepare_cached(
-        "SELECT id, scope, kind, role, at, vec, speaker FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
+        "SELECT id, scope, kind, role, at, vec, speaker, event_start, event_end FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
     )?;
     let mut rows = stmt.query([docs.covered.0 as i64, covered.0 as i64])?;
     let dim = docs.vectors.dim();
@@ -339,9 +342,20 @@ pub(crate) fn load_after(
                 ));
             }
         };
-        added
-            .docs
-            .push((EntryId(id as u64), meta, vector, r.get(6)?));
+        let event = match (r.get::<_, Option<i64>>(7)?, r.get::<_, Option<i64>>(8)?) {
+            (Some(start), Some(end)) => Some(Period {
+                start: DateTime::from_timestamp_millis(start).unwrap_or_default(),
+                end: DateTime::from_timestamp_millis(end).unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        added.docs.push(AddedDoc {
+            id: EntryId(id as u64),
+            meta,
+            vector,
+            speaker: r.get(6)?,
+            event,
+        });
     }
     Ok(added)
 }

@@ -119,10 +119,25 @@ impl Index {
                     .filter
                     .admits(EntryId(docs.ids[row]), m.kind, m.role, m.at)
         };
+        // A date with a year, else a relative one or one without a year, read at the time
+        // of the newest message searched (the conversation's "now").
         let period = (self.config.time_weight > 0.0)
-            .then(|| when::period(&request.text))
+            .then(|| {
+                when::period(&request.text).or_else(|| {
+                    let now = newest(&docs, &scopes, &request.filter)?;
+                    when::relative(&request.text, now, true)
+                })
+            })
             .flatten();
-        let in_period = |row: usize| period.is_some_and(|p: Period| p.contains(docs.meta[row].at));
+        let in_period = |row: usize| {
+            period.is_some_and(|p: Period| {
+                p.contains(docs.meta[row].at)
+                    || (docs
+                        .events
+                        .get(&(row as u32))
+                        .is_some_and(|event| event.overlaps(&p)))
+            })
+        };
         // With a named period, its documents are searched on their own as well.
         let passes: &[&dyn Fn(usize) -> bool] = if period.is_some() {
             &[&allowed, &|row| allowed(row) && in_period(row)]
@@ -271,6 +286,22 @@ fn bm25_best(
         }
     }
     Ok(out)
+}
+
+/// The time of the newest conversational document in the scopes a search admits (no
+/// later than its `until`), if any.
+fn newest(
+    docs: &Docs,
+    admitted: &[bool],
+    filter: &crate::SearchFilter,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let newest = docs
+        .scope_tail
+        .iter()
+        .filter(|(scope, _)| admitted[**scope as usize])
+        .map(|(_, row)| docs.meta[*row as usize].at)
+        .max()?;
+    Some(filter.until.map_or(newest, |until| newest.min(until)))
 }
 
 /// The speakers (by row) that `query` names: those with a word of their name among the
