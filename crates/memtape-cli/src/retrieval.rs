@@ -155,6 +155,10 @@ pub struct Tuning {
     /// How much a message gains when the query names its speaker (0 to 10).
     #[arg(long, value_parser = weight)]
     speaker_weight: Option<f32>,
+    /// How much the later of two near-identical statements by one speaker gains (the
+    /// earlier, when the query asks about the past; 0 to 10).
+    #[arg(long, value_parser = weight)]
+    update_weight: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
     #[arg(long, value_parser = count)]
     exact_limit: Option<usize>,
@@ -187,6 +191,7 @@ impl Tuning {
             scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
             time_weight: self.time_weight.unwrap_or(base.time_weight),
             speaker_weight: self.speaker_weight.unwrap_or(base.speaker_weight),
+            update_weight: self.update_weight.unwrap_or(base.update_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

@@ -71,6 +71,11 @@ pub struct IndexConfig {
     /// When the query names a speaker (a message's name, such as "What did Caroline
     /// paint?"): how much that speaker's messages gain (0 = names are plain words).
     pub speaker_weight: f32,
+    /// Knowledge updates: when two of the best hits say nearly the same thing (their
+    /// vectors closer than halfway from the model's floor to 1) from the same speaker, how
+    /// much the later one gains, or the earlier one when the query asks about the past
+    /// ("before", "used to", "previously"; 0 = off).
+    pub update_weight: f32,
 }
 
 impl Default for IndexConfig {
@@ -89,6 +94,7 @@ impl Default for IndexConfig {
             scope_weight: 0.2,
             time_weight: 0.5,
             speaker_weight: 0.5,
+            update_weight: 0.0,
         }
     }
 }
@@ -108,6 +114,7 @@ impl IndexConfig {
             scope_weight: 0.0,
             time_weight: 0.0,
             speaker_weight: 0.0,
+            update_weight: 0.0,
             ..IndexConfig::default()
         }
     }

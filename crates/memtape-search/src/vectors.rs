@@ -198,6 +198,15 @@ impl Vectors {
         encode(&q.values, self.words, &mut self.codes);
     }
 
+    /// The cosine of rows `a` and `b` (`None` when either has no vector yet).
+    pub fn between(&self, a: usize, b: usize) -> Option<f32> {
+        if a >= self.len() || b >= self.len() {
+            return None;
+        }
+        let row = |r: usize| &self.values[r * self.dim..(r + 1) * self.dim];
+        Some(dot_i8(row(a), row(b)) as f32 * self.scales[a] * self.scales[b])
+    }
+
     /// The cosine of row `row` with the quantized query `q`.
     fn score(&self, row: usize, q: &Quantized) -> f32 {
         let values = &self.values[row * self.dim..(row + 1) * self.dim];

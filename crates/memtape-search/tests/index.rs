@@ -620,6 +620,67 @@ fn relative_dates_in_messages_and_queries_name_their_days() {
     );
 }
 
+/// Knowledge updates (issue 16, an option): of two near-identical statements by one
+/// speaker, the later ranks first, unless the query asks about the past; another user's
+/// statement is no update of ann's.
+#[test]
+fn a_later_statement_of_the_same_thing_ranks_first_unless_the_past_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let ann = session("ann", "work");
+    say(
+        &store,
+        &ann,
+        Message::user("I work at Acme as a software engineer"),
+        1,
+    ); // 1
+    say(&store, &ann, Message::user("the weather is nice today"), 3); // 2
+    say(
+        &store,
+        &ann,
+        Message::user("I work at Globex as a software engineer now"),
+        10,
+    ); // 3
+    let search = |index: &Index, text: &str| {
+        ids(
+            index,
+            &SearchRequest::new(text, SearchFilter::tenant("acme"))
+                .mode(Mode::Hybrid)
+                .limit(2),
+        )
+    };
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    let now = "where do I work as an engineer?";
+    let before = "where did I work before as an engineer?";
+    assert_eq!(
+        search(&plain, now),
+        [1, 3],
+        "the shorter statement matches best"
+    );
+    let config = IndexConfig {
+        update_weight: 0.2,
+        ..IndexConfig::plain()
+    };
+    let aware = with(config, &dir.path().join("aware.db"));
+    aware.catch_up(&store).unwrap();
+    assert_eq!(search(&aware, now), [3, 1], "the update wins");
+    assert_eq!(search(&aware, before), [1, 3], "asked about the past");
+    // Bob's statement, later still, is not an update of ann's.
+    say(
+        &store,
+        &session("bob", "work"),
+        Message::user("I work at Initech as a software engineer"),
+        20,
+    );
+    aware.catch_up(&store).unwrap();
+    assert_eq!(
+        search(&aware, now)[0],
+        3,
+        "bob's later statement neither wins as an update nor takes ann's"
+    );
+}
+
 /// Speaker-aware ranking (issue 16): a query that names a speaker favours what that
 /// speaker said over another speaker's words about them; a tool result's name (a
 /// function's) is not a speaker; a query naming no one ranks as before.

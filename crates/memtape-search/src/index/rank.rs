@@ -195,6 +195,16 @@ impl Index {
                 }
             }
         }
+        if self.config.update_weight > 0.0 {
+            let close = f32::midpoint(1.0, floor);
+            updates(
+                &docs,
+                &mut hits,
+                self.config.update_weight,
+                close,
+                asks_about_the_past(&request.text),
+            );
+        }
         // The boosts above change scores only; the order is settled once, here.
         fusion::rank(&mut hits);
 
@@ -302,6 +312,69 @@ fn newest(
         .map(|(_, row)| docs.meta[*row as usize].at)
         .max()?;
     Some(filter.until.map_or(newest, |until| newest.min(until)))
+}
+
+/// How many of the best hits knowledge updates look at.
+const UPDATE_DEPTH: usize = 20;
+
+/// Whether `query` asks about how things were ("before", "used to", "previously", "at
+/// first", "originally", "formerly", "old"): then the earlier of two statements wins.
+fn asks_about_the_past(query: &str) -> bool {
+    let words = terms(query);
+    let has = |w: &str| words.iter().any(|t| t == w);
+    [
+        "before",
+        "previously",
+        "originally",
+        "formerly",
+        "initially",
+        "earlier",
+        "old",
+        "former",
+    ]
+    .iter()
+    .any(|w| has(w))
+        || (has("used") && has("to"))
+        || (has("at") && has("first"))
+}
+
+/// Knowledge updates among the best [`UPDATE_DEPTH`] hits: of two hits by the same speaker
+/// (or, without names, the same role in the same scope) whose vectors are at least
+/// `close`, the latest (the earliest when `past`) gains `weight`, once.
+fn updates(docs: &Docs, hits: &mut [(usize, Hit)], weight: f32, close: f32, past: bool) {
+    fusion::rank(hits);
+    let top = hits.len().min(UPDATE_DEPTH);
+    let same_source = |a: usize, b: usize| {
+        let (ma, mb) = (&docs.meta[a], &docs.meta[b]);
+        match (ma.speaker, mb.speaker) {
+            (Some(x), Some(y)) => x == y,
+            (None, None) => ma.role == mb.role && ma.scope == mb.scope,
+            _ => false,
+        }
+    };
+    // Whether each hit has an earlier and a later restatement among the others.
+    let (mut earlier, mut later) = (vec![false; top], vec![false; top]);
+    for i in 0..top {
+        for j in 0..top {
+            let (a, b) = (hits[i].0, hits[j].0);
+            // `a` said first (tape order), `b` later, about the same thing.
+            if a < b && same_source(a, b) && docs.vectors.between(a, b).is_some_and(|c| c >= close)
+            {
+                later[i] = true;
+                earlier[j] = true;
+            }
+        }
+    }
+    for (k, hit) in hits.iter_mut().take(top).enumerate() {
+        let gains = if past {
+            later[k] && !earlier[k]
+        } else {
+            earlier[k] && !later[k]
+        };
+        if gains {
+            hit.1.score += weight;
+        }
+    }
 }
 
 /// The speakers (by row) that `query` names: those with a word of their name among the
