@@ -487,6 +487,7 @@ pub(crate) fn settings(config: &Config, conversations: usize) -> Value {
         "scope_weight": config.index.scope_weight,
         "time_weight": config.index.time_weight,
         "speaker_weight": config.index.speaker_weight,
+        "when_weight": config.index.when_weight,
         "update_weight": config.index.update_weight,
         "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
         "conversations": conversations,

@@ -155,6 +155,9 @@ pub struct Tuning {
     /// How much a message gains when the query names its speaker (0 to 10).
     #[arg(long, value_parser = weight)]
     speaker_weight: Option<f32>,
+    /// How much a message that names a date gains when the query asks when (0 to 10).
+    #[arg(long, value_parser = weight)]
+    when_weight: Option<f32>,
     /// How much the later of two near-identical statements by one speaker gains (the
     /// earlier, when the query asks about the past; 0 to 10).
     #[arg(long, value_parser = weight)]
@@ -191,6 +194,7 @@ impl Tuning {
             scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
             time_weight: self.time_weight.unwrap_or(base.time_weight),
             speaker_weight: self.speaker_weight.unwrap_or(base.speaker_weight),
+            when_weight: self.when_weight.unwrap_or(base.when_weight),
             update_weight: self.update_weight.unwrap_or(base.update_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),

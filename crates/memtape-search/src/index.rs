@@ -71,6 +71,10 @@ pub struct IndexConfig {
     /// When the query names a speaker (a message's name, such as "What did Caroline
     /// paint?"): how much that speaker's messages gain (0 = names are plain words).
     pub speaker_weight: f32,
+    /// When the query asks when something happened ("When did …", "what year"): how much
+    /// a hit whose text names a date, absolute or relative ("yesterday", "last week"),
+    /// gains (0 = off).
+    pub when_weight: f32,
     /// Knowledge updates: when two of the best hits say nearly the same thing (their
     /// vectors closer than halfway from the model's floor to 1) from the same speaker, how
     /// much the later one gains, or the earlier one when the query asks about the past
@@ -94,6 +98,7 @@ impl Default for IndexConfig {
             scope_weight: 0.2,
             time_weight: 0.5,
             speaker_weight: 0.5,
+            when_weight: 0.1,
             update_weight: 0.0,
         }
     }
@@ -114,6 +119,7 @@ impl IndexConfig {
             scope_weight: 0.0,
             time_weight: 0.0,
             speaker_weight: 0.0,
+            when_weight: 0.0,
             update_weight: 0.0,
             ..IndexConfig::default()
         }

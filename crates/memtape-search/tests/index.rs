@@ -620,6 +620,46 @@ fn relative_dates_in_messages_and_queries_name_their_days() {
     );
 }
 
+/// "When" questions (issue 16): a query asking when favours messages that name a date,
+/// relative ("yesterday") or absolute; other questions rank as before.
+#[test]
+fn a_when_question_favours_messages_that_name_a_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let ann = session("ann", "walks");
+    say(
+        &store,
+        &ann,
+        Message::user("we love hiking in the hills, hills and hiking"),
+        1,
+    ); // 1
+    say(&store, &ann, Message::user("yesterday we went hiking"), 5); // 2
+    let first = |index: &Index, text: &str| {
+        ids(
+            index,
+            &SearchRequest::new(text, SearchFilter::tenant("acme"))
+                .mode(Mode::Bm25)
+                .limit(1),
+        )
+    };
+    let config = IndexConfig {
+        when_weight: 1.0,
+        ..IndexConfig::plain()
+    };
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    let aware = with(config, &dir.path().join("aware.db"));
+    plain.catch_up(&store).unwrap();
+    aware.catch_up(&store).unwrap();
+    let when = "When did we go hiking in the hills?";
+    assert_eq!(first(&plain, when), [1], "the words match the first best");
+    assert_eq!(first(&aware, when), [2], "the dated one answers when");
+    assert_eq!(first(&aware, "Where did we go hiking, which hills?"), [1]);
+    assert_eq!(
+        first(&aware, "In which year did we go hiking in the hills?"),
+        [2]
+    );
+}
+
 /// Knowledge updates (issue 16, an option): of two near-identical statements by one
 /// speaker, the later ranks first, unless the query asks about the past; another user's
 /// statement is no update of ann's.

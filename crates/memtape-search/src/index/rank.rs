@@ -105,10 +105,9 @@ impl Index {
         query_vector: Option<Vec<f32>>,
         mut matches: Option<&mut Matches<'_, '_>>,
     ) -> Result<Vec<Hit>> {
-        let depth = match request.mode {
-            Mode::Hybrid => self.config.candidates.max(request.limit),
-            _ => request.limit,
-        };
+        // Every mode looks at the same number of candidates, so the boosts below can lift a
+        // document into a short list from below it.
+        let depth = self.config.candidates.max(request.limit);
         let floor = self.min_similarity();
         let docs = self.read_docs();
         let scopes = docs.admitted_scopes(&request.filter);
@@ -192,6 +191,13 @@ impl Index {
             for (row, hit) in hits.iter_mut() {
                 if in_period(*row) {
                     hit.score += self.config.time_weight;
+                }
+            }
+        }
+        if self.config.when_weight > 0.0 && asks_when(&request.text) {
+            for (row, hit) in hits.iter_mut() {
+                if docs.events.contains_key(&(*row as u32)) {
+                    hit.score += self.config.when_weight;
                 }
             }
         }
@@ -312,6 +318,18 @@ fn newest(
         .map(|(_, row)| docs.meta[*row as usize].at)
         .max()?;
     Some(filter.until.map_or(newest, |until| newest.min(until)))
+}
+
+/// Whether `query` asks when something happened ("When did …", "how long ago", "what
+/// year", "which month", …).
+fn asks_when(query: &str) -> bool {
+    let words = terms(query);
+    let pair = |a: &str, b: &str| words.windows(2).any(|w| w[0] == a && w[1] == b);
+    words.first().is_some_and(|w| w == "when")
+        || (pair("how", "long") && words.iter().any(|w| w == "ago"))
+        || ["year", "month", "date", "day", "week"]
+            .iter()
+            .any(|unit| pair("what", unit) || pair("which", unit))
 }
 
 /// How many of the best hits knowledge updates look at.
