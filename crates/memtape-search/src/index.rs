@@ -326,6 +326,36 @@ pub struct Index {
     /// while the store is still that tape and has nothing after [`Index::covered`], a
     /// catch-up has nothing to do and returns without taking the write lock.
     tape: Mutex<String>,
+    /// The vectors of recent queries: a query's vector depends on its text only (each text
+    /// runs alone through the model), so a repeated query skips the model.
+    query_vectors: Mutex<QueryVectors>,
+}
+
+/// How many query vectors [`Index`] keeps.
+const QUERY_VECTORS: usize = 1024;
+
+/// The vectors of the last [`QUERY_VECTORS`] distinct queries, oldest dropped first.
+#[derive(Debug, Default)]
+struct QueryVectors {
+    vectors: HashMap<String, Vec<f32>>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl QueryVectors {
+    fn get(&self, text: &str) -> Option<Vec<f32>> {
+        self.vectors.get(text).cloned()
+    }
+
+    fn put(&mut self, text: &str, vector: Vec<f32>) {
+        if self.vectors.insert(text.to_owned(), vector).is_none() {
+            self.order.push_back(text.to_owned());
+            if self.order.len() > QUERY_VECTORS
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.vectors.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Index {
@@ -426,6 +456,7 @@ impl Index {
             failure: Mutex::new(None),
             vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
+            query_vectors: Mutex::new(QueryVectors::default()),
         })
     }
 

@@ -721,6 +721,63 @@ fn a_later_statement_of_the_same_thing_ranks_first_unless_the_past_is_asked() {
     );
 }
 
+/// A model that counts the texts it embeds.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl Embedder for Counting {
+    fn id(&self) -> &str {
+        Buckets.id()
+    }
+    fn dim(&self) -> usize {
+        Buckets.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.0
+            .fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
+        Buckets.embed(texts)
+    }
+}
+
+/// Query vectors are kept (issue 16): a repeated query does not run the model again and
+/// finds the same hits; the cache is bounded (1,024 queries, oldest dropped first).
+#[test]
+fn a_repeated_query_reuses_its_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    say(
+        &store,
+        &session("ann", "s"),
+        Message::user("ann owns a red kayak"),
+        0,
+    );
+    let model = Arc::new(Counting(0.into()));
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(model.clone()),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    index.catch_up(&store).unwrap();
+    let calls = || model.0.load(std::sync::atomic::Ordering::SeqCst);
+    let search = |text: &str| {
+        index
+            .search(&SearchRequest::new(text, SearchFilter::tenant("acme")).limit(3))
+            .unwrap()
+    };
+    let before = calls();
+    let first = search("a red kayak");
+    assert_eq!(calls(), before + 1);
+    let again = search("a red kayak");
+    assert_eq!(calls(), before + 1, "the second time from the cache");
+    assert_eq!(format!("{first:?}"), format!("{again:?}"));
+    for i in 0..1024 {
+        search(&format!("query number {i}"));
+    }
+    assert_eq!(calls(), before + 1025);
+    search("a red kayak");
+    assert_eq!(calls(), before + 1026, "dropped after 1,024 newer queries");
+}
+
 /// Speaker-aware ranking (issue 16): a query that names a speaker favours what that
 /// speaker said over another speaker's words about them; a tool result's name (a
 /// function's) is not a speaker; a query naming no one ranks as before.

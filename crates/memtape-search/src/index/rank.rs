@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use memtape_core::EntryId;
 
-use super::{Docs, Index};
+use super::{Docs, Index, lock};
 use crate::fusion::{self, List};
 use crate::text::{cjk_query, fts_query, terms};
 use crate::when::{self, Period};
@@ -45,9 +45,17 @@ impl Index {
             return Err(Error::NoEmbedder(request.mode.as_str()));
         }
         let embed_query = || -> Result<Option<Vec<f32>>> {
-            Ok(self
+            let cache = || lock(&self.query_vectors);
+            if let Some(v) = cache().get(&request.text) {
+                return Ok(Some(v));
+            }
+            let vector = self
                 .embed(&[request.text.as_str()])?
-                .and_then(|mut v| v.pop()))
+                .and_then(|mut v| v.pop());
+            if let Some(v) = &vector {
+                cache().put(&request.text, v.clone());
+            }
+            Ok(vector)
         };
         let sql = match request.mode {
             Mode::Vector => None,
