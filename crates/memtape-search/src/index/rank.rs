@@ -1,5 +1,5 @@
 //! Answering a query: BM25 through FTS5, vectors in memory, fusion, and the ranking
-//! boosts (neighbours, session strength, speakers, time).
+//! boosts (neighbours, session strength, speakers, dates, "when" questions, updates).
 
 use std::collections::HashMap;
 
@@ -131,6 +131,8 @@ impl Index {
         let period = (self.config.time_weight > 0.0)
             .then(|| {
                 when::period(&request.text).or_else(|| {
+                    // The newest message is looked for only when there is a date to read.
+                    when::relative(&request.text, chrono::Utc::now(), true)?;
                     let now = newest(&docs, &scopes, &request.filter)?;
                     when::relative(&request.text, now, true)
                 })
@@ -365,15 +367,21 @@ fn asks_about_the_past(query: &str) -> bool {
 }
 
 /// Knowledge updates among the best [`UPDATE_DEPTH`] hits: of two hits by the same speaker
-/// (or, without names, the same role in the same scope) whose vectors are at least
-/// `close`, the latest (the earliest when `past`) gains `weight`, once.
+/// of the same user (or, without names, the same role in the same scope) whose vectors are
+/// at least `close`, the latest (the earliest when `past`) gains `weight`, once.
 fn updates(docs: &Docs, hits: &mut [(usize, Hit)], weight: f32, close: f32, past: bool) {
     fusion::rank(hits);
     let top = hits.len().min(UPDATE_DEPTH);
+    // One speaker of one user of one agent: a name alone may recur elsewhere.
     let same_source = |a: usize, b: usize| {
         let (ma, mb) = (&docs.meta[a], &docs.meta[b]);
+        let (sa, sb) = (
+            &docs.scopes[ma.scope as usize],
+            &docs.scopes[mb.scope as usize],
+        );
+        let same_user = sa.agent_name() == sb.agent_name() && sa.user() == sb.user();
         match (ma.speaker, mb.speaker) {
-            (Some(x), Some(y)) => x == y,
+            (Some(x), Some(y)) => x == y && same_user,
             (None, None) => ma.role == mb.role && ma.scope == mb.scope,
             _ => false,
         }
