@@ -225,6 +225,15 @@ pub fn search_query(data: &[u8]) {
     let _ = memtape_search::text::fts_query(query);
     let _ = memtape_search::text::terms(query);
     let _ = memtape_search::when::period(query);
+    // Relative dates read at the edges of time and at an ordinary moment: no date
+    // arithmetic may overflow.
+    for at in [
+        chrono::DateTime::<chrono::Utc>::MIN_UTC,
+        chrono::DateTime::<chrono::Utc>::MAX_UTC,
+        chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+    ] {
+        let _ = memtape_search::when::relative(query, at, true);
+    }
     static SEARCH: OnceLock<std::sync::Mutex<(Engine<MemoryStore>, tempfile::TempDir)>> =
         OnceLock::new();
     let search = SEARCH.get_or_init(|| {

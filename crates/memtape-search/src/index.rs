@@ -326,29 +326,33 @@ pub struct Index {
     /// while the store is still that tape and has nothing after [`Index::covered`], a
     /// catch-up has nothing to do and returns without taking the write lock.
     tape: Mutex<String>,
-    /// The vectors of recent queries: a query's vector depends on its text only (each text
-    /// runs alone through the model), so a repeated query skips the model.
+    /// The vectors of recent queries, by tenant and text: a query's vector depends on its
+    /// text only (each text runs alone through the model), so a repeated query skips the
+    /// model.
     query_vectors: Mutex<QueryVectors>,
 }
 
 /// How many query vectors [`Index`] keeps.
 const QUERY_VECTORS: usize = 1024;
 
+/// A cached query: its tenant and its text.
+type QueryKey = (String, String);
+
 /// The vectors of the last [`QUERY_VECTORS`] distinct queries, oldest dropped first.
 #[derive(Debug, Default)]
 struct QueryVectors {
-    vectors: HashMap<String, Vec<f32>>,
-    order: std::collections::VecDeque<String>,
+    vectors: HashMap<QueryKey, Vec<f32>>,
+    order: std::collections::VecDeque<QueryKey>,
 }
 
 impl QueryVectors {
-    fn get(&self, text: &str) -> Option<Vec<f32>> {
-        self.vectors.get(text).cloned()
+    fn get(&self, key: &QueryKey) -> Option<Vec<f32>> {
+        self.vectors.get(key).cloned()
     }
 
-    fn put(&mut self, text: &str, vector: Vec<f32>) {
-        if self.vectors.insert(text.to_owned(), vector).is_none() {
-            self.order.push_back(text.to_owned());
+    fn put(&mut self, key: QueryKey, vector: Vec<f32>) {
+        if self.vectors.insert(key.clone(), vector).is_none() {
+            self.order.push_back(key);
             if self.order.len() > QUERY_VECTORS
                 && let Some(oldest) = self.order.pop_front()
             {

@@ -519,6 +519,21 @@ mod tests {
     }
 
     #[test]
+    fn relative_dates_at_the_edges_of_time_name_nothing_or_something_without_panicking() {
+        for text in [
+            "yesterday and tomorrow",
+            "last week, next weekend, this month, last year",
+            "last Friday, next Monday",
+            "400 years ago, 400 months ago, 400 weeks ago, 400 days ago",
+            "in December, on 31 January, in May",
+        ] {
+            for at in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+                let _ = relative(text, at, true);
+            }
+        }
+    }
+
+    #[test]
     fn dates_without_a_year_are_the_latest_before_the_moment_when_asked_for() {
         for (text, want) in [
             (

@@ -770,12 +770,16 @@ fn a_repeated_query_reuses_its_vector() {
     let again = search("a red kayak");
     assert_eq!(calls(), before + 1, "the second time from the cache");
     assert_eq!(format!("{first:?}"), format!("{again:?}"));
+    index
+        .search(&SearchRequest::new("a red kayak", SearchFilter::tenant("other")).limit(3))
+        .unwrap();
+    assert_eq!(calls(), before + 2, "each tenant's queries are its own");
     for i in 0..1024 {
         search(&format!("query number {i}"));
     }
-    assert_eq!(calls(), before + 1025);
+    assert_eq!(calls(), before + 1026);
     search("a red kayak");
-    assert_eq!(calls(), before + 1026, "dropped after 1,024 newer queries");
+    assert_eq!(calls(), before + 1027, "dropped after 1,024 newer queries");
 }
 
 /// Speaker-aware ranking (issue 16): a query that names a speaker favours what that

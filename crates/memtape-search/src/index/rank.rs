@@ -45,15 +45,18 @@ impl Index {
             return Err(Error::NoEmbedder(request.mode.as_str()));
         }
         let embed_query = || -> Result<Option<Vec<f32>>> {
+            // Per tenant: whether a query is cached must not tell one tenant what another
+            // asked.
+            let key = (request.filter.tenant.clone(), request.text.clone());
             let cache = || lock(&self.query_vectors);
-            if let Some(v) = cache().get(&request.text) {
+            if let Some(v) = cache().get(&key) {
                 return Ok(Some(v));
             }
             let vector = self
                 .embed(&[request.text.as_str()])?
                 .and_then(|mut v| v.pop());
             if let Some(v) = &vector {
-                cache().put(&request.text, v.clone());
+                cache().put(key, v.clone());
             }
             Ok(vector)
         };
@@ -187,8 +190,10 @@ impl Index {
         if self.config.scope_weight > 0.0 {
             hits = by_scope(&docs, hits, self.config.scope_weight);
         }
+        // The query's words, for the boosts that read them.
+        let words = terms(&request.text);
         if self.config.speaker_weight > 0.0 {
-            let named = named_speakers(&docs, &request.text);
+            let named = named_speakers(&docs, &words);
             if !named.is_empty() {
                 for (row, hit) in hits.iter_mut() {
                     if docs.meta[*row].speaker.is_some_and(|s| named.contains(&s)) {
@@ -204,7 +209,7 @@ impl Index {
                 }
             }
         }
-        if self.config.when_weight > 0.0 && asks_when(&request.text) {
+        if self.config.when_weight > 0.0 && asks_when(&words) {
             for (row, hit) in hits.iter_mut() {
                 if docs.events.contains_key(&(*row as u32)) {
                     hit.score += self.config.when_weight;
@@ -218,7 +223,7 @@ impl Index {
                 &mut hits,
                 self.config.update_weight,
                 close,
-                asks_about_the_past(&request.text),
+                asks_about_the_past(&words),
             );
         }
         // The boosts above change scores only; the order is settled once, here.
@@ -330,10 +335,9 @@ fn newest(
     Some(filter.until.map_or(newest, |until| newest.min(until)))
 }
 
-/// Whether `query` asks when something happened ("When did …", "how long ago", "what
-/// year", "which month", …).
-fn asks_when(query: &str) -> bool {
-    let words = terms(query);
+/// Whether a query of these `words` asks when something happened ("When did …", "how
+/// long ago", "what year", "which month", …).
+fn asks_when(words: &[String]) -> bool {
     let pair = |a: &str, b: &str| words.windows(2).any(|w| w[0] == a && w[1] == b);
     words.first().is_some_and(|w| w == "when")
         || (pair("how", "long") && words.iter().any(|w| w == "ago"))
@@ -345,10 +349,10 @@ fn asks_when(query: &str) -> bool {
 /// How many of the best hits knowledge updates look at.
 const UPDATE_DEPTH: usize = 20;
 
-/// Whether `query` asks about how things were ("before", "used to", "previously", "at
-/// first", "originally", "formerly", "old"): then the earlier of two statements wins.
-fn asks_about_the_past(query: &str) -> bool {
-    let words = terms(query);
+/// Whether a query of these `words` asks about how things were ("before", "used to",
+/// "previously", "at first", "originally", "formerly", "old"): then the earlier of two
+/// statements wins.
+fn asks_about_the_past(words: &[String]) -> bool {
     let has = |w: &str| words.iter().any(|t| t == w);
     [
         "before",
@@ -411,10 +415,10 @@ fn updates(docs: &Docs, hits: &mut [(usize, Hit)], weight: f32, close: f32, past
     }
 }
 
-/// The speakers (by row) that `query` names: those with a word of their name among the
-/// query's words (case-insensitive; "Caroline's" names Caroline).
-fn named_speakers(docs: &Docs, query: &str) -> Vec<u32> {
-    let mut out: Vec<u32> = terms(query)
+/// The speakers (by row) a query of these `words` names: those with a word of their name
+/// among them (case-insensitive; "Caroline's" names Caroline).
+fn named_speakers(docs: &Docs, words: &[String]) -> Vec<u32> {
+    let mut out: Vec<u32> = words
         .iter()
         .filter_map(|t| docs.speaker_words.get(t))
         .flatten()
