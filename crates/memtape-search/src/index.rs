@@ -17,7 +17,7 @@ pub use catch_up::PendingVectors;
 mod file;
 mod rank;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
@@ -97,7 +97,7 @@ impl Default for IndexConfig {
             neighbour_weight: 0.4,
             scope_weight: 0.2,
             time_weight: 0.5,
-            speaker_weight: 0.5,
+            speaker_weight: 0.8,
             when_weight: 0.1,
             update_weight: 0.0,
         }
@@ -190,6 +190,8 @@ struct Docs {
     /// the rows of the speakers whose name holds each word.
     speaker_rows: HashMap<String, u32>,
     speaker_words: HashMap<String, Vec<u32>>,
+    /// The scopes (by row) each speaker (by row) was heard in.
+    speaker_scopes: Vec<HashSet<u32>>,
     /// The period the dates in a document's text name, by row (few documents have one).
     events: HashMap<u32, when::Period>,
     /// The vectors of the first rows: every document up to `embedded` has one, those
@@ -215,6 +217,7 @@ impl Docs {
             scope_rows: HashMap::new(),
             speaker_rows: HashMap::new(),
             speaker_words: HashMap::new(),
+            speaker_scopes: Vec::new(),
             events: HashMap::new(),
             vectors: Vectors::new(dim),
             covered: EntryId(0),
@@ -235,6 +238,9 @@ impl Docs {
         }
         for mut doc in added.docs {
             doc.meta.speaker = doc.speaker.map(|name| self.speaker_row(name));
+            if let Some(speaker) = doc.meta.speaker {
+                self.speaker_scopes[speaker as usize].insert(doc.meta.scope);
+            }
             if let Some(event) = doc.event {
                 self.events.insert(self.ids.len() as u32, event);
             }
@@ -288,7 +294,21 @@ impl Docs {
             }
         }
         self.speaker_rows.insert(name, row);
+        self.speaker_scopes.push(HashSet::new());
         row
+    }
+
+    /// Whether `word` (a lowercase term) is a word of the name of a speaker heard in a
+    /// scope `filter` admits. Speakers heard only elsewhere do not count: what one user's
+    /// conversations hold must not change another's searches.
+    fn names_speaker(&self, word: &str, filter: &SearchFilter) -> bool {
+        self.speaker_words.get(word).is_some_and(|speakers| {
+            speakers.iter().any(|speaker| {
+                self.speaker_scopes[*speaker as usize]
+                    .iter()
+                    .any(|scope| filter.admits_scope(&self.scopes[*scope as usize]))
+            })
+        })
     }
 
     fn row_of(&self, id: u64) -> Option<usize> {

@@ -852,6 +852,114 @@ fn a_speaker_named_in_the_query_ranks_their_own_words_first() {
     );
 }
 
+/// A model that keeps the texts it embeds.
+#[derive(Default)]
+struct Recording(std::sync::Mutex<Vec<String>>);
+
+impl Recording {
+    /// The texts embedded since the last call.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl Embedder for Recording {
+    fn id(&self) -> &str {
+        Buckets.id()
+    }
+    fn dim(&self) -> usize {
+        Buckets.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut seen = self.0.lock().unwrap();
+        seen.extend(texts.iter().map(|t| (*t).to_owned()));
+        Buckets.embed(texts)
+    }
+}
+
+/// Vectors hold what was said, not who said it (issue 16): a message is embedded without
+/// its speaker's name (a tool result keeps its function's name, which is what it is
+/// about), and a query without the words that name a speaker heard in the scopes it
+/// searches: possessive or not, never a speaker heard only by another user, never down to
+/// nothing. BM25 still reads the names.
+#[test]
+fn vectors_hold_what_was_said_not_who_said_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let named = |name: &str, text: &str| {
+        let mut m = Message::user(text);
+        m.name = Some(name.to_owned());
+        m
+    };
+    let ann = session("ann", "chat");
+    say(&store, &ann, named("Melanie", "I painted a sunset"), 0);
+    say(&store, &ann, named("Caroline Smith", "Nice sunset!"), 0);
+    let mut tool = Message::tool_result("call_1", "sunset photos");
+    tool.name = Some("lookup".to_owned());
+    say(&store, &ann, tool, 0);
+    say(&store, &ann, Message::user("no name here"), 0);
+    say(
+        &store,
+        &session("bob", "chat"),
+        named("Zed", "I fixed the boat"),
+        0,
+    );
+    let model = Arc::new(Recording::default());
+    let index = Index::open(
+        &dir.path().join("index.db"),
+        Some(model.clone()),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    index.catch_up(&store).unwrap();
+    assert_eq!(
+        model.take(),
+        [
+            "I painted a sunset",
+            "Nice sunset!",
+            "lookup: sunset photos",
+            "no name here",
+            "I fixed the boat"
+        ]
+    );
+    let embedded = |text: &str, filter: SearchFilter| {
+        index
+            .search(&SearchRequest::new(text, filter).mode(Mode::Hybrid))
+            .unwrap();
+        model.take()
+    };
+    let anns = || {
+        SearchFilter::within(
+            &Scope::agent("acme", "bot")
+                .unwrap()
+                .with_user("ann")
+                .unwrap(),
+        )
+    };
+    assert_eq!(
+        embedded(
+            "What did Melanie's friend caroline SMITH say about Zed?",
+            anns()
+        ),
+        ["What did friend say about Zed?"],
+        "Zed is bob's speaker, not one of ann's"
+    );
+    assert_eq!(
+        embedded("what did Zed fix?", SearchFilter::tenant("acme")),
+        ["what did fix?"],
+        "the tenant's searches hear bob's speakers too"
+    );
+    assert_eq!(embedded("Melanie?", anns()), ["Melanie?"]);
+    assert_eq!(
+        ids(
+            &index,
+            &SearchRequest::new("melanie", anns()).mode(Mode::Bm25)
+        )[0],
+        1,
+        "BM25 still finds a speaker by name"
+    );
+}
+
 /// A server indexes text at once and vectors behind (`set_vectors_behind`): BM25 finds a
 /// document as soon as its catch-up commits, vector search once a pass has embedded it;
 /// another process mirrors those vectors; a catch-up that embeds as it goes fills what was

@@ -36,6 +36,12 @@ struct NewDoc {
     speaker: Option<String>,
     at: DateTime<Utc>,
     text: String,
+    /// Where the speaker's own words start in `text` (after the `name: ` that
+    /// [`memtape_core::Payload::search_text`] puts first; 0 without a speaker). The vector
+    /// holds what was said, not who said it: who is a field of its own (the speaker boost),
+    /// and a name in every vector of a speaker pulls a query that names them towards all of
+    /// that speaker's words alike.
+    own: usize,
     /// The text of the conversational entry before this one in its scope ("" if none or
     /// if this is not a conversational entry).
     context: String,
@@ -43,19 +49,37 @@ struct NewDoc {
 
 impl NewDoc {
     fn from_entry(entry: &Entry) -> Option<NewDoc> {
+        let speaker = entry
+            .message()
+            .filter(|m| m.role != Role::Tool)
+            .and_then(|m| m.name.clone());
+        let text = entry.payload.search_text()?;
+        let own = speaker
+            .as_deref()
+            .and_then(|name| text.strip_prefix(name)?.strip_prefix(": "))
+            .map_or(0, |words| text.len() - words.len());
         Some(NewDoc {
             id: entry.id,
             scope: entry.scope.clone(),
             kind: entry.kind(),
             role: entry.message().map(|m| m.role),
-            speaker: entry
-                .message()
-                .filter(|m| m.role != Role::Tool)
-                .and_then(|m| m.name.clone()),
+            speaker,
             at: entry.created_at,
-            text: entry.payload.search_text()?,
+            text,
+            own,
             context: String::new(),
         })
+    }
+
+    /// The text its vector is made of: the speaker's own words, after the context when
+    /// `with_context`.
+    fn vector_text(&self, with_context: bool) -> Cow<'_, str> {
+        let own = &self.text[self.own..];
+        if with_context && !self.context.is_empty() {
+            Cow::Owned(format!("{}\n{own}", self.context))
+        } else {
+            Cow::Borrowed(own)
+        }
     }
 }
 
@@ -595,17 +619,12 @@ impl Index {
         Ok(Some(batch.more || batch.last < meta.covered))
     }
 
-    /// The vectors of `docs` (each with its context when the config says so), quantized;
-    /// `None` without an embedder.
+    /// The vectors of `docs` (their speakers' own words, each with its context when the
+    /// config says so), quantized; `None` without an embedder.
     fn embed_docs(&self, docs: &[NewDoc]) -> Result<Option<Vec<crate::vectors::Quantized>>> {
         let inputs: Vec<Cow<'_, str>> = docs
             .iter()
-            .map(
-                |d| match (self.config.embed_context, d.context.is_empty()) {
-                    (true, false) => Cow::Owned(format!("{}\n{}", d.context, d.text)),
-                    _ => Cow::Borrowed(d.text.as_str()),
-                },
-            )
+            .map(|d| d.vector_text(self.config.embed_context))
             .collect();
         Ok(self
             .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?

@@ -24,8 +24,9 @@ use crate::{Error, Result};
 const APPLICATION_ID: i64 = 0x6d74_6169;
 /// The index file format; a file of another version is rebuilt, never guessed at.
 /// Version 3 added the tape binding, the build id and the CJK column; version 5 the
-/// speaker of each message and the period its dates name.
-pub(crate) const FORMAT_VERSION: i64 = 5;
+/// speaker of each message and the period its dates name; version 6 embeds a message's
+/// own words without its speaker's name.
+pub(crate) const FORMAT_VERSION: i64 = 6;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 

@@ -45,16 +45,15 @@ impl Index {
             return Err(Error::NoEmbedder(request.mode.as_str()));
         }
         let embed_query = || -> Result<Option<Vec<f32>>> {
+            let text = self.vector_query(request);
             // Per tenant: whether a query is cached must not tell one tenant what another
             // asked.
-            let key = (request.filter.tenant.clone(), request.text.clone());
+            let key = (request.filter.tenant.clone(), text);
             let cache = || lock(&self.query_vectors);
             if let Some(v) = cache().get(&key) {
                 return Ok(Some(v));
             }
-            let vector = self
-                .embed(&[request.text.as_str()])?
-                .and_then(|mut v| v.pop());
+            let vector = self.embed(&[key.1.as_str()])?.and_then(|mut v| v.pop());
             if let Some(v) = &vector {
                 cache().put(key, v.clone());
             }
@@ -237,6 +236,35 @@ impl Index {
                 ..hit
             })
             .collect())
+    }
+
+    /// The text of `request`'s query vector: the query without the words that name a
+    /// speaker heard in the scopes it searches ("What did Caroline paint?" → "What did
+    /// paint?"; a possessive "Caroline's" goes whole). Documents' vectors hold their
+    /// speakers' own words without names, and the speaker boost stands for the name. A
+    /// query that is nothing but names keeps them.
+    fn vector_query(&self, request: &SearchRequest) -> String {
+        let docs = self.read_docs();
+        if docs.speaker_words.is_empty() {
+            return request.text.clone();
+        }
+        let names = |token: &str| {
+            let mut words = terms(token);
+            // "Caroline's" splits into "caroline" and "s".
+            if words.len() == 2 && words[1] == "s" {
+                words.pop();
+            }
+            words.len() == 1 && docs.names_speaker(&words[0], &request.filter)
+        };
+        let kept: Vec<&str> = request
+            .text
+            .split_whitespace()
+            .filter(|token| !names(token))
+            .collect();
+        if kept.iter().all(|token| terms(token).is_empty()) {
+            return request.text.clone();
+        }
+        kept.join(" ")
     }
 
     /// The cosine a vector match must exceed: the embedder's floor.
