@@ -116,7 +116,10 @@ fn year_of(word: &str) -> Option<i32> {
 
 /// The period the dates in `text` name together, if it names any: each date with a year
 /// ("7 July 2023", "July 7th, 2023", "2023-07-07", "July 2023", "2023") is a day, a month
-/// or a year, and several dates give the span from the first to the last.
+/// or a year, and several dates give the span from the first to the last. A date without
+/// a year before one with a year shares it ("between August 11 and August 15 2023"; the
+/// year before when its month and day come later: "December 28 to January 3, 2024"); a
+/// month without a day does not ("may" is as often a verb).
 pub fn period(text: &str) -> Option<Period> {
     let words: Vec<&str> = text
         .split(|c: char| !c.is_alphanumeric() && c != '-')
@@ -136,6 +139,9 @@ pub fn period(text: &str) -> Option<Period> {
             found = Some(found.map_or(p, |f| f.union(p)));
         }
     };
+    // Dates without a year waiting for the next one with a year, which they share ("between
+    // August 11 and August 15 2023"): `(month, day)`.
+    let mut pending: Vec<(u32, Option<u32>)> = Vec::new();
     let mut i = 0;
     while i < words.len() {
         let w = words[i];
@@ -148,15 +154,27 @@ pub fn period(text: &str) -> Option<Period> {
             let year_at = if day.is_some() { i + 2 } else { i + 1 };
             // "7 July 2023": the day came before the month.
             let day = day.or_else(|| i.checked_sub(1).and_then(|j| day_of(words[j])));
+            let date = |year: i32, month: u32, day: Option<u32>| match day {
+                Some(d) => NaiveDate::from_ymd_opt(year, month, d).and_then(Period::day),
+                None => Period::month(year, month),
+            };
             match words.get(year_at).and_then(|y| year_of(y)) {
                 Some(year) => {
-                    add(match day {
-                        Some(d) => NaiveDate::from_ymd_opt(year, month, d).and_then(Period::day),
-                        None => Period::month(year, month),
-                    });
+                    for (m, d) in pending.drain(..) {
+                        // "between December 28 and January 3 2024": the year before.
+                        let later = (m, d.unwrap_or(1)) > (month, day.unwrap_or(31));
+                        add(date(if later { year - 1 } else { year }, m, d));
+                    }
+                    add(date(year, month, day));
                     i = year_at + 1;
                 }
-                None => i += 1,
+                None => {
+                    // Only with a day: a bare "may" is as often a verb as a month.
+                    if day.is_some() {
+                        pending.push((month, day));
+                    }
+                    i += 1;
+                }
             }
         } else if let Some(year) = year_of(w) {
             add(Period::year(year));
@@ -435,9 +453,28 @@ mod tests {
     fn several_dates_span_from_first_to_last() {
         assert_eq!(
             days("Where was John between August 11 and August 15 2023?"),
-            span("2023-08-15", "2023-08-16"),
-            "a date without its own year is not read"
+            span("2023-08-11", "2023-08-16"),
+            "a date without a year shares the next one's"
         );
+        assert_eq!(
+            days("between December 28 and January 3, 2024"),
+            span("2023-12-28", "2024-01-04")
+        );
+        assert_eq!(
+            days("from May 3 to July 7th 2023"),
+            span("2023-05-03", "2023-07-08")
+        );
+        assert_eq!(
+            days("I may go on July 7th 2023"),
+            span("2023-07-07", "2023-07-08"),
+            "a month without a day waits for no year"
+        );
+        assert_eq!(
+            days("on August 11 and then in 2023"),
+            span("2023-01-01", "2024-01-01"),
+            "a bare year is not a date's year"
+        );
+        assert_eq!(days("between August 11 and August 15"), None);
         assert_eq!(
             days("from 3 June 2023 to 9 June 2023"),
             span("2023-06-03", "2023-06-10")
