@@ -258,7 +258,8 @@ fn month_from(day: NaiveDate, months: i32) -> Option<Period> {
 /// The period the dates in `text` name when read at `now`: relative dates ("yesterday",
 /// "the day before yesterday", "last night", "last week", "last weekend", "last month",
 /// "last year", "last Friday", "N days / weeks / months / years ago", "tomorrow", "next
-/// week / month / year / Friday") and, with `yearless`, dates without a year ("in May",
+/// week / month / year / Friday", "on the 15th": the latest 15th at or before `now`) and,
+/// with `yearless`, dates without a year ("in May",
 /// "on May 3rd", "3 June": the latest at or before `now`); several give the span from the
 /// first to the last. `None` when there are none.
 ///
@@ -291,6 +292,23 @@ pub fn relative(text: &str, now: DateTime<Utc>, yearless: bool) -> Option<Period
                 add(back(if before { 2 } else { 1 }).and_then(Period::day));
             }
             "tomorrow" => add(ahead(1).and_then(Period::day)),
+            // "on the 15th": the latest 15th at or before today (not "on the 15th of May",
+            // which names its month).
+            "on" if word(i + 1) == "the"
+                && word(i + 3) != "of"
+                && word(i + 2).ends_with(|c: char| c.is_ascii_alphabetic())
+                && day_of(word(i + 2)).is_some() =>
+            {
+                step = 3;
+                add(day_of(word(i + 2)).and_then(|d| {
+                    let this_month = today.with_day(d).filter(|day| *day <= today);
+                    let date = this_month.or_else(|| {
+                        let last = today.with_day(1)?.checked_sub_months(Months::new(1))?;
+                        last.with_day(d)
+                    })?;
+                    Period::day(date)
+                }));
+            }
             "last" | "past" | "next" | "this" => {
                 let sign: i64 = match w {
                     "next" => -1,
@@ -550,8 +568,28 @@ mod tests {
             ("a few months ago", span("2023-04-01", "2023-05-01")),
             ("a couple of years ago", span("2021-01-01", "2022-01-01")),
             ("I moved here 4 years ago", span("2019-01-01", "2020-01-01")),
+            (
+                "I met my teammates on the 10th after my trip",
+                span("2023-07-10", "2023-07-11"),
+            ),
+            (
+                "the game on the 20th was wild",
+                span("2023-06-20", "2023-06-21"),
+            ),
         ] {
             assert_eq!(at_july_12(text, false), want, "{text}");
+        }
+        for text in [
+            "on the 3 of them",
+            "on the 15th of May",
+            "on the 31st",
+            "the 10th time",
+        ] {
+            assert_eq!(
+                at_july_12(text, false),
+                None,
+                "{text}: no day alone, the month's own, June has no 31st, no \"on\""
+            );
         }
     }
 
@@ -563,6 +601,7 @@ mod tests {
             "last Friday, next Monday",
             "400 years ago, 400 months ago, 400 weeks ago, 400 days ago",
             "in December, on 31 January, in May",
+            "on the 15th, on the 31st",
         ] {
             for at in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
                 let _ = relative(text, at, true);
