@@ -721,10 +721,23 @@ fn a_later_statement_of_the_same_thing_ranks_first_unless_the_past_is_asked() {
     );
 }
 
-/// A model that counts the texts it embeds.
-struct Counting(std::sync::atomic::AtomicUsize);
+/// A model that keeps the texts it embeds.
+#[derive(Default)]
+struct Recording(std::sync::Mutex<Vec<String>>);
 
-impl Embedder for Counting {
+impl Recording {
+    /// How many texts it has embedded.
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// The texts embedded after the first `from`.
+    fn since(&self, from: usize) -> Vec<String> {
+        self.0.lock().unwrap()[from..].to_vec()
+    }
+}
+
+impl Embedder for Recording {
     fn id(&self) -> &str {
         Buckets.id()
     }
@@ -732,10 +745,23 @@ impl Embedder for Counting {
         Buckets.dim()
     }
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.0
-            .fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
+        let mut seen = self.0.lock().unwrap();
+        seen.extend(texts.iter().map(|t| (*t).to_owned()));
         Buckets.embed(texts)
     }
+}
+
+/// An index in `dir` with the default settings and a [`Recording`] model, caught up.
+fn recorded(dir: &Path, store: &SqliteStore) -> (Arc<Recording>, Index) {
+    let model = Arc::new(Recording::default());
+    let index = Index::open(
+        &dir.join("index.db"),
+        Some(model.clone()),
+        IndexConfig::default(),
+    )
+    .unwrap();
+    index.catch_up(store).unwrap();
+    (model, index)
 }
 
 /// Query vectors are kept (issue 16): a repeated query does not run the model again and
@@ -750,15 +776,8 @@ fn a_repeated_query_reuses_its_vector() {
         Message::user("ann owns a red kayak"),
         0,
     );
-    let model = Arc::new(Counting(0.into()));
-    let index = Index::open(
-        &dir.path().join("index.db"),
-        Some(model.clone()),
-        IndexConfig::default(),
-    )
-    .unwrap();
-    index.catch_up(&store).unwrap();
-    let calls = || model.0.load(std::sync::atomic::Ordering::SeqCst);
+    let (model, index) = recorded(dir.path(), &store);
+    let calls = || model.count();
     let search = |text: &str| {
         index
             .search(&SearchRequest::new(text, SearchFilter::tenant("acme")).limit(3))
@@ -852,31 +871,6 @@ fn a_speaker_named_in_the_query_ranks_their_own_words_first() {
     );
 }
 
-/// A model that keeps the texts it embeds.
-#[derive(Default)]
-struct Recording(std::sync::Mutex<Vec<String>>);
-
-impl Recording {
-    /// The texts embedded since the last call.
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-impl Embedder for Recording {
-    fn id(&self) -> &str {
-        Buckets.id()
-    }
-    fn dim(&self) -> usize {
-        Buckets.dim()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut seen = self.0.lock().unwrap();
-        seen.extend(texts.iter().map(|t| (*t).to_owned()));
-        Buckets.embed(texts)
-    }
-}
-
 /// Vectors hold what was said, not who said it (issue 16): a message is embedded without
 /// its speaker's name (a tool result keeps its function's name, which is what it is
 /// about), and a query without the words that name a speaker heard in the scopes it
@@ -904,16 +898,9 @@ fn vectors_hold_what_was_said_not_who_said_it() {
         named("Zed", "I fixed the boat"),
         0,
     );
-    let model = Arc::new(Recording::default());
-    let index = Index::open(
-        &dir.path().join("index.db"),
-        Some(model.clone()),
-        IndexConfig::default(),
-    )
-    .unwrap();
-    index.catch_up(&store).unwrap();
+    let (model, index) = recorded(dir.path(), &store);
     assert_eq!(
-        model.take(),
+        model.since(0),
         [
             "I painted a sunset",
             "Nice sunset!",
@@ -923,10 +910,11 @@ fn vectors_hold_what_was_said_not_who_said_it() {
         ]
     );
     let embedded = |text: &str, filter: SearchFilter| {
+        let before = model.count();
         index
             .search(&SearchRequest::new(text, filter).mode(Mode::Hybrid))
             .unwrap();
-        model.take()
+        model.since(before)
     };
     let anns = || {
         SearchFilter::within(
