@@ -141,7 +141,7 @@ pub fn period(text: &str) -> Option<Period> {
     };
     // Dates without a year waiting for the next one with a year, which they share ("between
     // August 11 and August 15 2023"): `(month, day)`.
-    let mut pending: Vec<(u32, Option<u32>)> = Vec::new();
+    let mut pending: Vec<(u32, u32)> = Vec::new();
     let mut i = 0;
     while i < words.len() {
         let w = words[i];
@@ -162,15 +162,15 @@ pub fn period(text: &str) -> Option<Period> {
                 Some(year) => {
                     for (m, d) in pending.drain(..) {
                         // "between December 28 and January 3 2024": the year before.
-                        let later = (m, d.unwrap_or(1)) > (month, day.unwrap_or(31));
-                        add(date(if later { year - 1 } else { year }, m, d));
+                        let later = (m, d) > (month, day.unwrap_or(31));
+                        add(date(if later { year - 1 } else { year }, m, Some(d)));
                     }
                     add(date(year, month, day));
                     i = year_at + 1;
                 }
                 None => {
                     // Only with a day: a bare "may" is as often a verb as a month.
-                    if day.is_some() {
+                    if let Some(day) = day {
                         pending.push((month, day));
                     }
                     i += 1;
@@ -259,9 +259,9 @@ fn month_from(day: NaiveDate, months: i32) -> Option<Period> {
 /// "the day before yesterday", "last night", "last week", "last weekend", "last month",
 /// "last year", "last Friday", "N days / weeks / months / years ago", "tomorrow", "next
 /// week / month / year / Friday", "on the 15th": the latest 15th at or before `now`) and,
-/// with `yearless`, dates without a year ("in May",
-/// "on May 3rd", "3 June": the latest at or before `now`); several give the span from the
-/// first to the last. `None` when there are none.
+/// with `yearless`, dates without a year ("in May", "on May 3rd", "3 June": the latest at
+/// or before `now`); several give the span from the first to the last. `None` when there
+/// are none.
 ///
 /// Weeks run Monday to Sunday; "N weeks ago" is the seven days around that day, "N
 /// months ago" and "N years ago" the calendar month and year.

@@ -256,12 +256,9 @@ impl Index {
             }
             words.len() == 1 && docs.names_speaker(&words[0], &request.filter)
         };
-        let kept: Vec<&str> = request
-            .text
-            .split_whitespace()
-            .filter(|token| !names(token))
-            .collect();
-        if kept.iter().all(|token| terms(token).is_empty()) {
+        let tokens: Vec<&str> = request.text.split_whitespace().collect();
+        let kept: Vec<&str> = tokens.iter().copied().filter(|t| !names(t)).collect();
+        if kept.len() == tokens.len() || kept.iter().all(|t| terms(t).is_empty()) {
             return request.text.clone();
         }
         kept.join(" ")
