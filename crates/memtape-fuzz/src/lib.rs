@@ -218,8 +218,39 @@ pub fn markdown_sync(data: &[u8]) {
     assert_eq!(log.view().content(&path), Some(content));
 }
 
-/// Search queries: the query analysis and date detection, then a real BM25 search over a
-/// small index. Whatever the text (FTS5 syntax included), the search answers.
+/// A tiny deterministic model for the hybrid search below: letter counts, normalised.
+struct Letters;
+
+impl memtape::Embedder for Letters {
+    fn id(&self) -> &str {
+        "fuzz-letters-26"
+    }
+    fn dim(&self) -> usize {
+        26
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memtape::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 26];
+                for c in t.chars().filter(char::is_ascii_alphabetic) {
+                    v[usize::from(c.to_ascii_lowercase() as u8 - b'a')] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if n == 0.0 {
+                    v[0] = 1.0;
+                } else {
+                    v.iter_mut().for_each(|x| *x /= n);
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+/// Search queries: the query analysis and date detection, then a real BM25 search and a
+/// hybrid one (whose query vector leaves out the words naming a speaker) over a small
+/// index. Whatever the text (FTS5 syntax included), both answer.
 pub fn search_query(data: &[u8]) {
     let Some(query) = text(data) else { return };
     let _ = memtape_search::text::fts_query(query);
@@ -238,8 +269,12 @@ pub fn search_query(data: &[u8]) {
         OnceLock::new();
     let search = SEARCH.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary folder: {e}"));
-        let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::default())
-            .unwrap_or_else(|e| panic!("an index: {e}"));
+        let index = Index::open(
+            &dir.path().join("index.db"),
+            Some(std::sync::Arc::new(Letters)),
+            IndexConfig::default(),
+        )
+        .unwrap_or_else(|e| panic!("an index: {e}"));
         let engine = Engine::in_memory();
         let session = base().with_session("s").unwrap_or_else(|e| panic!("{e}"));
         for text in [
@@ -251,15 +286,22 @@ pub fn search_query(data: &[u8]) {
                 .append(&session, memtape::Message::user(text), Default::default())
                 .unwrap_or_else(|e| panic!("{e}"));
         }
+        let mut named = memtape::Message::user("Rex chased the ball");
+        named.name = Some("Caroline O'Brien".to_owned());
+        engine
+            .append(&session, named, Default::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         let engine = engine.with_index(index).unwrap_or_else(|e| panic!("{e}"));
         std::sync::Mutex::new((engine, dir))
     });
     let search = search
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let request = SearchRequest::new(query, SearchFilter::tenant("fuzz")).mode(Mode::Bm25);
-    if let Err(e) = search.0.search(&request) {
-        panic!("search {query:?} failed: {e}");
+    for mode in [Mode::Bm25, Mode::Hybrid] {
+        let request = SearchRequest::new(query, SearchFilter::tenant("fuzz")).mode(mode);
+        if let Err(e) = search.0.search(&request) {
+            panic!("{} search {query:?} failed: {e}", mode.as_str());
+        }
     }
 }
 

@@ -874,8 +874,8 @@ fn a_speaker_named_in_the_query_ranks_their_own_words_first() {
 /// Vectors hold what was said, not who said it (issue 16): a message is embedded without
 /// its speaker's name (a tool result keeps its function's name, which is what it is
 /// about), and a query without the words that name a speaker heard in the scopes it
-/// searches: possessive or not, never a speaker heard only by another user, never down to
-/// nothing. BM25 still reads the names.
+/// searches: possessive or not, never a speaker heard only by another user or tenant,
+/// never down to nothing. BM25 still reads the names.
 #[test]
 fn vectors_hold_what_was_said_not_who_said_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -898,6 +898,13 @@ fn vectors_hold_what_was_said_not_who_said_it() {
         named("Zed", "I fixed the boat"),
         0,
     );
+    let elsewhere = Scope::agent("other", "bot")
+        .unwrap()
+        .with_user("zoe")
+        .unwrap()
+        .with_session("chat")
+        .unwrap();
+    say(&store, &elsewhere, named("Quinn", "I sailed the boat"), 0);
     let (model, index) = recorded(dir.path(), &store);
     assert_eq!(
         model.since(0),
@@ -906,7 +913,8 @@ fn vectors_hold_what_was_said_not_who_said_it() {
             "Nice sunset!",
             "lookup: sunset photos",
             "no name here",
-            "I fixed the boat"
+            "I fixed the boat",
+            "I sailed the boat"
         ]
     );
     let embedded = |text: &str, filter: SearchFilter| {
@@ -936,6 +944,11 @@ fn vectors_hold_what_was_said_not_who_said_it() {
         embedded("what did Zed fix?", SearchFilter::tenant("acme")),
         ["what did fix?"],
         "the tenant's searches hear bob's speakers too"
+    );
+    assert_eq!(
+        embedded("what did Zed and Quinn fix?", SearchFilter::tenant("acme")),
+        ["what did and Quinn fix?"],
+        "Quinn speaks only in another tenant"
     );
     assert_eq!(embedded("Melanie?", anns()), ["Melanie?"]);
     assert_eq!(
