@@ -13,7 +13,6 @@ use memtape::prompts::Template;
 use memtape_llm::{ChatRequest, ChatResponse, Llm, Message, Usage};
 use serde::Serialize;
 use serde_json::Value;
-use sha2::Digest as _;
 
 use crate::locomo::{self, Conversation, Metrics, Turn};
 use crate::{Error, peak_rss_mb, quantile};
@@ -291,14 +290,6 @@ impl Report {
     }
 }
 
-/// The SHA-256 of `text`, in hex.
-fn sha256(text: &str) -> String {
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A retrieved turn as the model reads it: `[8 May 2023, 1:56 pm] Caroline: text`.
 fn format_turn(t: &Turn) -> String {
     format!(
@@ -436,8 +427,8 @@ pub fn run(
             ("limit_questions", config.limit_questions.into()),
             ("max_tokens", config.max_tokens.into()),
             ("temperature", f64::from(TEMPERATURE).into()),
-            ("answer_prompt_sha256", sha256(ANSWER_PROMPT.default).into()),
-            ("judge_prompt_sha256", sha256(JUDGE_PROMPT.default).into()),
+            ("answer_prompt_sha256", ANSWER_PROMPT.sha256().into()),
+            ("judge_prompt_sha256", JUDGE_PROMPT.sha256().into()),
             (
                 "questions",
                 "categories 1-4 with evidence in the conversation, as bench locomo (5, adversarial, excluded)".into(),

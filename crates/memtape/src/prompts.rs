@@ -31,6 +31,12 @@ impl Template {
         format!("prompts/{}.md", self.name)
     }
 
+    /// The SHA-256 of the text memtape ships, in lowercase hex: which version of the
+    /// template produced a result.
+    pub fn sha256(&self) -> String {
+        crate::workspace::sha256(self.default)
+    }
+
     /// `text` with each of this template's variables replaced by its value in `values`
     /// (a missing value counts as empty), in one pass: a value that itself contains
     /// `{memory}` (a user wrote it) is not replaced again.

@@ -137,7 +137,8 @@ fn encode(name: &str) -> String {
     out
 }
 
-fn sha256(text: &str) -> String {
+/// The SHA-256 of `text`, in lowercase hex.
+pub(crate) fn sha256(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

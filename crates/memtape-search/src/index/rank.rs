@@ -248,20 +248,27 @@ impl Index {
         if docs.speaker_words.is_empty() {
             return request.text.clone();
         }
-        let names = |token: &str| {
-            let mut words = terms(token);
-            // "Caroline's" splits into "caroline" and "s".
-            if words.len() == 2 && words[1] == "s" {
-                words.pop();
-            }
-            words.len() == 1 && docs.names_speaker(&words[0], &request.filter)
+        // Each whitespace-separated token with its words; "Caroline's" has "caroline" and
+        // "s", and names Caroline.
+        let names = |words: &[String]| match words {
+            [word] => docs.names_speaker(word, &request.filter),
+            [word, s] if s == "s" => docs.names_speaker(word, &request.filter),
+            _ => false,
         };
-        let tokens: Vec<&str> = request.text.split_whitespace().collect();
-        let kept: Vec<&str> = tokens.iter().copied().filter(|t| !names(t)).collect();
-        if kept.len() == tokens.len() || kept.iter().all(|t| terms(t).is_empty()) {
+        let tokens: Vec<(&str, Vec<String>)> = request
+            .text
+            .split_whitespace()
+            .map(|token| (token, terms(token)))
+            .collect();
+        let kept: Vec<&(&str, Vec<String>)> =
+            tokens.iter().filter(|(_, words)| !names(words)).collect();
+        if kept.len() == tokens.len() || kept.iter().all(|(_, words)| words.is_empty()) {
             return request.text.clone();
         }
-        kept.join(" ")
+        kept.iter()
+            .map(|(token, _)| *token)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The cosine a vector match must exceed: the embedder's floor.
