@@ -21,7 +21,8 @@ pub struct ServeBenchArgs {
     /// Seconds each run lasts.
     #[arg(long, default_value_t = 60)]
     seconds: u32,
-    /// Saturation runs: this many concurrent clients each (comma-separated).
+    /// Saturation runs: this many concurrent clients each (comma-separated; `0` for none,
+    /// to run the fixed rate alone on a fresh store).
     #[arg(long, value_delimiter = ',', default_values_t = [16, 64])]
     clients: Vec<usize>,
     /// Saturation mix: appends, searches, context builds (weights).
@@ -106,7 +107,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
     let seconds = f64::from(a.seconds);
     let mix = a.mix;
     let mut runs = Vec::new();
-    for &clients in &a.clients {
+    for &clients in a.clients.iter().filter(|c| **c > 0) {
         let run = saturation(&target, clients, seconds, mix);
         eprintln!("{}", summary(&run));
         runs.push(run);
