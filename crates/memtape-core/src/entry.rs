@@ -8,6 +8,10 @@ use serde_json::{Map, Value};
 use crate::events::BuiltinEvent;
 use crate::{Error, Result, Scope};
 
+/// The longest an event's or anchor's name may be, in bytes: names are keys that every
+/// store indexes (a PostgreSQL index key holds at most about 2.7 kB).
+pub const MAX_PAYLOAD_NAME_BYTES: usize = 256;
+
 /// A free bag of caller metadata carried by every entry. memtape never reads it.
 pub type Meta = Map<String, Value>;
 
@@ -541,18 +545,25 @@ impl Payload {
     }
 
     /// Checks the payload's rules: message structure, non-empty names without control
-    /// characters (a name is a key every store indexes; PostgreSQL's text cannot even hold
-    /// a NUL), and for an event that memtape owns, its data's typed shape
+    /// characters and at most [`MAX_PAYLOAD_NAME_BYTES`] long (a name is a key every store
+    /// indexes; PostgreSQL's text cannot even hold a NUL, nor its index a key over 2.7 kB), and for an event that memtape owns, its data's typed shape
     /// ([`BuiltinEvent::decode`]). Every way an entry comes in runs this.
     pub fn validate(&self) -> Result<()> {
         self.validate_structure()?;
-        if let Some(name) = self.name()
-            && name.chars().any(char::is_control)
-        {
-            return Err(Error::InvalidEntry(format!(
-                "{} name {name:?} contains a control character",
-                self.kind()
-            )));
+        if let Some(name) = self.name() {
+            if name.chars().any(char::is_control) {
+                return Err(Error::InvalidEntry(format!(
+                    "{} name {name:?} contains a control character",
+                    self.kind()
+                )));
+            }
+            if name.len() > MAX_PAYLOAD_NAME_BYTES {
+                return Err(Error::InvalidEntry(format!(
+                    "{} name of {} bytes is longer than the {MAX_PAYLOAD_NAME_BYTES} bytes a name may have",
+                    self.kind(),
+                    name.len()
+                )));
+            }
         }
         BuiltinEvent::from_payload(self)?;
         Ok(())
@@ -854,5 +865,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.tool_calls[0].function.arguments, r#"{"q":"x"}"#);
+    }
+
+    #[test]
+    fn a_name_is_at_most_256_bytes() {
+        let event = |name: String| {
+            Payload::Event(Event {
+                name,
+                data: Value::Null,
+            })
+        };
+        assert!(event("é".repeat(128)).validate().is_ok());
+        let err = event("é".repeat(128) + "x").validate().unwrap_err();
+        assert!(err.to_string().contains("257 bytes"), "{err}");
+        let anchor = Payload::Anchor(Anchor {
+            name: "a".repeat(3000),
+            state: None,
+        });
+        assert!(anchor.validate().is_err());
     }
 }

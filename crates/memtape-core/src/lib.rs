@@ -31,7 +31,7 @@ pub mod wal;
 pub use as_of::AsOf;
 pub use entry::{
     Anchor, Content, ContentPart, Entry, EntryId, Event, FileOwner, FileRef, FileSource, FileType,
-    FunctionCall, Kind, Message, Meta, NewEntry, Payload, Role, ToolCall,
+    FunctionCall, Kind, MAX_PAYLOAD_NAME_BYTES, Message, Meta, NewEntry, Payload, Role, ToolCall,
 };
 pub use error::Error;
 pub use history::{HistoryLimits, HistoryView, select_history};

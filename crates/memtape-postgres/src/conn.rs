@@ -56,11 +56,17 @@ impl Target {
         self.read_only
     }
 
-    /// The store's error for a failure of the client or the server.
+    /// The store's error for a failure of the client or the server. When the server said
+    /// why, its own words are the source: the client's error alone reads "db error", and a
+    /// log that prints the error's text would not show the reason.
     pub(crate) fn err(&self, source: postgres::Error) -> Error {
+        let source: Box<dyn std::error::Error + Send + Sync> = match source.as_db_error() {
+            Some(said) => Box::new(said.clone()),
+            None => Box::new(source),
+        };
         Error::Database {
             store: self.address.clone(),
-            source: Box::new(source),
+            source,
         }
     }
 

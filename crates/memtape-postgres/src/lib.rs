@@ -59,8 +59,31 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// followers of the tape wake at once instead of at their next poll.
 pub const CHANNEL: &str = "memtape_tape";
 
-/// How many rows one INSERT statement carries.
+/// How many rows one INSERT statement carries at most.
 const INSERT_CHUNK: usize = 5_000;
+
+/// How many bytes of payload and metadata one INSERT statement carries at most (beyond one
+/// row): PostgreSQL takes at most 1 GiB in one message, and an entry may take 256 MiB.
+const INSERT_BYTES: usize = 64 << 20;
+
+/// `rows` cut into runs of at most [`INSERT_CHUNK`] rows and, unless one row alone is
+/// larger, [`INSERT_BYTES`] bytes, in order.
+fn statements<T>(rows: &[T], bytes: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        let b = bytes(row);
+        if i > start && (i - start == INSERT_CHUNK || size + b > INSERT_BYTES) {
+            out.push(&rows[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += b;
+    }
+    if start < rows.len() {
+        out.push(&rows[start..]);
+    }
+    out
+}
 
 /// The tape in a PostgreSQL database.
 pub struct PostgresStore {
@@ -374,7 +397,8 @@ impl Tx<'_> {
         if self.rows.is_empty() {
             return Ok(());
         }
-        for chunk in self.rows.chunks(INSERT_CHUNK) {
+        let size = |(_, row, _): &(i64, EntryRow, String)| row.payload.len() + row.meta.len();
+        for chunk in statements(&self.rows, size) {
             let mut ids = Vec::with_capacity(chunk.len());
             let mut tenants = Vec::with_capacity(chunk.len());
             let mut scope_ids = Vec::with_capacity(chunk.len());
@@ -710,5 +734,25 @@ impl Store for PostgresStore {
                 keys,
             },
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_bounded_by_rows_and_by_bytes() {
+        let lens = |parts: Vec<&[usize]>| parts.iter().map(|p| p.len()).collect::<Vec<_>>();
+        let small = vec![10; 12_345];
+        assert_eq!(lens(statements(&small, |b| *b)), [5_000, 5_000, 2_345]);
+        let mib = 1 << 20;
+        // 200 rows of 1 MiB: 64 to a statement.
+        let big = vec![mib; 200];
+        assert_eq!(lens(statements(&big, |b| *b)), [64, 64, 64, 8]);
+        // A row larger than the bound goes alone.
+        let huge = vec![mib, 100 * mib, mib];
+        assert_eq!(lens(statements(&huge, |b| *b)), [1, 1, 1]);
+        assert!(statements(&Vec::<usize>::new(), |b| *b).is_empty());
     }
 }

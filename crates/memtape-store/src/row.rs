@@ -54,6 +54,24 @@ pub fn scope_from_key(
     Scope::from_parts(tenant, agent, some(user), some(session), some(node)).map_err(Error::Invalid)
 }
 
+/// The most an entry may take as stored (payload and metadata as JSON text): 256 MiB.
+/// SQLite's and PostgreSQL's own limits on one value are about 1 GB, and an agent's memory
+/// has no use for entries anywhere near that; past this an append is refused naming the
+/// size, before any store tries it.
+pub const MAX_ENTRY_BYTES: usize = 256 << 20;
+
+/// Refuses an entry that would take `bytes` as stored, when that is over
+/// [`MAX_ENTRY_BYTES`].
+pub fn check_entry_size(bytes: usize) -> Result<()> {
+    if bytes > MAX_ENTRY_BYTES {
+        return Err(memtape_core::Error::InvalidEntry(format!(
+            "an entry of {bytes} bytes is over the {MAX_ENTRY_BYTES} bytes (256 MiB) an entry may hold"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// An entry's columns, as stored.
 #[derive(Clone, Debug)]
 pub struct EntryRow {
@@ -80,13 +98,15 @@ impl EntryRow {
             id: sql_id(entry.id),
             why: e.to_string(),
         })?;
+        let payload = entry.payload.to_json().to_string();
+        check_entry_size(payload.len() + meta.len())?;
         Ok(EntryRow {
             id: sql_id(entry.id),
             kind: entry.kind().as_str(),
             name: entry.payload.name().map(str::to_owned),
             parent: entry.parent.map(sql_id),
             created_at: to_nanos(entry.created_at)?,
-            payload: entry.payload.to_json().to_string(),
+            payload,
             meta,
         })
     }
@@ -118,4 +138,17 @@ pub fn decode(
         created_at: from_nanos(created_at),
         parent: parent.map(unsql),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_over_the_size_limit_is_refused_naming_its_size() {
+        assert!(check_entry_size(MAX_ENTRY_BYTES).is_ok());
+        let err = check_entry_size(MAX_ENTRY_BYTES + 1).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+        assert!(err.to_string().contains("268435457 bytes"), "{err}");
+    }
 }

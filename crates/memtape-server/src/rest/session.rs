@@ -38,8 +38,9 @@ pub(super) fn routes() -> Router<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnchorBody {
-    /// Its name (`handoff`, `phase/2`, ...).
-    #[schema(min_length = 1)]
+    /// Its name (`handoff`, `phase/2`, ...): 1 to 256 bytes of UTF-8, no control
+    /// character (JSON Schema counts characters, hence the bound in characters).
+    #[schema(min_length = 1, max_length = 256)]
     pub name: String,
     /// What it carries (Bub's handoff state), a JSON object.
     #[serde(default)]
