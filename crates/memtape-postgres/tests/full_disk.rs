@@ -31,7 +31,13 @@ impl Cluster {
         let mount = tmp.path().join("disk");
         std::fs::create_dir(&mount).unwrap();
         let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0777"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0777"),
+                "tmpfs",
+            ])
             .arg(&mount)
             .status()
             .is_ok_and(|s| s.success());
@@ -149,7 +155,13 @@ fn a_full_disk_fails_the_append_loses_nothing_and_recovers_when_freed() {
         before.iter().map(|e| e.id).collect::<Vec<_>>()
     );
     // Reads keep working on a full disk.
-    assert_eq!(store.entries_after(memtape_core::EntryId(0), 10).unwrap().len(), 10);
+    assert_eq!(
+        store
+            .entries_after(memtape_core::EntryId(0), 10)
+            .unwrap()
+            .len(),
+        10
+    );
 
     cluster.free();
     let after = store.append(batch(&scope, "after", 4000)).unwrap();
@@ -158,7 +170,14 @@ fn a_full_disk_fails_the_append_loses_nothing_and_recovers_when_freed() {
     let all = store.scan(&scope, &Filter::default()).unwrap();
     assert_eq!(all.len(), 4200);
     assert!(all.iter().all(|e| {
-        let text = e.payload.as_message().unwrap().content.as_ref().unwrap().text();
+        let text = e
+            .payload
+            .as_message()
+            .unwrap()
+            .content
+            .as_ref()
+            .unwrap()
+            .text();
         !text.starts_with("full ")
     }));
     drop(store);
