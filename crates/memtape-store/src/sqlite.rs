@@ -167,6 +167,15 @@ impl SqliteStore {
                 identity(&read_only_connection(&path, false)?, &path)?;
             }
             let mut writer = Connection::open(&path)?;
+            // SQLite falls back to reading when it cannot write the file (a read-only
+            // filesystem that still has the WAL's files of an earlier reader): that is a
+            // failure to open for writing, diagnosed like any other.
+            if writer.is_readonly(rusqlite::MAIN_DB)? {
+                return Err(Error::Sqlite(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                    Some("the database file opened read-only".into()),
+                )));
+            }
             configure(&writer, &path)?;
             migrate(&mut writer, &path)?;
             Ok(writer)
