@@ -132,10 +132,28 @@ fn main() -> ExitCode {
         // exit as a program killed by SIGPIPE would.
         Err(e) if output::is_broken_pipe(&e) => ExitCode::from(141),
         Err(e) => {
-            eprintln!("memtape: error: {e:#}");
+            eprintln!("memtape: error: {}", shown(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes as one line, each cause said once: memtape's errors already put
+/// their cause's words in their own text, so a cause whose text the line already holds is
+/// left out (anyhow's `{:#}` would repeat it).
+fn shown(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -187,4 +205,34 @@ fn run(cli: Cli) -> Result<()> {
     }
     stdout.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let io = std::io::Error::other("disk is full");
+        // A library error that puts its cause's words in its own text, and keeps the cause.
+        #[derive(Debug)]
+        struct Wrapped(std::io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot write the store: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Wrapped(io)).context("memtape append");
+        assert_eq!(
+            shown(&e),
+            "memtape append: cannot write the store: disk is full"
+        );
+        let plain = anyhow::anyhow!("first").context("second");
+        assert_eq!(shown(&plain), "second: first");
+    }
 }
