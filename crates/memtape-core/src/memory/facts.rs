@@ -110,17 +110,48 @@ fn stated_in(normal_line: &str, text: &str) -> bool {
     })
 }
 
-/// The facts of `old` that `new` no longer states, each once, in the order of `old`.
+/// The facts of `old` that `new` no longer states, each once, in the order of `old`, as a
+/// `memory.dropped` event holds them (a control character becomes a space, a line past
+/// 16 KiB is cut).
 pub fn dropped(old: &str, new: &str) -> Vec<Fact> {
     let new_text = normal_text(new);
     let mut seen = std::collections::HashSet::new();
     facts(old)
         .into_iter()
-        .filter(|f| {
-            let n = normal(&f.text);
-            seen.insert(n.clone()) && !stated_in(&n, &new_text)
-        })
+        .filter(|f| !stated_in(&normal(&f.text), &new_text))
+        .map(recordable)
+        .filter(|f| seen.insert(normal(&f.text)))
         .collect()
+}
+
+/// `fact` as a `memory.dropped` event can hold it: one line of text of bounded size. A
+/// control character but a tab (a form feed, an escape sequence's ESC) becomes a space,
+/// and a line longer than the event's limit (16 KiB) keeps what fits of it from its first
+/// letter or digit on; any other fact is unchanged. Without this a rewrite that left such
+/// a line out could never be recorded.
+fn recordable(fact: Fact) -> Fact {
+    let clean = |t: &str| -> String {
+        let t: String = t
+            .chars()
+            .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+            .collect();
+        let t = t.trim_end();
+        if t.len() <= crate::events::DROPPED_TEXT_MAX {
+            return t.to_owned();
+        }
+        let t = t
+            .find(char::is_alphanumeric)
+            .map_or(t.trim_start(), |i| &t[i..]);
+        let mut end = crate::events::DROPPED_TEXT_MAX.min(t.len());
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        t[..end].trim_end().to_owned()
+    };
+    Fact {
+        text: clean(&fact.text),
+        section: fact.section.as_deref().map(clean),
+    }
 }
 
 /// Whether `content` states `fact` (after normalisation).
@@ -242,6 +273,28 @@ mod tests {
             section: Some("## Pets".into()),
         };
         assert_eq!(restore("x", &homeless), "x\n- Has a cat\n");
+    }
+
+    #[test]
+    fn every_dropped_fact_can_be_recorded() {
+        let long = format!("- {}end", "word ".repeat(4000));
+        let old = format!("## Pets\x1b\n- likes\x0ctea\n- ansi \x1b[31mred\x1b[0m\n{long}\n");
+        let gone = dropped(&old, "- other\n");
+        let texts: Vec<_> = gone.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(texts[..2], ["- likes tea", "- ansi  [31mred [0m"]);
+        assert_eq!(gone[0].section.as_deref(), Some("## Pets"));
+        assert!(gone[2].text.starts_with("word word") && gone[2].text.len() <= 16 * 1024);
+        for fact in &gone {
+            let event = crate::events::Dropped {
+                path: "MEMORY.md".into(),
+                text: fact.text.clone(),
+                section: fact.section.clone(),
+                version: 1,
+                by: "test".into(),
+            };
+            event.validate().unwrap();
+            assert!(states(&restore("- other\n", fact), &fact.text));
+        }
     }
 
     #[test]
