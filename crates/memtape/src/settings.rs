@@ -124,14 +124,34 @@ impl Schedule {
                 "the cron expression {expression:?} is not valid: {e}"
             ))
         })?;
-        Ok(Schedule { cron, local })
+        let schedule = Schedule { cron, local };
+        // An expression can be well formed and never fire ("0 0 30 2 *"): refused, or the
+        // emergence it names would silently never run. Eight years from a fixed moment
+        // hold every date a valid expression can name (29 February included).
+        let from = chrono::DateTime::from_timestamp(1_704_067_200, 0).unwrap_or_default(); // 2024-01-01
+        let fires = Schedule {
+            local: false,
+            ..schedule.clone()
+        }
+        .next_after(from)
+        .is_some_and(|t| t < from + chrono::Duration::days(8 * 366));
+        if !fires {
+            return Err(Error::Config(format!(
+                "the cron expression {expression:?} never fires"
+            )));
+        }
+        Ok(schedule)
     }
 
-    /// The first time after `after` the schedule fires.
+    /// The first time after `after` the schedule fires (a whole minute).
     pub fn next_after(
         &self,
         after: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
+        // The search runs on whole seconds from the second after `after`: with a fraction
+        // left on, it would answer 02:00:00.7 for a moment at .7, which a scheduler whose
+        // next tick falls at 02:00:00.3 would see as not yet due, then pass.
+        let after = chrono::Timelike::with_nanosecond(&after, 0).unwrap_or(after);
         if self.local {
             let local = after.with_timezone(&chrono::Local);
             self.cron
@@ -211,9 +231,14 @@ impl LifecycleConfig {
                 x.cooldown_minutes
             )));
         }
-        self.emergence.schedule("")?;
+        // Checked when emergence is off too: a mistake should show before it is switched on.
+        let emergence = EmergenceConfig {
+            enabled: true,
+            ..self.emergence.clone()
+        };
+        emergence.schedule("")?;
         for (agent, expression) in &self.emergence.agents {
-            self.emergence.schedule(agent).map_err(|e| {
+            emergence.schedule(agent).map_err(|e| {
                 Error::Config(format!("emergence.agents.{agent} ({expression}): {e}"))
             })?;
         }
@@ -248,9 +273,36 @@ mod tests {
             s.next_after(s.next_after(t).unwrap()).unwrap().to_rfc3339(),
             "2026-03-11T02:00:00+00:00"
         );
-        for bad in ["0 0 2 * * *", "0 2 * *", "61 2 * * *", "x y z a b", ""] {
+        // Whatever fraction of a second the moment has (a scheduler's ticks have one).
+        for (at, next) in [
+            (
+                "2026-03-10T01:59:59.999999999Z",
+                "2026-03-10T02:00:00+00:00",
+            ),
+            ("2026-03-10T02:00:00.3Z", "2026-03-11T02:00:00+00:00"),
+        ] {
+            let at = chrono::DateTime::parse_from_rfc3339(at).unwrap();
+            assert_eq!(s.next_after(at.to_utc()).unwrap().to_rfc3339(), next);
+        }
+        for bad in [
+            "0 0 2 * * *",
+            "0 2 * *",
+            "61 2 * * *",
+            "x y z a b",
+            "",
+            "0 0 30 2 *",
+            "0 0 31 4 *",
+        ] {
             assert!(Schedule::parse(bad, false).is_err(), "{bad}");
         }
+        let never = Schedule::parse("0 0 30 2 *", false).unwrap_err();
+        assert!(never.to_string().contains("never fires"), "{never}");
+        // Once in four years is a schedule.
+        let leap = Schedule::parse("0 0 29 2 *", false).unwrap();
+        assert_eq!(
+            leap.next_after(t).unwrap().to_rfc3339(),
+            "2028-02-29T00:00:00+00:00"
+        );
     }
 
     #[test]
@@ -264,6 +316,11 @@ mod tests {
         c.emergence.agents.insert("night-owl".into(), "off".into());
         c.validate().unwrap();
         assert!(c.emergence.schedule("night-owl").unwrap().is_none());
+        // Emergence switched off is still checked, so a mistake shows before it is on.
+        c.emergence.enabled = false;
+        c.emergence.timezone = "mars".into();
+        assert!(c.validate().unwrap_err().to_string().contains("mars"));
+        c.emergence.timezone = "utc".into();
         c.extraction.min_messages = 0;
         assert!(
             c.validate()
