@@ -21,7 +21,7 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 15] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
@@ -34,6 +34,9 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("dify_memory_config", dify_memory_config),
     ("as_of", as_of),
     ("json_reply", json_reply),
+    ("facts", facts),
+    ("lifecycle_config", lifecycle_config),
+    ("cron", cron),
 ];
 
 fn now() -> DateTime<Utc> {
@@ -425,4 +428,416 @@ pub fn dify_memory_config(data: &[u8]) {
     ];
     let refs: Vec<&memtape::Message> = messages.iter().collect();
     let _ = config.history_text(&refs);
+}
+
+/// Splits `data` at its first NUL: the bytes before it and those after (empty without one).
+fn split_nul(data: &[u8]) -> (&[u8], &[u8]) {
+    match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    }
+}
+
+/// The fact diff of lossless rewrites, the way `memtape::rewrite` runs it: the input is the
+/// text a model was shown (`seen`), its rewrite and, after a second NUL, the file as it is
+/// now (another writer may have added to it; `seen` without one), NUL-separated and read
+/// lossily as UTF-8. Every fact reported dropped is a fact of the old text, once, that the
+/// new one does not state, and every fact not reported is stated; every dropped fact can
+/// be recorded as a `memory.dropped` event; the merged rewrite keeps the rewrite as its
+/// start and every line added meanwhile, so none of those is reported dropped; restoring one
+/// states it, keeps every fact the file had, lands in its section when the file has it, and
+/// a second restore changes nothing.
+pub fn facts(data: &[u8]) {
+    use memtape_core::memory::facts::{self, Fact};
+    let (seen, rest) = split_nul(data);
+    let (rewrite, current) = split_nul(rest);
+    let seen = String::from_utf8_lossy(seen);
+    let rewrite = String::from_utf8_lossy(rewrite);
+    let current = if data.iter().filter(|b| **b == 0).count() >= 2 {
+        String::from_utf8_lossy(current)
+    } else {
+        seen.clone()
+    };
+
+    check_dropped(&seen, &rewrite);
+    // What the model did not see is carried over, never reported dropped.
+    let merged = facts::carry_over(&seen, &current, &rewrite);
+    assert!(
+        merged.starts_with(&*rewrite),
+        "carry_over changed the rewrite: {merged:?}"
+    );
+    for fact in facts::facts(&current) {
+        if !facts::states(&seen, &fact.text) {
+            assert!(
+                facts::states(&merged, &fact.text),
+                "{:?}, added since the model read the file, is lost: {merged:?}",
+                fact.text
+            );
+        }
+    }
+    // (On small files: for each line `seen` lacks, carry_over reads the whole rewrite again.)
+    if current.len() <= 4096 {
+        assert_eq!(
+            facts::carry_over(&seen, &current, &current),
+            *current,
+            "carrying a file over itself changed it"
+        );
+    }
+    // Restoring is checked on the first few (each check reads the whole file again).
+    for fact in check_dropped(&current, &merged).iter().take(8) {
+        check_restore(&merged, fact);
+    }
+    // A fact put back under a heading the file has (the first line that looks like one).
+    if let (Some(fact), Some(heading)) = (
+        facts::facts(&seen).into_iter().next(),
+        merged.lines().find(|l| l.trim_start().starts_with('#')),
+    ) {
+        check_restore(
+            &merged,
+            &Fact {
+                section: Some(heading.trim().to_owned()),
+                ..fact
+            },
+        );
+    }
+}
+
+/// A line with every control character but a tab made a space: how a fact with one is
+/// recorded.
+fn without_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+        .collect()
+}
+
+/// The longest fact text a `memory.dropped` event holds; a longer line is recorded cut.
+const DROPPED_TEXT_MAX: usize = 16 * 1024;
+
+/// `facts::dropped(old, new)` against its contract; returns what it reported. A fact is
+/// reported as written, or (with a control character, or past 16 KiB) as a
+/// `memory.dropped` event can hold it; either way the event validates.
+fn check_dropped(old: &str, new: &str) -> Vec<memtape_core::memory::facts::Fact> {
+    use memtape_core::memory::facts::{self, normal};
+    let all = facts::facts(old);
+    let gone = facts::dropped(old, new);
+    // Each fact of `old` with its normal form, and that of its recordable form.
+    let forms: Vec<(String, String, String)> = all
+        .iter()
+        .map(|f| {
+            let clean = without_controls(&f.text);
+            (normal(&f.text), normal(&clean), clean)
+        })
+        .collect();
+    // Whether the reported fact `r` (with the normal form `n`) stands for the fact `i` of
+    // `old`: it is the same fact, or its recordable form.
+    let reports = |r: &facts::Fact, n: &str, i: usize| {
+        let (own, cleaned, clean) = &forms[i];
+        own == n
+            || cleaned == n
+            || (clean.len() > DROPPED_TEXT_MAX && clean.contains(r.text.trim()))
+    };
+    let mut seen = std::collections::HashSet::new();
+    for fact in &gone {
+        let n = normal(&fact.text);
+        assert!(
+            (0..all.len()).any(|i| reports(fact, &n, i) && !facts::states(new, &all[i].text)),
+            "{fact:?} is not a fact of the old text that the new one leaves out"
+        );
+        if all.contains(fact) {
+            assert!(
+                !facts::states(new, &fact.text),
+                "{:?} is reported dropped, yet the new text states it",
+                fact.text
+            );
+        }
+        assert!(seen.insert(n), "{:?} is reported dropped twice", fact.text);
+        // What `memtape::rewrite` records for it.
+        let event = events::BuiltinEvent::Dropped(events::Dropped {
+            path: "MEMORY.md".to_owned(),
+            text: fact.text.clone(),
+            section: fact.section.clone(),
+            version: 2,
+            by: "fuzz".to_owned(),
+        });
+        if let Err(e) = event.to_payload().validate() {
+            panic!("the dropped fact {fact:?} cannot be recorded: {e}");
+        }
+    }
+    for (i, fact) in all.iter().enumerate() {
+        let (own, cleaned, clean) = &forms[i];
+        let reported = seen.contains(own)
+            || seen.contains(cleaned)
+            || (clean.len() > DROPPED_TEXT_MAX
+                && gone.iter().any(|f| reports(f, &normal(&f.text), i)));
+        assert!(
+            reported || facts::states(new, &fact.text),
+            "{:?} is neither stated by the new text nor reported dropped",
+            fact.text
+        );
+    }
+    assert!(
+        facts::dropped(old, old).is_empty(),
+        "a text drops facts from itself"
+    );
+    gone
+}
+
+/// `facts::restore(content, fact)` against its contract.
+fn check_restore(content: &str, fact: &memtape_core::memory::facts::Fact) {
+    use memtape_core::memory::facts;
+    let restored = facts::restore(content, fact);
+    assert!(
+        facts::states(&restored, &fact.text),
+        "restoring {fact:?} does not state it: {restored:?}"
+    );
+    assert_eq!(
+        facts::restore(&restored, fact),
+        restored,
+        "restoring {fact:?} twice changes the file"
+    );
+    assert!(
+        facts::dropped(content, &restored).is_empty(),
+        "restoring {fact:?} lost a fact: {restored:?}"
+    );
+    if facts::states(content, &fact.text) {
+        assert_eq!(
+            restored, content,
+            "restoring a stated fact changed the file"
+        );
+        return;
+    }
+    if let Some(section) = &fact.section
+        && let Some(heading) = content.lines().position(|l| l.trim() == section)
+    {
+        let line = fact.text.trim_end();
+        assert!(
+            restored.lines().skip(heading + 1).any(|l| l == line),
+            "{fact:?} is not put back under its heading: {restored:?}"
+        );
+    }
+}
+
+/// `memtape.toml` as the CLI reads it: its `[llm]` and `[lifecycle]` tables.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    llm: memtape_llm::LlmSettings,
+    #[serde(default)]
+    lifecycle: memtape::LifecycleConfig,
+}
+
+/// Moments at the edges of what chrono represents and of what cron searches, and ordinary
+/// ones (one on the last nanosecond of a leap day; the sixth, an ordinary one, is what
+/// [`check_schedule`] asks first).
+fn moments() -> [DateTime<Utc>; 7] {
+    let at = |s: &str| {
+        DateTime::parse_from_rfc3339(s)
+            .unwrap_or_else(|e| panic!("{s}: {e}"))
+            .with_timezone(&Utc)
+    };
+    [
+        DateTime::<Utc>::MIN_UTC,
+        DateTime::<Utc>::MAX_UTC,
+        DateTime::UNIX_EPOCH,
+        at("0001-01-01T00:00:00Z"),
+        at("2024-02-29T23:59:59.999999999Z"),
+        at("2026-03-10T01:59:00Z"),
+        at("4999-12-31T23:59:00Z"),
+    ]
+}
+
+/// An emergence schedule against its contract: from every moment, the next run it gives
+/// is strictly later, and (on UTC) the first one: asked again from just before it, or
+/// from the moment itself, the answer is the same. A 5-field expression fires on whole
+/// minutes.
+fn check_schedule(schedule: &memtape::Schedule, local: bool) {
+    use chrono::Timelike;
+    let moments = moments();
+    // One that never fires ("0 0 30 2 *") is searched for up to the year 5000 each time
+    // (a tenth of a second): asked from an ordinary moment and the last one, it is done.
+    if schedule.next_after(moments[5]).is_none() {
+        assert_eq!(schedule.next_after(DateTime::<Utc>::MAX_UTC), None);
+        return;
+    }
+    for at in moments {
+        let Some(next) = schedule.next_after(at) else {
+            continue;
+        };
+        assert!(next > at, "the run after {at} is at {next}");
+        if local {
+            continue;
+        }
+        assert_eq!(
+            (next.second(), next.nanosecond()),
+            (0, 0),
+            "the run after {at} is not on a whole minute: {next}"
+        );
+        let just_before = (next - chrono::TimeDelta::seconds(1)).max(at);
+        assert_eq!(
+            schedule.next_after(just_before),
+            Some(next),
+            "after {at} the next run is {next}, but after {just_before} another"
+        );
+    }
+}
+
+/// `memtape.toml`: the bytes before the first NUL are the file, the lines after it the
+/// environment (`NAME=value`). Any text is read into the CLI's tables or refused as TOML;
+/// `[lifecycle]` validates or is refused with a configuration error, and when it
+/// validates, every value is in its documented range and every schedule it names parses
+/// and runs forward; `[llm]` with the environment over it gives no model, a configuration
+/// error, or a model whose values come from the right source (the environment wins key by
+/// key) and lie in range, and whose debug output never shows its key.
+pub fn lifecycle_config(data: &[u8]) {
+    let (file, env) = split_nul(data);
+    // The CLI refuses a file that is not UTF-8 before TOML sees it.
+    let Some(file) = text(file) else { return };
+    let env = String::from_utf8_lossy(env);
+    let env: Vec<(&str, &str)> = env.lines().filter_map(|l| l.split_once('=')).collect();
+    let Ok(parsed) = toml::from_str::<ConfigFile>(file) else {
+        return;
+    };
+    check_lifecycle(&parsed.lifecycle);
+    check_llm(&parsed.llm, &env);
+}
+
+/// `[lifecycle]`: validation refuses with a configuration error, or everything is in range.
+fn check_lifecycle(config: &memtape::LifecycleConfig) {
+    if let Err(e) = config.validate() {
+        assert!(
+            matches!(e, Error::Config(_)),
+            "[lifecycle] refused with an error that is not a configuration one: {e}"
+        );
+        return;
+    }
+    assert!((2..=10_000).contains(&config.memory_window));
+    assert!((1..=100_000).contains(&config.consolidation_max_tokens));
+    let x = &config.extraction;
+    assert!((1..=10_000).contains(&x.min_messages));
+    assert!(x.min_user_chars <= 100_000);
+    assert!((1..=1000).contains(&x.transcript_messages));
+    assert!((1..=100_000).contains(&x.message_chars));
+    assert!((1..=100_000).contains(&x.max_tokens));
+    assert!(x.cooldown_minutes <= 10_080);
+    let e = &config.emergence;
+    assert!((1..=366).contains(&e.days));
+    assert_eq!(config.consolidation(false).window, config.memory_window);
+    for agent in std::iter::once("").chain(e.agents.keys().map(String::as_str)) {
+        match e.schedule(agent) {
+            Ok(Some(schedule)) => {
+                assert!(e.enabled, "a schedule while emergence is off");
+                check_schedule(&schedule, e.timezone.eq_ignore_ascii_case("local"));
+            }
+            Ok(None) => {}
+            Err(err) => panic!("[lifecycle] validated, but agent {agent:?}'s schedule: {err}"),
+        }
+    }
+    let json = serde_json::to_value(config).unwrap_or_else(|e| panic!("{e}"));
+    let back: memtape::LifecycleConfig = serde_json::from_value(json)
+        .unwrap_or_else(|e| panic!("{config:?} does not read back: {e}"));
+    assert_eq!(&back, config);
+}
+
+/// `[llm]` with the environment `env` over it.
+fn check_llm(file: &memtape_llm::LlmSettings, env: &[(&str, &str)]) {
+    use memtape_llm::{LlmConfig, Provider};
+    // The last assignment of a name wins, as in a shell.
+    let get = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    };
+    let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
+    // The value in effect for a variable: the environment's, else the file's.
+    let chosen = |name: &str, file: &Option<String>| {
+        let v = get(name);
+        if blank(&v) {
+            (!blank(file)).then(|| file.clone()).flatten()
+        } else {
+            v
+        }
+    };
+    let provider = chosen("MEMTAPE_LLM_PROVIDER", &file.provider);
+    let base_url = chosen("MEMTAPE_LLM_BASE_URL", &file.base_url);
+    let model = chosen("MEMTAPE_LLM_MODEL", &file.model);
+    let config = match LlmConfig::from_sources(get, file, "memtape.toml") {
+        Ok(Some(config)) => config,
+        Ok(None) => {
+            assert!(
+                provider.is_none() && base_url.is_none() && model.is_none(),
+                "no model, though one is configured"
+            );
+            return;
+        }
+        Err(e) => {
+            assert!(
+                matches!(e, memtape_llm::Error::Config(_)),
+                "[llm] refused with an error that is not a configuration one: {e}"
+            );
+            return;
+        }
+    };
+    let anthropic = provider.as_deref().map(str::trim) == Some("anthropic");
+    assert_eq!(config.provider == Provider::Anthropic, anthropic);
+    assert_eq!(Some(config.model.as_str()), model.as_deref().map(str::trim));
+    assert!(!config.model.is_empty());
+    if let Some(url) = &base_url {
+        assert_eq!(&config.base_url, url);
+    }
+    assert!(
+        config.base_url.starts_with("http://") || config.base_url.starts_with("https://"),
+        "base URL {:?}",
+        config.base_url
+    );
+    assert!(
+        (1..=3600).contains(&config.timeout.as_secs()) && config.timeout.subsec_nanos() == 0,
+        "timeout {:?}",
+        config.timeout
+    );
+    assert!(config.retry.max_retries <= 10);
+    if let Some(key) = &config.api_key {
+        assert!(!key.trim().is_empty(), "an empty key");
+    } else {
+        assert!(file.api_key_env.is_none(), "api_key_env is set, yet no key");
+    }
+    let other = LlmConfig {
+        api_key: config.api_key.as_ref().map(|k| format!("{k}-other")),
+        ..config.clone()
+    };
+    assert_eq!(
+        format!("{config:?}"),
+        format!("{other:?}"),
+        "the key shows in the debug output"
+    );
+}
+
+/// The emergence schedule's cron expressions (`[lifecycle.emergence] cron` and per-agent
+/// ones): anything but five fields is refused; an accepted one, on UTC or local time, gives
+/// from every moment (chrono's first and last included) a next run strictly later, on UTC
+/// the first whole minute that fires; and the config reads it the same way (`off` aside).
+pub fn cron(data: &[u8]) {
+    let Some(expression) = text(data) else { return };
+    let fields = expression.split_whitespace().count();
+    for local in [false, true] {
+        let parsed = memtape::Schedule::parse(expression, local);
+        if fields != 5 {
+            assert!(parsed.is_err(), "{fields} fields accepted: {expression:?}");
+        }
+        match &parsed {
+            Ok(schedule) => check_schedule(schedule, local),
+            Err(e) => assert!(matches!(e, Error::Config(_)), "{e}"),
+        }
+        let config = memtape::EmergenceConfig {
+            cron: expression.to_owned(),
+            timezone: if local { "local" } else { "UTC" }.to_owned(),
+            ..Default::default()
+        };
+        match config.schedule("any-agent") {
+            Ok(None) => assert!(expression.trim().eq_ignore_ascii_case("off")),
+            Ok(Some(_)) => assert!(parsed.is_ok()),
+            Err(_) => assert!(parsed.is_err()),
+        }
+    }
 }
