@@ -304,8 +304,14 @@ impl BuiltinEvent {
     /// or size rule).
     pub fn decode(event: &Event) -> Result<Option<Self>> {
         fn typed<'a, T: Deserialize<'a>>(name: &str, data: &'a Value) -> Result<T> {
-            T::deserialize(data)
-                .map_err(|e| Error::InvalidEntry(format!("event {name}: bad data: {e}")))
+            // The plain decoder first; only a failure is decoded again to name the field.
+            T::deserialize(data).map_err(|plain| {
+                let at = match serde_path_to_error::deserialize::<_, T>(data) {
+                    Err(e) if e.path().to_string() != "." => format!(" at {}", e.path()),
+                    _ => String::new(),
+                };
+                Error::InvalidEntry(format!("event {name}: bad data{at}: {plain}"))
+            })
         }
         let data = &event.data;
         let decoded = match event.name.as_str() {
@@ -428,6 +434,22 @@ mod tests {
             name: name.into(),
             data,
         }
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let dropped = event(
+            MEMORY_DROPPED,
+            json!({"path": "MEMORY.md", "text": 42, "version": 1, "by": "x"}),
+        );
+        let err = BuiltinEvent::decode(&dropped).unwrap_err().to_string();
+        assert!(err.contains("at text: invalid type: integer `42`"), "{err}");
+        let change = event(
+            MEMORY_CHANGE,
+            json!({"ops": [{"op": "write", "path": "MEMORY.md", "content": 7}]}),
+        );
+        let err = BuiltinEvent::decode(&change).unwrap_err().to_string();
+        assert!(err.contains("at ops[0]"), "{err}");
     }
 
     #[test]
