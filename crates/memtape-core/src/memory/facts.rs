@@ -166,9 +166,12 @@ pub fn states(content: &str, fact: &str) -> bool {
 pub fn carry_over(seen: &str, current: &str, rewrite: &str) -> String {
     let seen_text = normal_text(seen);
     let mut out = rewrite.to_owned();
+    // `normal_text(&out)`, kept up to date as lines are added rather than made again for
+    // each line of `current` (which made a large file quadratic).
+    let mut out_text = normal_text(rewrite);
     for fact in facts(current) {
         let n = normal(&fact.text);
-        if stated_in(&n, &seen_text) || stated_in(&n, &normal_text(&out)) {
+        if stated_in(&n, &seen_text) || stated_in(&n, &out_text) {
             continue;
         }
         if !out.is_empty() && !out.ends_with('\n') {
@@ -176,6 +179,12 @@ pub fn carry_over(seen: &str, current: &str, rewrite: &str) -> String {
         }
         out.push_str(&fact.text);
         out.push('\n');
+        if !n.is_empty() {
+            if !out_text.is_empty() {
+                out_text.push('\n');
+            }
+            out_text.push_str(&n);
+        }
     }
     out
 }
