@@ -10,39 +10,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Run;
-use memtape_scripted::{Answer, Scripted, text, tool_call};
+use common::model::{chat, configure, save_memory};
+use memtape_scripted::{Answer, Scripted, text};
 use serde_json::{Value, json};
-
-/// Points the run's data directory at `server` through memtape.toml.
-fn configure(r: &Run, server: &Scripted) {
-    let toml = format!(
-        "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntimeout = 5\nmax_retries = 0\n",
-        server.base
-    );
-    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
-}
-
-fn chat(r: &Run, session: &str, n: usize) {
-    for i in 0..n {
-        let role = if i % 2 == 0 { "user" } else { "assistant" };
-        r.ok(&[
-            "append",
-            session,
-            "--role",
-            role,
-            "--content",
-            &format!("message {i} about the kayak trip"),
-            "--no-wal",
-        ]);
-    }
-}
-
-fn save_memory(memory: &str) -> Answer {
-    tool_call(
-        "save_memory",
-        json!({"history_entry": "[2026-03-10 14:30] Planned a kayak trip.", "memory_update": memory}),
-    )
-}
 
 #[test]
 fn consolidate_without_a_model_says_how_to_configure_one() {

@@ -11,8 +11,9 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::model::wait_for_call;
 use memtape::Store;
 use memtape_scripted::{Answer, Scripted, tool_call};
 use serde_json::{Value, json};
@@ -397,18 +398,7 @@ fn a_disk_that_fills_while_the_model_thinks_fails_the_consolidation_and_changes_
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while server.requests() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the consolidation never called the model"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before the call"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_call(&server, &mut child);
     disk.fill_leaving(128 * 1024);
     assert!(
         child.try_wait().unwrap().is_none(),

@@ -12,41 +12,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Run;
-use memtape_scripted::{Answer, Scripted, tool_call};
+use common::model::{chat, configure, save_memory, wait_for_call};
+use memtape_scripted::{Answer, Scripted};
 use serde_json::{Value, json};
-
-/// Points the run's data directory at `server` through memtape.toml.
-fn configure(r: &Run, server: &Scripted) {
-    let toml = format!(
-        "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntimeout = 5\nmax_retries = 0\n",
-        server.base
-    );
-    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
-}
-
-/// `n` alternating user and assistant messages in `session`.
-fn chat(r: &Run, session: &str, n: usize) {
-    for i in 0..n {
-        let role = if i % 2 == 0 { "user" } else { "assistant" };
-        r.ok(&[
-            "append",
-            session,
-            "--role",
-            role,
-            "--content",
-            &format!("message {i} about the kayak trip"),
-            "--no-wal",
-        ]);
-    }
-}
-
-/// The model's save_memory call with `memory` as the new MEMORY.md.
-fn save_memory(memory: &str) -> Answer {
-    tool_call(
-        "save_memory",
-        json!({"history_entry": "[2026-03-10 14:30] Planned a kayak trip.", "memory_update": memory}),
-    )
-}
 
 /// The session's consolidation pointer (`last_consolidated` of `memtape sessions --json`).
 fn pointer(r: &Run, session: &str) -> u64 {
@@ -279,18 +247,7 @@ fn a_consolidation_killed_while_the_model_thinks_leaves_the_tape_whole() {
     assert_eq!(before.2, 6);
 
     let mut child = spawn(&r, &["memory", "consolidate", "s1", "--all"]);
-    let started = Instant::now();
-    while server.requests() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the consolidation never called the model"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the consolidation ended before calling the model"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_call(&server, &mut child);
     // The model holds the request: the process is inside the consolidation, lock held.
     child.kill().unwrap();
     let out = child.wait_with_output().unwrap();

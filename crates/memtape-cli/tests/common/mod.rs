@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
+pub mod model;
 pub mod serving;
 
 use std::process::{Command, Output};
