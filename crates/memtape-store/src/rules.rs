@@ -80,6 +80,7 @@ pub fn prepare(
     lookup: &mut Lookup<'_>,
 ) -> Result<Entry> {
     new.payload.validate()?;
+    check_placement(&new.payload, &new.scope)?;
     if let Some(expected) = new.if_last {
         let actual = info.last_id.unwrap_or(EntryId(0));
         if actual != expected {
@@ -119,6 +120,22 @@ pub fn prepare(
         created_at: new.created_at,
         parent,
     })
+}
+
+/// A memory change or a dropped fact belongs to a memory scope (an agent, or an agent and a
+/// user): memory is read only there, so one on a session would be kept and never seen.
+fn check_placement(payload: &Payload, scope: &Scope) -> Result<()> {
+    if let Payload::Event(e) = payload
+        && (e.name == events::MEMORY_CHANGE || e.name == events::MEMORY_DROPPED)
+        && scope.session().is_some()
+    {
+        return Err(memtape_core::Error::InvalidEntry(format!(
+            "event {} belongs to a memory scope (an agent, or an agent and a user), not to the session {scope}",
+            e.name
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 fn check_parent(
@@ -241,6 +258,7 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
 /// stored unchanged.
 pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
     entry.payload.validate()?;
+    check_placement(&entry.payload, &entry.scope)?;
     if let Some(p) = entry.parent {
         if !entry.kind().is_conversational() {
             return Err(Error::BadParent {

@@ -161,6 +161,37 @@ fn a_failed_batch_appends_nothing() {
 }
 
 #[test]
+fn memory_events_belong_to_memory_scopes() {
+    each_store(|store| {
+        let s = session("s");
+        let agent = Scope::agent("acme", "bot").unwrap();
+        let change = |scope: &Scope| {
+            event(
+                scope,
+                "memory.change",
+                json!({"ops": [{"op": "write", "path": "MEMORY.md", "content": "- x\n"}]}),
+            )
+        };
+        let err = store.append(vec![change(&s)]).unwrap_err();
+        assert!(err.to_string().contains("memory scope"), "{err}");
+        let dropped = event(
+            &s,
+            "memory.dropped",
+            json!({"path": "MEMORY.md", "text": "- x", "version": 1, "by": "test"}),
+        );
+        let err = store.append(vec![dropped]).unwrap_err();
+        assert!(err.to_string().contains("memory scope"), "{err}");
+        // A restore is held to the same rule.
+        let mut stored = store.append(vec![change(&agent)]).unwrap();
+        stored[0].id = EntryId(50);
+        stored[0].scope = s.clone();
+        let err = store.restore(stored).unwrap_err();
+        assert!(err.to_string().contains("memory scope"), "{err}");
+        assert_eq!(store.last_id().unwrap(), EntryId(1));
+    });
+}
+
+#[test]
 fn the_consolidation_pointer_is_an_event_projected_onto_the_scope() {
     each_store(|store| {
         let (s, other) = (session("s"), session("o"));
