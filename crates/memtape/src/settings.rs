@@ -126,9 +126,14 @@ impl Schedule {
         })?;
         let schedule = Schedule { cron, local };
         // An expression can be well formed and never fire ("0 0 30 2 *"): refused, or the
-        // emergence it names would silently never run. Eight years from a fixed moment
-        // hold every date a valid expression can name (29 February included).
-        let from = chrono::DateTime::from_timestamp(1_704_067_200, 0).unwrap_or_default(); // 2024-01-01
+        // emergence it names would silently never run. Eight years hold every date a valid
+        // expression can name (29 February included), and the calendar repeats, so the
+        // years from 4990 are asked: croner gives up searching at 5000, which bounds the
+        // time an expression that never fires takes to 10 years of search, not 3,000.
+        let from = chrono::NaiveDate::from_ymd_opt(4990, 1, 1)
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| t.and_utc())
+            .unwrap_or_default();
         let fires = Schedule {
             local: false,
             ..schedule.clone()
