@@ -199,7 +199,13 @@ impl<S: Store> Engine<S> {
             let mut entries =
                 vec![NewEntry::new(scope.clone(), change.to_payload(), now).if_last(base)];
             entries.extend(dropped);
-            entries.extend(extra.iter().cloned());
+            // One transaction, one moment: an entry the caller made before this one (the
+            // consolidation pointer) is not dated before the change it commits with, so a
+            // moment between the two never sees the pointer moved without the memory.
+            entries.extend(extra.iter().cloned().map(|mut e| {
+                e.created_at = e.created_at.max(now);
+                e
+            }));
             match self.append_entries(entries) {
                 Ok(stored) => {
                     let first = &stored[0];

@@ -168,6 +168,20 @@ fn a_good_save_memory_call_consolidates_all_but_the_newest_half_window() {
         (120, 30)
     );
     assert_eq!(calls[0].error, None);
+    // The consolidation's writes are one transaction and one moment: in id order their
+    // times never go back, so no moment sees the pointer moved without the memory.
+    let tape = engine
+        .store()
+        .entries_after(memtape::EntryId(stored[119].id.0), 100)
+        .unwrap();
+    assert!(tape.len() >= 3, "{tape:?}");
+    assert!(
+        tape.windows(2).all(|w| w[0].created_at <= w[1].created_at),
+        "{:?}",
+        tape.iter()
+            .map(|e| (e.id, e.created_at))
+            .collect::<Vec<_>>()
+    );
     // Nothing more to do until the window fills again: no call.
     let again = engine
         .consolidate(&session(), &client(&server), ConsolidateOptions::default())
