@@ -546,7 +546,8 @@ impl Payload {
 
     /// Checks the payload's rules: message structure, non-empty names without control
     /// characters and at most [`MAX_PAYLOAD_NAME_BYTES`] long (a name is a key every store
-    /// indexes; PostgreSQL's text cannot even hold a NUL, nor its index a key over 2.7 kB), and for an event that memtape owns, its data's typed shape
+    /// indexes; PostgreSQL's text cannot even hold a NUL, nor its index a key over
+    /// 2.7 kB), and for an event that memtape owns, its data's typed shape
     /// ([`BuiltinEvent::decode`]). Every way an entry comes in runs this.
     pub fn validate(&self) -> Result<()> {
         self.validate_structure()?;
