@@ -734,14 +734,7 @@ fn a_batch_is_cut_into_statements_by_bytes_too() {
     let stored = store.scan(&s, &Filter::default()).unwrap();
     assert_eq!(stored, acked);
     for (i, e) in stored.iter().enumerate() {
-        let text = e
-            .payload
-            .as_message()
-            .unwrap()
-            .content
-            .as_ref()
-            .unwrap()
-            .text();
+        let text = e.payload.search_text().unwrap();
         assert!(
             text.starts_with(&format!("{i} z")),
             "entry {i} out of order"

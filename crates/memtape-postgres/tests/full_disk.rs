@@ -170,14 +170,7 @@ fn a_full_disk_fails_the_append_loses_nothing_and_recovers_when_freed() {
     let all = store.scan(&scope, &Filter::default()).unwrap();
     assert_eq!(all.len(), 4200);
     assert!(all.iter().all(|e| {
-        let text = e
-            .payload
-            .as_message()
-            .unwrap()
-            .content
-            .as_ref()
-            .unwrap()
-            .text();
+        let text = e.payload.search_text().unwrap();
         !text.starts_with("full ")
     }));
     drop(store);

@@ -124,7 +124,6 @@ impl Schedule {
                 "the cron expression {expression:?} is not valid: {e}"
             ))
         })?;
-        let schedule = Schedule { cron, local };
         // An expression can be well formed and never fire ("0 0 30 2 *"): refused, or the
         // emergence it names would silently never run. Eight years hold every date a valid
         // expression can name (29 February included), and the calendar repeats, so the
@@ -134,18 +133,15 @@ impl Schedule {
             .and_then(|d| d.and_hms_opt(0, 0, 0))
             .map(|t| t.and_utc())
             .unwrap_or_default();
-        let fires = Schedule {
-            local: false,
-            ..schedule.clone()
-        }
-        .next_after(from)
-        .is_some_and(|t| t < from + chrono::Duration::days(8 * 366));
+        let fires = cron
+            .find_next_occurrence(&from, false)
+            .is_ok_and(|t| t < from + chrono::Duration::days(8 * 366));
         if !fires {
             return Err(Error::Config(format!(
                 "the cron expression {expression:?} never fires"
             )));
         }
-        Ok(schedule)
+        Ok(Schedule { cron, local })
     }
 
     /// The first time after `after` the schedule fires (a whole minute).
