@@ -3,16 +3,21 @@
 //! slow part of a write). A search still catches up first, so it finds every append
 //! acknowledged before it; the indexer only makes that catch-up short.
 //!
+//! The embedder gives way to requests: before each batch it waits for a quiet moment
+//! ([`Activity`]), and under load that does not let up it embeds a short batch now and then,
+//! so a burst of appends costs searches no CPU and its vectors are caught up once the burst
+//! is over (BM25 finds the newest appends meanwhile).
+//!
 //! Appends by other processes (a second server on the same PostgreSQL database, the CLI
 //! beside a server on one data directory) are followed too: a watcher thread waits for the
 //! store's sign of a commit (PostgreSQL's LISTEN/NOTIFY) or for [`FOLLOW_POLL`], whichever
 //! comes first, and wakes the indexer when the tape has grown past the index.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memtape::{DynStore, Engine, Entry, PendingVectors, Store, WriteHook};
 
@@ -42,11 +47,97 @@ impl WriteHook for OnWrite {
 /// long a stopping server waits for the watcher.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
+/// How long the server must have had no request in flight before the embedder takes a
+/// full batch.
+pub const QUIET: Duration = Duration::from_millis(20);
+
+/// How long the embedder waits for a quiet moment before it takes a short batch anyway.
+pub const PATIENCE: Duration = Duration::from_secs(1);
+
+/// Entries per batch in a quiet moment (a MiniLM batch of them takes a few hundred ms of
+/// both cores here), and per batch taken under load (a few tens of ms): under load that
+/// does not let up, the embedder takes about 40 ms of CPU a second (MiniLM).
+const QUIET_BATCH: usize = 256;
+const BUSY_BATCH: usize = 16;
+
+/// How often a waiting embedder looks at the requests again.
+const LOOK_AGAIN: Duration = Duration::from_millis(5);
+
+/// The requests the server is serving: how many are in flight and when the last one ended.
+/// Each request holds a [`Busy`] while it runs.
+#[derive(Debug)]
+pub struct Activity {
+    since: Instant,
+    in_flight: AtomicUsize,
+    /// Nanoseconds from `since` to the end of the last request.
+    last_end: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            since: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// Counts a request in flight until the returned guard drops.
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Busy(self.clone())
+    }
+
+    /// How long no request has been in flight (since the start, when none has ended yet);
+    /// `None` while one is.
+    pub fn quiet_for(&self) -> Option<Duration> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let last_end = Duration::from_nanos(self.last_end.load(Ordering::SeqCst));
+        Some(self.since.elapsed().saturating_sub(last_end))
+    }
+}
+
+/// A request in flight; see [`Activity::begin`].
+#[derive(Debug)]
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let now = u64::try_from(self.0.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.0.last_end.fetch_max(now, Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How many entries the embedder's next batch may cover: waits until the server has been
+/// quiet for [`QUIET`] (a full batch) or for at most [`PATIENCE`] (a short one). `None`
+/// when asked to stop meanwhile.
+fn next_batch(activity: &Activity, stop: &AtomicBool) -> Option<usize> {
+    let waiting = Instant::now();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        if activity.quiet_for().is_some_and(|q| q >= QUIET) {
+            return Some(QUIET_BATCH);
+        }
+        if waiting.elapsed() >= PATIENCE {
+            return Some(BUSY_BATCH);
+        }
+        std::thread::sleep(LOOK_AGAIN);
+    }
+}
+
 /// The indexer's threads and the way to stop them.
 pub struct Indexer {
     stop: Arc<AtomicBool>,
     wake: SyncSender<Wake>,
     wake_embedder: SyncSender<()>,
+    activity: Arc<Activity>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -63,6 +154,7 @@ impl Indexer {
         let embeds = engine.index().is_some_and(|i| i.embedder().is_some());
         let engine = Arc::new(engine);
         let stop = Arc::new(AtomicBool::new(false));
+        let activity = Arc::new(Activity::default());
         let mut threads = Vec::new();
         let spawned = {
             let (engine, stop, embedder) = (engine.clone(), stop.clone(), wake_embedder.clone());
@@ -79,9 +171,10 @@ impl Indexer {
         }
         if embeds && !threads.is_empty() {
             let (engine, stop, indexer) = (engine.clone(), stop.clone(), wake.clone());
+            let activity = activity.clone();
             match std::thread::Builder::new()
                 .name("memtape-embedder".into())
-                .spawn(move || embed(&engine, &embedder_woken, &indexer, &stop))
+                .spawn(move || embed(&engine, &embedder_woken, &indexer, &activity, &stop))
             {
                 Ok(t) => threads.push(t),
                 Err(e) => tracing::warn!(
@@ -105,11 +198,19 @@ impl Indexer {
             stop,
             wake,
             wake_embedder,
+            activity,
             threads,
         };
         // Vectors left behind by the last run are embedded from the start.
         let _ = indexer.wake_embedder.try_send(());
         (engine, indexer)
+    }
+}
+
+impl Indexer {
+    /// The requests the embedder gives way to: every request counts itself here.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
     }
 }
 
@@ -203,11 +304,13 @@ fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBoo
 }
 
 /// The embedding thread: embeds the documents whose vectors are behind, a batch at a
-/// time, and hands each batch to the indexer thread to store.
+/// time when requests let it ([`next_batch`]), and hands each batch to the indexer thread
+/// to store.
 fn embed(
     engine: &Engine<DynStore>,
     woken: &Receiver<()>,
     indexer: &SyncSender<Wake>,
+    activity: &Activity,
     stop: &AtomicBool,
 ) {
     // Embedding a backlog may take a whole core for minutes, and requests (a search embeds
@@ -235,10 +338,10 @@ fn embed(
     };
     while woken.recv().is_ok() {
         loop {
-            if stop.load(Ordering::SeqCst) {
+            let Some(entries) = next_batch(activity, stop) else {
                 return;
-            }
-            let pending = match index.embed_next(engine.store()) {
+            };
+            let pending = match index.embed_next(engine.store(), entries) {
                 Ok(Some(pending)) => pending,
                 Ok(None) => break,
                 Err(e) => {
@@ -255,5 +358,49 @@ fn embed(
                 Ok(false) | Err(_) => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedder_takes_a_full_batch_once_requests_have_been_quiet() {
+        let activity = Arc::new(Activity::default());
+        let stop = AtomicBool::new(false);
+        drop(activity.begin());
+        let asked = Instant::now();
+        assert_eq!(next_batch(&activity, &stop), Some(QUIET_BATCH));
+        let waited = asked.elapsed();
+        assert!(waited >= QUIET - LOOK_AGAIN, "waited only {waited:?}");
+        assert!(waited < PATIENCE, "waited {waited:?}");
+    }
+
+    #[test]
+    fn under_load_that_never_lets_up_the_embedder_takes_a_short_batch_after_its_patience() {
+        let activity = Arc::new(Activity::default());
+        let stop = AtomicBool::new(false);
+        let request = activity.begin();
+        assert_eq!(activity.quiet_for(), None);
+        let asked = Instant::now();
+        assert_eq!(next_batch(&activity, &stop), Some(BUSY_BATCH));
+        assert!(asked.elapsed() >= PATIENCE);
+        // Two requests overlapping: in flight until both end.
+        let other = activity.begin();
+        drop(request);
+        assert_eq!(activity.quiet_for(), None);
+        drop(other);
+        assert!(activity.quiet_for().is_some_and(|q| q < PATIENCE));
+    }
+
+    #[test]
+    fn a_stopping_server_does_not_wait_for_quiet() {
+        let activity = Arc::new(Activity::default());
+        let _request = activity.begin();
+        let stop = AtomicBool::new(true);
+        let asked = Instant::now();
+        assert_eq!(next_batch(&activity, &stop), None);
+        assert!(asked.elapsed() < PATIENCE);
     }
 }

@@ -200,7 +200,22 @@ fn router(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_activity,
+        ))
         .with_state(state)
+}
+
+/// Counts each request in flight (until its handler has answered; a streamed body's
+/// rest is not counted), so the background embedder gives way to requests.
+async fn count_activity(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let _busy = state.activity().begin();
+    next.run(request).await
 }
 
 /// How often the emergence schedule is looked at: a schedule fires within this of its time.

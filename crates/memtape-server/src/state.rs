@@ -125,7 +125,7 @@ struct Inner {
     // queued and lets go of the engine before the store closes.
     appender: Appender,
     // Then the indexer, stopped between two batches.
-    _indexer: Indexer,
+    indexer: Indexer,
     engine: Arc<Engine<DynStore>>,
     permits: Arc<Semaphore>,
     keys: KeyStore,
@@ -226,7 +226,7 @@ impl AppState {
         AppState {
             inner: Arc::new(Inner {
                 appender: Appender::start(engine.clone()),
-                _indexer: indexer,
+                indexer,
                 engine,
                 permits: Arc::new(Semaphore::new(limits.engine_calls.max(1))),
                 keys,
@@ -237,6 +237,11 @@ impl AppState {
                 scheduler: Arc::default(),
             }),
         }
+    }
+
+    /// The requests in flight, which the background embedder gives way to.
+    pub(crate) fn activity(&self) -> &Arc<crate::indexer::Activity> {
+        self.inner.indexer.activity()
     }
 
     /// The memory scopes of the memory changes written from now on (by this process), as
@@ -410,8 +415,10 @@ impl AppState {
             .await
             .map_err(|_| ApiError::internal("the server is shutting down"))?;
         let engine = self.inner.engine.clone();
+        // Counted whatever the transport (an MCP call's work may outlast its request).
+        let busy = self.activity().begin();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+            let (_permit, _busy) = (permit, busy);
             f(&engine)
         })
         .await

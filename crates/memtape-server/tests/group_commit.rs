@@ -180,25 +180,7 @@ fn the_background_embedder_embeds_every_append() {
         assert_eq!(status, 201, "{body}");
         last = body["ids"][0].as_u64().unwrap();
     }
-    let path = s.dir.path().join("index.db");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let index = memtape::Index::open(
-            &path,
-            Some(embedder.clone()),
-            memtape::IndexConfig::default(),
-        )
-        .unwrap();
-        if index.embedded().0 >= last {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} of {last} embedded after 30 s",
-            index.embedded().0
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until_embedded(&s, &embedder, last);
     // The embedding thread runs under Linux's idle policy, so it never holds up a request.
     #[cfg(target_os = "linux")]
     assert_eq!(policies_of("memtape-embedde"), [SCHED_IDLE]);
@@ -210,6 +192,69 @@ fn the_background_embedder_embeds_every_append() {
         Some(last),
         "{body}"
     );
+}
+
+/// The embedder gives way to requests: while one is in flight (here a request whose body
+/// never finishes arriving) it embeds only a short batch a second, and once the server is
+/// quiet it catches up with the rest.
+#[test]
+fn the_background_embedder_gives_way_while_a_request_is_in_flight() {
+    use std::io::Write;
+    let embedder: Arc<dyn memtape::Embedder> = Arc::new(Buckets);
+    let s = Server::start_embedding(embedder.clone());
+    let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let mut last = 0;
+    for i in 0..300 {
+        let (status, body) = s.post(
+            &format!("/v1/sessions/s{}/messages", i % 7),
+            &json!({"role": "assistant", "content": format!("note {i} about the tide")}),
+        );
+        assert_eq!(status, 201, "{body}");
+        last = body["ids"][0].as_u64().unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let embedded = open_index(&s, &embedder).embedded().0;
+    // At most one short batch (16 entries) per second of patience, and one more under way.
+    let seconds = started.elapsed().as_secs() + 1;
+    assert!(
+        embedded <= 16 * seconds,
+        "{embedded} of {last} entries embedded in {seconds} s with a request in flight"
+    );
+    drop(slow);
+    wait_until_embedded(&s, &embedder, last);
+}
+
+/// The server's index file, opened as another process would.
+fn open_index(s: &Server, embedder: &Arc<dyn memtape::Embedder>) -> memtape::Index {
+    memtape::Index::open(
+        &s.dir.path().join("index.db"),
+        Some(embedder.clone()),
+        memtape::IndexConfig::default(),
+    )
+    .unwrap()
+}
+
+/// Waits (30 s at most) until the server's index holds vectors through entry `last`.
+fn wait_until_embedded(s: &Server, embedder: &Arc<dyn memtape::Embedder>, last: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let embedded = open_index(s, embedder).embedded().0;
+        if embedded >= last {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{embedded} of {last} embedded after 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Linux's idle scheduling policy.

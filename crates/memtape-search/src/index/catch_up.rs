@@ -512,7 +512,7 @@ impl Index {
             return Ok(false);
         }
         self.sync(&mut lock(&self.writer))?;
-        match self.embed_next(store)? {
+        match self.embed_next(store, BATCH)? {
             Some(pending) => self.store_embedded(pending),
             None => Ok(false),
         }
@@ -521,9 +521,10 @@ impl Index {
     /// The first half of [`Index::embed_step`], for a thread that embeds at a low
     /// priority: reads and embeds the next batch of documents without vectors, taking no
     /// lock but a moment's read of the in-memory marks, so a thread starved of CPU never
-    /// holds up searches. `None` when no vectors are behind (as far as this process has
-    /// seen) or there is no embedder.
-    pub fn embed_next(&self, store: &dyn Store) -> Result<Option<PendingVectors>> {
+    /// holds up searches. The batch covers at most `entries` entries of the tape (at least
+    /// one), so a thread that must give way soon can ask for a short one. `None` when no
+    /// vectors are behind (as far as this process has seen) or there is no embedder.
+    pub fn embed_next(&self, store: &dyn Store, entries: usize) -> Result<Option<PendingVectors>> {
         if self.embedder.is_none() {
             return Ok(None);
         }
@@ -532,7 +533,7 @@ impl Index {
             (docs.embedded, docs.covered, docs.build.clone())
         };
         Ok(self
-            .embed_after(store, from, until)?
+            .embed_after(store, from, until, entries.clamp(1, BATCH))?
             .map(|batch| PendingVectors { from, build, batch }))
     }
 
@@ -557,7 +558,7 @@ impl Index {
             let docs = self.read_docs();
             (docs.embedded, docs.covered, docs.build.clone())
         };
-        let Some(batch) = self.embed_after(store, from, until)? else {
+        let Some(batch) = self.embed_after(store, from, until, BATCH)? else {
             return Ok(false);
         };
         Ok(self
@@ -565,18 +566,19 @@ impl Index {
             .unwrap_or(true))
     }
 
-    /// Reads and embeds the next batch of documents after `from` (up to `until`); `None`
-    /// when there is none.
+    /// Reads and embeds the documents of the next `limit` entries after `from` (up to
+    /// `until`); `None` when there are none.
     fn embed_after(
         &self,
         store: &dyn Store,
         from: EntryId,
         until: EntryId,
+        limit: usize,
     ) -> Result<Option<Embedded>> {
         if from >= until {
             return Ok(None);
         }
-        let mut entries = store.entries_after(from, BATCH)?;
+        let mut entries = store.entries_after(from, limit)?;
         entries.retain(|e| e.id <= until);
         // An empty page means the tape was replaced under the index, which the next
         // catch-up notices and rebuilds.
