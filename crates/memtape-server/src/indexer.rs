@@ -132,6 +132,10 @@ fn next_batch(activity: &Activity, stop: &AtomicBool) -> Option<usize> {
     }
 }
 
+/// How long the indexer waits after a write before it indexes, gathering the writes of
+/// that moment into one transaction.
+pub const GATHER: Duration = Duration::from_millis(3);
+
 /// The indexer's threads and the way to stop them.
 pub struct Indexer {
     stop: Arc<AtomicBool>,
@@ -238,12 +242,18 @@ fn follow(
         return;
     };
     while let Ok(wake) = woken.recv() {
-        if let Wake::Embedded(pending, reply) = wake {
-            let behind = index.store_embedded(pending).unwrap_or_else(|e| {
-                tracing::warn!("storing vectors failed: {e}");
-                false
-            });
-            let _ = reply.send(behind);
+        match wake {
+            Wake::Embedded(pending, reply) => {
+                let behind = index.store_embedded(pending).unwrap_or_else(|e| {
+                    tracing::warn!("storing vectors failed: {e}");
+                    false
+                });
+                let _ = reply.send(behind);
+            }
+            // The appends of the next moments join this one's transaction: FTS5 writes a
+            // new segment per transaction, so indexing each append alone costs several
+            // times the pages (a search meanwhile catches up itself).
+            Wake::Written => std::thread::sleep(GATHER),
         }
         loop {
             if stop.load(Ordering::SeqCst) {
