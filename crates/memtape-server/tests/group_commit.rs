@@ -103,15 +103,7 @@ fn a_search_finds_every_append_acknowledged_before_it_while_others_write() {
 #[test]
 fn the_background_indexer_catches_up_without_a_search() {
     let s = Server::start();
-    let mut last = 0;
-    for i in 0..300 {
-        let (status, body) = s.post(
-            &format!("/v1/sessions/s{}/messages", i % 7),
-            &json!({"role": "assistant", "content": format!("message {i}")}),
-        );
-        assert_eq!(status, 201, "{body}");
-        last = body["ids"][0].as_u64().unwrap();
-    }
+    let last = append_300(&s, |i| format!("message {i}"));
     let path = s.dir.path().join("index.db");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -166,20 +158,11 @@ impl memtape::Embedder for Buckets {
 fn the_background_embedder_embeds_every_append() {
     let embedder: Arc<dyn memtape::Embedder> = Arc::new(Buckets);
     let s = Server::start_embedding(embedder.clone());
-    let mut last = 0;
-    for i in 0..300 {
-        // The last one shares no word with the others.
-        let content = match i {
-            299 => "zebra quokka narwhal".to_owned(),
-            _ => format!("note {i} about the weather"),
-        };
-        let (status, body) = s.post(
-            &format!("/v1/sessions/s{}/messages", i % 7),
-            &json!({"role": "assistant", "content": content}),
-        );
-        assert_eq!(status, 201, "{body}");
-        last = body["ids"][0].as_u64().unwrap();
-    }
+    // The last one shares no word with the others.
+    let last = append_300(&s, |i| match i {
+        299 => "zebra quokka narwhal".to_owned(),
+        _ => format!("note {i} about the weather"),
+    });
     wait_until_embedded(&s, &embedder, last);
     // The embedding thread runs under Linux's idle policy, so it never holds up a request.
     #[cfg(target_os = "linux")]
@@ -210,15 +193,7 @@ fn the_background_embedder_gives_way_while_a_request_is_in_flight() {
     .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let started = std::time::Instant::now();
-    let mut last = 0;
-    for i in 0..300 {
-        let (status, body) = s.post(
-            &format!("/v1/sessions/s{}/messages", i % 7),
-            &json!({"role": "assistant", "content": format!("note {i} about the tide")}),
-        );
-        assert_eq!(status, 201, "{body}");
-        last = body["ids"][0].as_u64().unwrap();
-    }
+    let last = append_300(&s, |i| format!("note {i} about the tide"));
     std::thread::sleep(std::time::Duration::from_secs(2));
     let embedded = open_index(&s, &embedder).embedded().0;
     // At most one short batch (16 entries) per second of patience, and one more under way.
@@ -229,6 +204,21 @@ fn the_background_embedder_gives_way_while_a_request_is_in_flight() {
     );
     drop(slow);
     wait_until_embedded(&s, &embedder, last);
+}
+
+/// Appends 300 assistant messages with the texts `text` gives, over 7 sessions; returns
+/// the last one's id.
+fn append_300(s: &Server, text: impl Fn(usize) -> String) -> u64 {
+    let mut last = 0;
+    for i in 0..300 {
+        let (status, body) = s.post(
+            &format!("/v1/sessions/s{}/messages", i % 7),
+            &json!({"role": "assistant", "content": text(i)}),
+        );
+        assert_eq!(status, 201, "{body}");
+        last = body["ids"][0].as_u64().unwrap();
+    }
+    last
 }
 
 /// The server's index file, opened as another process would.
