@@ -56,7 +56,7 @@ pub const LLM_CALL: &str = "llm.call";
 pub const MEMORY_DROPPED: &str = "memory.dropped";
 
 /// The longest fact line a `memory.dropped` event holds (a line of a memory file).
-pub(crate) const DROPPED_TEXT_MAX: usize = 16 * 1024;
+pub const DROPPED_TEXT_MAX: usize = 16 * 1024;
 
 /// A fact a rewrite dropped, the data of a `memory.dropped` event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

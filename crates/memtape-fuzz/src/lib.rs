@@ -510,9 +510,6 @@ fn without_controls(text: &str) -> String {
         .collect()
 }
 
-/// The longest fact text a `memory.dropped` event holds; a longer line is recorded cut.
-const DROPPED_TEXT_MAX: usize = 16 * 1024;
-
 /// `facts::dropped(old, new)` against its contract; returns what it reported. A fact is
 /// reported as written, or (with a control character, or past 16 KiB) as a
 /// `memory.dropped` event can hold it; either way the event validates.
@@ -534,7 +531,8 @@ fn check_dropped(old: &str, new: &str) -> Vec<memtape_core::memory::facts::Fact>
         let (own, cleaned, clean) = &forms[i];
         own == n
             || cleaned == n
-            || (clean.len() > DROPPED_TEXT_MAX && clean.contains(r.text.trim()))
+            || (clean.len() > memtape_core::events::DROPPED_TEXT_MAX
+                && clean.contains(r.text.trim()))
     };
     let mut seen = std::collections::HashSet::new();
     for fact in &gone {
@@ -567,7 +565,7 @@ fn check_dropped(old: &str, new: &str) -> Vec<memtape_core::memory::facts::Fact>
         let (own, cleaned, clean) = &forms[i];
         let reported = seen.contains(own)
             || seen.contains(cleaned)
-            || (clean.len() > DROPPED_TEXT_MAX
+            || (clean.len() > memtape_core::events::DROPPED_TEXT_MAX
                 && gone.iter().any(|f| reports(f, &normal(&f.text), i)));
         assert!(
             reported || facts::states(new, &fact.text),

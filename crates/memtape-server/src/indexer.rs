@@ -49,10 +49,10 @@ pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// How long the server must have had no request in flight before the embedder takes a
 /// full batch.
-pub const QUIET: Duration = Duration::from_millis(20);
+const QUIET: Duration = Duration::from_millis(20);
 
 /// How long the embedder waits for a quiet moment before it takes a short batch anyway.
-pub const PATIENCE: Duration = Duration::from_secs(1);
+const PATIENCE: Duration = Duration::from_secs(1);
 
 /// Entries per batch in a quiet moment (a MiniLM batch of them takes a few hundred ms of
 /// both cores here), and per batch taken under load (a few tens of ms): under load that
@@ -134,7 +134,7 @@ fn next_batch(activity: &Activity, stop: &AtomicBool) -> Option<usize> {
 
 /// How long the indexer waits after a write before it indexes, gathering the writes of
 /// that moment into one transaction.
-pub const GATHER: Duration = Duration::from_millis(3);
+const GATHER: Duration = Duration::from_millis(3);
 
 /// The indexer's threads and the way to stop them.
 pub struct Indexer {

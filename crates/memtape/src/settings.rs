@@ -168,8 +168,17 @@ impl Schedule {
 impl EmergenceConfig {
     /// The schedule of `agent` (its own, else the default), `None` when it is off.
     pub fn schedule(&self, agent: &str) -> Result<Option<Schedule>> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        self.parse_schedule(agent)
+    }
+
+    /// [`EmergenceConfig::schedule`] whether emergence is on or off: `None` only for
+    /// `off`, so a mistake shows before emergence is switched on.
+    fn parse_schedule(&self, agent: &str) -> Result<Option<Schedule>> {
         let expression = self.agents.get(agent).unwrap_or(&self.cron);
-        if !self.enabled || expression.trim().eq_ignore_ascii_case("off") {
+        if expression.trim().eq_ignore_ascii_case("off") {
             return Ok(None);
         }
         let local = match self.timezone.to_ascii_lowercase().as_str() {
@@ -233,13 +242,9 @@ impl LifecycleConfig {
             )));
         }
         // Checked when emergence is off too: a mistake should show before it is switched on.
-        let emergence = EmergenceConfig {
-            enabled: true,
-            ..self.emergence.clone()
-        };
-        emergence.schedule("")?;
+        self.emergence.parse_schedule("")?;
         for (agent, expression) in &self.emergence.agents {
-            emergence.schedule(agent).map_err(|e| {
+            self.emergence.parse_schedule(agent).map_err(|e| {
                 Error::Config(format!("emergence.agents.{agent} ({expression}): {e}"))
             })?;
         }
