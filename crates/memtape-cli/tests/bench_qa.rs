@@ -4,11 +4,7 @@
 //! token sums; the retrieved turns reach the answer prompt; a model that does not answer
 //! stops the run after its first call; no model configured is refused.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
-use common::Run;
+use crate::common::Run;
 use memtape_scripted::{Answer, Scripted, ok, status};
 use serde_json::{Value, json};
 

@@ -2,11 +2,7 @@
 //! by anchor after import (issue 15's data loss), `memtape start` writes Bub's bootstrap
 //! anchor and memory zone, and `history` gives Bub's view to such sessions.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Run;
+use crate::common::Run;
 use serde_json::Value;
 
 const TAPE: &str = r#"{"id": 1, "kind": "anchor", "payload": {"name": "session/start", "state": {"owner": "human"}}, "meta": {}, "date": "2026-02-09T09:00:00+00:00"}

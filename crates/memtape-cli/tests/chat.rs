@@ -3,14 +3,11 @@
 //! on the tape, the commands, Qanot's daily note, nanobot's /new through the model,
 //! MateClaw's extraction on exit, and the emergency retry after context_length_exceeded.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
+use crate::common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::Run;
+use crate::common::Run;
 use memtape_scripted::{
     Answer, Scripted, context_length_exceeded, stream_text, stream_tool_call, text, tool_call,
 };

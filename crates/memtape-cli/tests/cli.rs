@@ -1,14 +1,10 @@
 //! The `memtape` binary driven as users and scripts drive it: real processes, a real data
 //! directory, exact outputs for the forms scripts depend on, and clear failures.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::Run;
+use crate::common::Run;
 use serde_json::{Value, json};
 
 #[test]

@@ -3,14 +3,11 @@
 //! non-zero exit with nothing changed on failure), `/new` with the model, the dropped-fact
 //! commands, and the consolidation lock holding between two processes.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
+use crate::common;
 use std::time::{Duration, Instant};
 
-use common::Run;
-use common::model::{chat, configure, save_memory};
+use crate::common::Run;
+use crate::common::model::{chat, configure, save_memory};
 use memtape_scripted::{Answer, Scripted, text};
 use serde_json::{Value, json};
 

@@ -1,11 +1,7 @@
 //! `memtape context SESSION --budget N [--json]` and `memtape bench context`, driven as
 //! scripts drive them: the real binary on a scratch data directory, one process per call.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
-use common::Run;
+use crate::common::Run;
 use memtape::{Bpe, BpeEncoding, Message, TokenCounter};
 use serde_json::Value;
 

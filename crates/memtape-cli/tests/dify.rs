@@ -3,11 +3,7 @@
 //! and `memtape node add | history | clear | cleanup` (seed 002's node memory and its
 //! cleanup task for old node memories) on a real store.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
-use common::Run;
+use crate::common::Run;
 use serde_json::json;
 
 /// A conversation of two answered turns and the query being answered.

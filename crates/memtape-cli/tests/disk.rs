@@ -4,16 +4,13 @@
 //! thinks, fails and changes nothing. The disk is a real tmpfs mounted for the test (the
 //! test needs root, which this project's machines and CI have; where mounting is not
 //! permitted it says so and stops).
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
+use crate::common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::model::wait_for_call;
+use crate::common::model::wait_for_call;
 use memtape::Store;
 use memtape_scripted::{Answer, Scripted, tool_call};
 use serde_json::{Value, json};

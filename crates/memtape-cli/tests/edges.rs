@@ -3,16 +3,13 @@
 //! thinks, and `memory.dropped` events arriving through `memtape import` (valid ones list
 //! and restore; malformed ones are refused by line and field, and nothing is imported).
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
+use crate::common;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Run;
-use common::model::{chat, configure, save_memory, wait_for_call};
+use crate::common::Run;
+use crate::common::model::{chat, configure, save_memory, wait_for_call};
 use memtape_scripted::{Answer, Scripted};
 use serde_json::{Value, json};
 

@@ -3,14 +3,10 @@
 //! and where, validated tuning flags, missing sessions as errors, closed value sets in
 //! help, help that fits 100 columns and lists only the options that apply, one JSON style.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-use common::Run;
+use crate::common::Run;
 use serde_json::json;
 
 /// `memtape ARGS --help` as text.

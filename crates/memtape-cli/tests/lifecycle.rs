@@ -2,11 +2,7 @@
 //! unconsolidated messages are archived to HISTORY.md with the extractive summarizer, then
 //! the session is cleared — its history starts again — while the tape keeps every entry.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
-use common::Run;
+use crate::common::Run;
 use serde_json::json;
 
 /// Seed 000, `/new`: archive the unconsolidated messages, then clear the session.

@@ -2,8 +2,6 @@
 //! launches it, driven by rmcp's client through the same walk as the HTTP test (every tool,
 //! the memory files as resources, an update notification, the prompt); the scope flags;
 //! what it wrote is the store the other commands read.
-#![allow(clippy::unwrap_used)]
-
 #[path = "../../memtape-server/tests/mcp/client.rs"]
 mod client;
 

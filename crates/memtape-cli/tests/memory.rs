@@ -1,14 +1,10 @@
 //! The memory forms of the `memtape` binary (issue 4's CLI): `memory`, `files`, `sync`
 //! (once and watching), `wal scan`, and the WAL on `append`, run as scripts run them.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Run;
+use crate::common::Run;
 use serde_json::json;
 
 #[test]

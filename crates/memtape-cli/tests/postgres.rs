@@ -4,16 +4,12 @@
 //! finding every acknowledged append. Each test gets a database of its own on the cluster
 //! that MEMTAPE_TEST_DATABASE_URL names (scripts/test starts one; without it these fail).
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Run;
-use common::serving::Serving;
+use crate::common::Run;
+use crate::common::serving::Serving;
 use memtape_postgres::testing::Scratch;
 use serde_json::json;
 

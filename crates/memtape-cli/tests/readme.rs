@@ -2,10 +2,7 @@
 //! between the tour markers must succeed both times, with the freshly built `memtape` first
 //! on PATH. And its curl examples, run against a real `memtape serve`.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
+use crate::common;
 use std::path::Path;
 use std::process::Command;
 

@@ -2,14 +2,10 @@
 //! the real MiniLM model that the project's own setup (`memtape models fetch`, run by
 //! .ci/run) put in the model cache. Nothing here touches the network.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::Run;
+use crate::common::Run;
 use serde_json::Value;
 
 /// Where `memtape models fetch` put the model files: MEMTAPE_MODELS, else the default cache.

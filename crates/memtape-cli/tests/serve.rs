@@ -3,12 +3,8 @@
 //! needs a key; with keys every request carries one and the key decides tenant and role;
 //! SIGTERM stops the server cleanly (exit 0, the store closed, every acknowledged write
 //! kept).
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Run;
-use common::serving::Serving;
+use crate::common::Run;
+use crate::common::serving::Serving;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -1,16 +1,12 @@
 //! SIGKILL under load: `memtape serve` is killed at a random moment while clients append;
 //! after a restart, every append that was acknowledged is on the tape and searchable (the
 //! index catches up). 3 trials in the suite; `MEMTAPE_SERVE_CRASH_TRIALS=N` for more.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Run;
-use common::serving::Serving;
+use crate::common::Run;
+use crate::common::serving::Serving;
 use serde_json::json;
 
 #[test]

@@ -2,8 +2,6 @@
 //! writers append and search for what they appended while another process rebuilds the
 //! index. Every command succeeds and every acknowledged append is found, by its writer at
 //! once and by anyone afterwards. The figures print with `--nocapture`.
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 use std::process::{Command, Output};
 

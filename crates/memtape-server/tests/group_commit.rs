@@ -2,13 +2,9 @@
 //! acknowledged append is on the tape exactly once, each session keeps its order, and a
 //! request that cannot be written fails alone while the requests sharing its transaction
 //! are written.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::sync::Arc;
 
-use common::Server;
+use crate::common::Server;
 use serde_json::json;
 
 #[test]

@@ -4,11 +4,7 @@
 //! paths and search words in its path, query and body. Nothing of tenant A may come back
 //! (its secret words, its text), no call may fail with a 5xx, and afterwards tenant A's
 //! data is exactly as it was.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use memtape_server::{KeyStore, Role};
 use serde_json::{Map, Value, json};
 

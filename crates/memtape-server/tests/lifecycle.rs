@@ -3,14 +3,10 @@
 //! (the append is answered before the model is), consolidation on demand (502 with
 //! nothing changed when the model fails, 503 without a model), /new through the model,
 //! and the dropped facts listed and restored.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Server;
+use crate::common::Server;
 use memtape::LifecycleConfig;
 use memtape_llm::{OpenAi, RetryPolicy};
 use memtape_scripted::{Answer, Scripted, text, tool_call};

@@ -1,14 +1,11 @@
 //! MCP over streamable HTTP at `/mcp` of a real server on 127.0.0.1, with rmcp's client:
 //! the whole walk (every tool, the memory files as resources, an update notification, the
 //! prompt), keys (none, a wrong one, a read key) and tenant isolation with two keys.
-#![allow(clippy::unwrap_used)]
-
 #[path = "mcp/client.rs"]
 mod client;
-mod common;
 
+use crate::common::Server;
 use client::{Client, Connected, call, ok, ok_json, read};
-use common::Server;
 use memtape_server::{KeyStore, Role};
 use rmcp::ServiceExt;
 use rmcp::model::ReadResourceRequestParams;

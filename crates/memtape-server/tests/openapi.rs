@@ -2,10 +2,7 @@
 //! change to the API shows up as a change to `openapi.json` in review. Run with
 //! `MEMTAPE_UPDATE_OPENAPI=1` to accept a deliberate change. The served document is the
 //! same, and it is OpenAPI 3.1 with every operation documented.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
+use crate::common;
 use serde_json::Value;
 
 const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");

@@ -2,8 +2,6 @@
 //! only (the holder of the scheduler's advisory lock), and passes to another when it
 //! stops. The model is a scripted OpenAI-compatible server on loopback, which counts the
 //! calls it gets.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,11 +1,7 @@
 //! The REST API against a real server on 127.0.0.1: appending, history, entries, search,
 //! tools and the WAL, each the way a client uses it, and bad input answered with a clear
 //! 4xx in the API's error form.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use serde_json::json;
 
 #[test]

@@ -2,11 +2,7 @@
 //! /memories (view, create, str_replace, insert, delete, rename) and MateClaw's workspace
 //! tools (list, read, write, edit), and every kind of path traversal answered with a 400
 //! that names the path rule and stores nothing.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use serde_json::{Value, json};
 
 fn agent() -> ureq::Agent {

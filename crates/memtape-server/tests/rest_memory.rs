@@ -1,11 +1,7 @@
 //! The memory routes against a real server on 127.0.0.1: the layered view, save, daily,
 //! recall, show, versions, diff, undo, forget, clear, prune and flags, compare-and-append
 //! (409), and bad input answered with a clear 4xx that records nothing.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use serde_json::{Value, json};
 
 /// Sends `body` as it is (not necessarily JSON) with a JSON content type.

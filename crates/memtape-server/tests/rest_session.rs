@@ -2,11 +2,7 @@
 //! Bub's start, threads and the context build, each the way a client uses it, and bad
 //! input (malformed JSON, wrong types, ids at the integer edges, NUL bytes) answered with
 //! a clear 4xx that stores nothing.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use memtape_server::{KeyStore, Limits, Role};
 use serde_json::{Value, json};
 

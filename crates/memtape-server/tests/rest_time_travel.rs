@@ -2,11 +2,7 @@
 //! `as_of` on memory, files, history, search and the prompt; blame from a line to the
 //! message that caused it; writing a file with compare-and-append (409 on a stale
 //! version); the tenant's agents; and bad moments answered 400 with nothing written.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use serde_json::{Value, json};
 
 fn put(s: &Server, path: &str, body: &Value) -> (u16, Value) {

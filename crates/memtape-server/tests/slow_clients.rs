@@ -1,15 +1,11 @@
 //! Slow clients (slowloris) on a real server: a client that dribbles its headers, one that
 //! dribbles its body, and one that connects and sends nothing are each cut off by the
 //! server's timeouts, nothing half-sent is stored, and other clients are served meanwhile.
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Server;
+use crate::common::Server;
 use memtape_server::Limits;
 use serde_json::json;
 

@@ -2,14 +2,10 @@
 //! their content type, a strict Content-Security-Policy and an ETag, outside the API keys;
 //! no asset names another origin; and every `/v1` path the page's scripts call is an
 //! operation of the OpenAPI document (the page uses the public API only).
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::Server;
+use crate::common::Server;
 use memtape_server::{KeyStore, Role};
 
 /// A GET answer: status, headers by lowercase name, body.

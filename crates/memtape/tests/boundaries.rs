@@ -1,8 +1,6 @@
 //! Regression tests for issue 10's boundary defects, each named after the defect: what
 //! came in through an import, an append or a read and bricked a store, crossed a scope or
 //! escaped the data directory. All on the real SQLite store in a temporary directory.
-#![allow(clippy::unwrap_used)]
-
 use memtape::{
     Engine, EntryId, Error, Format, Message, Placement, Scope, SqliteStore, Store, events,
 };

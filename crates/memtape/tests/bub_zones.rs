@@ -2,8 +2,6 @@
 //! tape's sealed zones become memtape memory versions, and memtape's memory versions are
 //! exported as zones (memory/open, the memory, memory/seal, increasing versions) that Bub's
 //! reader finds. The reader below follows the seed's `_load_snapshot`.
-#![allow(clippy::unwrap_used)]
-
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use memtape::memory::{Change, MemoryView, Op, paths};
 use memtape::{AnchorRange, Engine, Format, HistoryLimits, Message, Scope, TapeQuery};

@@ -1,8 +1,6 @@
 //! On-disk compatibility: a store and an index written by an earlier format version (the
 //! files under `tests/fixtures/`, committed as that version wrote them) still open, read
 //! and search with this build. Add a folder for each new format version; never edit one.
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 
 use memtape::{

@@ -3,8 +3,6 @@
 //! writes, and, for every way a model or its server can fail, that the pointer, HISTORY.md
 //! and MEMORY.md stay as they were and the failed attempt is on the tape. Also the lossless
 //! rewrite: a fact the model leaves out of MEMORY.md is kept, found by search and restored.
-#![allow(clippy::unwrap_used)]
-
 use std::time::Duration;
 
 use memtape::events::{BuiltinEvent, LLM_CALL, LlmCall, MEMORY_DROPPED};

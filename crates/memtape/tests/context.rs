@@ -2,8 +2,6 @@
 //! the tape and reused by later calls (and processes), the stable prefix between turns,
 //! memory in the system message, Qanot's working buffer and recovery, and the requests
 //! that must not write.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};

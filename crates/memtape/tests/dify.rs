@@ -2,8 +2,6 @@
 //! window counts turns of the current thread up to Dify's cap of 500, the query being
 //! answered is not history, the role prefixes render the text a completion model gets,
 //! and a bad config is refused before anything is read.
-#![allow(clippy::unwrap_used)]
-
 use memtape::{
     Bpe, BpeEncoding, Engine, Entry, Error, MemoryConfig, MemoryMode, Message, Scope, WindowConfig,
 };

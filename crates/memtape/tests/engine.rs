@@ -1,8 +1,6 @@
 //! The engine end to end on a real SQLite file: history across the consolidation pointer
 //! and regenerated threads, Bub anchor queries, and lossless/foreign JSONL round trips.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
 use memtape::{
     AnchorRange, AppendOptions, Engine, EntryId, Format, HistoryLimits, Message, Placement, Role,
     Scope, SqliteStore, TapeQuery, ToolCall,

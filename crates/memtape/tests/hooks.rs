@@ -2,8 +2,6 @@
 //! write with its entries, Qanot's memory callback is told the text of every memory write
 //! and its file (WAL captures, daily notes, saves, imports), and a hook that panics fails
 //! no write and stops no other hook.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::{Arc, Mutex};
 
 use memtape::{Engine, Entry, Format, MemoryWrite, Message, Scope, Store, WriteHook};

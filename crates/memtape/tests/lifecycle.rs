@@ -6,8 +6,6 @@
 //! The summarizers here are small stand-ins: one that lists the messages it got and one
 //! that fails. The LLM-backed summarizer will be tested against a scripted
 //! OpenAI-compatible server when it lands.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::Duration;

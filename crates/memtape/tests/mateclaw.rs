@@ -3,8 +3,6 @@
 //! cooldown (no request sent when they say no), the try-lock, the JSON reply in every
 //! wrapping models use, one memory version per run, and nothing written when the model
 //! fails or answers badly.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! Memory tiers through the engine on a real SQLite store: every save a new version,
 //! layered agent and user memory, forget, undo, pruning, and two writers that never
 //! overwrite each other.
-#![allow(clippy::unwrap_used)]
-
 use std::cell::Cell;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};

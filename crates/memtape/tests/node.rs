@@ -2,8 +2,6 @@
 //! node of a conversation, buffered until flushed, history along the current thread within
 //! a token limit, clear, and node mode without a conversation refused as configuration;
 //! reading under Dify's `MemoryConfig`, and the cleanup task for idle node memories.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 

@@ -5,8 +5,6 @@
 //! test checks that nothing is lost (a Bub export gives back every line), that memtape's
 //! Bub history equals the seed's view and Bub's own wherever the two agree, and that
 //! anchor queries select the same entries or fail the same way.
-#![allow(clippy::unwrap_used)]
-
 use memtape::{AnchorRange, Engine, Error, Format, HistoryLimits, Scope, TapeQuery};
 use memtape_core::formats::bub;
 use serde_json::Value;

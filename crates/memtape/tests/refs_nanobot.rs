@@ -29,8 +29,6 @@
 //! difference no departure explains fails the test, and so does memtape departing from the
 //! seed's steps anywhere.
 
-#![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
-
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 

@@ -1,7 +1,5 @@
 //! Search through the engine: the write hook, catching up after a crash, and reindexing,
 //! on a real SQLite tape and index file.
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 
 use std::sync::Arc;

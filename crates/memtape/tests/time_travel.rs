@@ -2,8 +2,6 @@
 //! time or an entry (memory, files through the read tools, history, the prompt, search),
 //! and blame from a memory line to the tool call, the captured message or the consolidated
 //! span and model call that put it there.
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;

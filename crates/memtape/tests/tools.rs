@@ -1,8 +1,6 @@
 //! The memory tools through `Engine::call_tool` on a real SQLite tape: Anthropic's memory
 //! tool with its exact texts (shared docs, MEMORY-TOOL.md), MateClaw's workspace tools
 //! (seed 003), Bub's memory.* tools (seed 001) and Qanot's memory_search (seed 004).
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};

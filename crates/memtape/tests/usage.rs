@@ -1,7 +1,5 @@
 //! Model calls recorded on the agent's tape and summed per model and purpose, on a real
 //! SQLite store.
-#![allow(clippy::unwrap_used)]
-
 use memtape::events::{LLM_CALL, LlmCall};
 use memtape::{Engine, Scope, UsageLine};
 use serde_json::json;

@@ -1,7 +1,5 @@
 //! Qanot's WAL capture through the engine (seed 004): matches go to SESSION-STATE.md with
 //! timestamps, durable ones to MEMORY.md once, on a real SQLite tape.
-#![allow(clippy::unwrap_used)]
-
 use chrono::{TimeZone, Utc};
 use memtape::{Engine, Scope};
 

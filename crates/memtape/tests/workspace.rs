@@ -1,7 +1,5 @@
 //! The markdown workspace on a real SQLite tape and a real folder: the round trip (hand
 //! edit → event → view → file), conflicts, deletions, and what is never imported.
-#![allow(clippy::unwrap_used)]
-
 use std::fs;
 use std::path::Path;
 

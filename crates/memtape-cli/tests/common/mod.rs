@@ -1,8 +1,6 @@
 //! The harness the CLI tests share: the real `memtape` binary run in a scratch directory
 //! with its own data directory.
 
-#![allow(dead_code)] // Each test binary uses a different part of the harness.
-
 pub mod model;
 pub mod serving;
 
