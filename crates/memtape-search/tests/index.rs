@@ -240,6 +240,45 @@ fn bm25_ranks_rare_words_and_stems_and_hybrid_fuses_both_lists() {
 }
 
 #[test]
+fn a_search_that_catches_up_as_it_embeds_answers_as_a_catch_up_then_a_search() {
+    let f = fixture();
+    let overlapped = open(&f.index_path);
+    let sequential = open(&f.index_path.with_file_name("sequential.db"));
+    let tenant = SearchFilter::tenant("acme");
+    let compare = |query: &str| {
+        for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
+            let request = SearchRequest::new(query, tenant.clone()).mode(mode);
+            let got = overlapped.search_caught_up(&f.store, &request).unwrap();
+            sequential.catch_up(&f.store).unwrap();
+            let want = sequential.search(&request).unwrap();
+            let pairs = |hits: &[memtape_search::Hit]| {
+                hits.iter().map(|h| (h.id.0, h.score)).collect::<Vec<_>>()
+            };
+            assert_eq!(pairs(&got), pairs(&want), "{query:?} in {mode:?}");
+            assert!(!got.is_empty(), "{query:?} in {mode:?} finds something");
+        }
+    };
+    // The first search catches up the whole tape, the second only what came since.
+    compare("Maria violin teacher sister");
+    let newest = say(&f.store, &f.ann, Message::user("Maria moved to Lisbon"), 4);
+    compare("where does Maria live? Lisbon");
+    let hits = overlapped
+        .search_caught_up(
+            &f.store,
+            &SearchRequest::new("Lisbon", tenant.clone()).mode(Mode::Hybrid),
+        )
+        .unwrap();
+    assert_eq!(hits[0].id, newest);
+    assert!(hits[0].bm25.is_some() && hits[0].vector.is_some());
+    assert!(
+        overlapped
+            .search_caught_up(&f.store, &SearchRequest::new("Lisbon", tenant).limit(0))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
 fn after_a_crash_the_index_catches_up_instead_of_lagging() {
     let f = fixture();
     {

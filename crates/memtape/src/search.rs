@@ -80,8 +80,7 @@ impl<S: Store> Engine<S> {
     /// first catches up with the tape, so every acknowledged append is searchable.
     pub fn search(&self, request: &SearchRequest) -> Result<Vec<SearchHit>> {
         let index = self.index.as_ref().ok_or(Error::NoIndex)?;
-        index.catch_up(&self.store)?;
-        let hits = index.search(request)?;
+        let hits = index.search_caught_up(&self.store, request)?;
         let ids: Vec<EntryId> = hits.iter().map(|h| h.id).collect();
         let mut entries: HashMap<EntryId, Entry> = self
             .store

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use memtape_core::EntryId;
+use memtape_store::Store;
 
 use super::{Docs, Index, lock};
 use crate::fusion::{self, List};
@@ -35,14 +36,31 @@ impl Index {
     }
 
     /// Runs a search. The index answers from what it covers; call [`Index::catch_up`]
-    /// first to include the latest appends.
+    /// first to include the latest appends, or search with [`Index::search_caught_up`].
     pub fn search(&self, request: &SearchRequest) -> Result<Vec<Hit>> {
-        if request.limit == 0 {
-            return Ok(Vec::new());
-        }
+        self.search_after(request, || Ok(()))
+    }
+
+    /// Catches up with `store` ([`Index::catch_up`]), then runs a search. A hybrid search
+    /// embeds its query while the index catches up, so under a stream of appends the two
+    /// costs overlap instead of adding up.
+    pub fn search_caught_up(&self, store: &dyn Store, request: &SearchRequest) -> Result<Vec<Hit>> {
+        self.search_after(request, || self.catch_up(store).map(|_| ()))
+    }
+
+    /// Runs `before`, then a search; a hybrid search embeds its query meanwhile.
+    fn search_after(
+        &self,
+        request: &SearchRequest,
+        before: impl FnOnce() -> Result<()> + Send,
+    ) -> Result<Vec<Hit>> {
         let wants_vector = request.mode != Mode::Bm25;
         if wants_vector && self.embedder.is_none() {
             return Err(Error::NoEmbedder(request.mode.as_str()));
+        }
+        if request.limit == 0 {
+            before()?;
+            return Ok(Vec::new());
         }
         let embed_query = || -> Result<Option<Vec<f32>>> {
             let text = self.vector_query(request);
@@ -64,10 +82,12 @@ impl Index {
             Mode::Bm25 | Mode::Hybrid => self.bm25_query(&request.text),
         };
         let Some((sql, query)) = sql else {
+            before()?;
             let query_vector = if wants_vector { embed_query()? } else { None };
             return self.rank(request, query_vector, None);
         };
         let bm25_then_rank = |query_vector: &dyn Fn() -> Result<Option<Vec<f32>>>| {
+            before()?;
             self.with_reader(|conn| {
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let mut rows = stmt.query([query.as_str()])?;
@@ -85,9 +105,10 @@ impl Index {
         if !wants_vector {
             return bm25_then_rank(&|| Ok(None));
         }
-        // Hybrid: FTS5 finds the BM25 matches on a thread of its own while this one embeds
-        // the query (most of a search's time). The embedding stays on the caller's thread:
-        // ONNX Runtime keeps per-thread buffers, which a fresh thread would set up anew.
+        // Hybrid: `before` (a catch-up) and FTS5's BM25 matches run on a thread of their own
+        // while this one embeds the query (most of a search's time). The embedding stays on
+        // the caller's thread: ONNX Runtime keeps per-thread buffers, which a fresh thread
+        // would set up anew.
         std::thread::scope(|scope| {
             let (send, receive) = std::sync::mpsc::sync_channel::<Result<Option<Vec<f32>>>>(1);
             let ranked = scope.spawn(move || {
