@@ -1,5 +1,5 @@
 //! memtape-server's integration tests, one binary: each module was a test file of its own.
-//! Linking one binary instead of fourteen saves minutes and gigabytes of disk on a 2-core
+//! Linking one binary instead of thirteen saves minutes and gigabytes of disk on a 2-core
 //! build; the tests share one process, as the tests of one file always did. rest_transfer.rs
 //! stays a binary of its own: it measures the process's resident memory.
 
