@@ -531,8 +531,7 @@ fn check_dropped(old: &str, new: &str) -> Vec<memtape_core::memory::facts::Fact>
         let (own, cleaned, clean) = &forms[i];
         own == n
             || cleaned == n
-            || (clean.len() > memtape_core::events::DROPPED_TEXT_MAX
-                && clean.contains(r.text.trim()))
+            || (clean.len() > events::DROPPED_TEXT_MAX && clean.contains(r.text.trim()))
     };
     let mut seen = std::collections::HashSet::new();
     for fact in &gone {
@@ -565,7 +564,7 @@ fn check_dropped(old: &str, new: &str) -> Vec<memtape_core::memory::facts::Fact>
         let (own, cleaned, clean) = &forms[i];
         let reported = seen.contains(own)
             || seen.contains(cleaned)
-            || (clean.len() > memtape_core::events::DROPPED_TEXT_MAX
+            || (clean.len() > events::DROPPED_TEXT_MAX
                 && gone.iter().any(|f| reports(f, &normal(&f.text), i)));
         assert!(
             reported || facts::states(new, &fact.text),
