@@ -3,7 +3,8 @@
 //! queries, normalised evidence, recall/hit/NDCG/session-recall metrics and timings.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,10 @@ pub struct Config {
     pub index: IndexConfig,
     /// The split's name in the report.
     pub split: String,
+    /// Also write each query's ranking here, one JSON line per query (conversation,
+    /// category, question, evidence, and the ranked dia_ids with their scores), to study
+    /// rankings offline.
+    pub rankings: Option<PathBuf>,
 }
 
 /// One dialog turn.
@@ -406,6 +411,12 @@ impl Ingested {
     /// The dia_ids `question` ranks, best first, `DEPTH` deep, and the search's latency
     /// in ms.
     pub(crate) fn rank(&self, question: &str, mode: Mode) -> Result<(Vec<String>, f64), Error> {
+        let (ranked, ms) = self.rank_scored(question, mode)?;
+        Ok((ranked.into_iter().map(|(id, _)| id).collect(), ms))
+    }
+
+    /// [`Ingested::rank`] with each dia_id's score.
+    fn rank_scored(&self, question: &str, mode: Mode) -> Result<(Vec<(String, f32)>, f64), Error> {
         let request = SearchRequest {
             text: question.to_owned(),
             filter: SearchFilter::within(&self.user),
@@ -418,7 +429,7 @@ impl Ingested {
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let ranking = hits
             .iter()
-            .filter_map(|h| self.dia_ids.get(&h.entry.id).cloned())
+            .filter_map(|h| Some((self.dia_ids.get(&h.entry.id)?.clone(), h.score)))
             .collect();
         Ok((ranking, ms))
     }
@@ -431,12 +442,33 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
     let mut by_category: BTreeMap<String, Metrics> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut ingest_s = 0.0;
+    let unwritable = |path: &PathBuf, e: std::io::Error| {
+        Error::Data(format!("writing the rankings to {}: {e}", path.display()))
+    };
+    let mut rankings = match &config.rankings {
+        Some(path) => Some((
+            path,
+            std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| unwritable(path, e))?),
+        )),
+        None => None,
+    };
     for conv in &conversations {
         let ingested = ingest(conv, config)?;
         ingest_s += ingested.seconds;
         for q in &conv.queries {
-            let (ranking, ms) = ingested.rank(&q.question, config.mode)?;
+            let (scored, ms) = ingested.rank_scored(&q.question, config.mode)?;
             latencies.push(ms);
+            if let Some((path, out)) = rankings.as_mut() {
+                let line = serde_json::json!({
+                    "conversation": conv.id,
+                    "category": q.category,
+                    "question": q.question,
+                    "evidence": q.evidence,
+                    "ranking": scored,
+                });
+                writeln!(out, "{line}").map_err(|e| unwritable(path, e))?;
+            }
+            let ranking: Vec<String> = scored.into_iter().map(|(id, _)| id).collect();
             let m = score(&ranking, &q.evidence);
             overall.add(&m);
             by_category
@@ -444,6 +476,9 @@ pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
                 .or_default()
                 .add(&m);
         }
+    }
+    if let Some((path, out)) = rankings.as_mut() {
+        out.flush().map_err(|e| unwritable(path, e))?;
     }
     let n_queries = overall.n;
     Ok(Report {

@@ -33,7 +33,7 @@ pub enum BenchCommand {
     /// Durable append throughput and get_history latency on a large session.
     Store(StoreBenchArgs),
     /// Retrieval quality and speed on a LoCoMo-format file (../shared/bench/PROTOCOL.md).
-    Locomo(LocomoArgs),
+    Locomo(LocomoBenchArgs),
     /// Question answering on a LoCoMo-format file: the configured model answers from the
     /// top K turns memtape retrieves and judges its answers (mem0's J metric).
     LocomoQa(LocomoQaArgs),
@@ -63,7 +63,7 @@ pub struct StoreBenchArgs {
     dir: Option<PathBuf>,
 }
 
-/// `memtape bench locomo`.
+/// What `memtape bench locomo` and `locomo-qa` share: the file, the report, the retrieval.
 #[derive(Args)]
 pub struct LocomoArgs {
     /// The LoCoMo-format JSON file.
@@ -82,6 +82,17 @@ pub struct LocomoArgs {
     tuning: Tuning,
     #[command(flatten)]
     models: ModelArgs,
+}
+
+/// `memtape bench locomo`.
+#[derive(Args)]
+pub struct LocomoBenchArgs {
+    #[command(flatten)]
+    locomo: LocomoArgs,
+    /// Also write each question's ranking here (one JSON line each: the ranked turns with
+    /// their scores, the evidence and the category), to study rankings offline.
+    #[arg(long, value_name = "FILE")]
+    rankings: Option<PathBuf>,
 }
 
 /// `memtape bench locomo-qa`.
@@ -166,9 +177,15 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             progress.finish();
             output::json(out, &report)
         }
-        BenchCommand::Locomo(a) => {
+        BenchCommand::Locomo(LocomoBenchArgs {
+            locomo: a,
+            rankings,
+        }) => {
             let ctx = ctx.clone().models(&a.models);
-            let config = locomo_config(&ctx, a)?;
+            let config = memtape_bench::locomo::Config {
+                rankings: rankings.clone(),
+                ..locomo_config(&ctx, a)?
+            };
             let progress = Progress::spinner(
                 &ctx,
                 &format!("LoCoMo: indexing and querying {}", a.data.display()),
@@ -227,6 +244,7 @@ fn locomo_config(ctx: &Ctx, a: &LocomoArgs) -> Result<memtape_bench::locomo::Con
         embedder,
         index: a.tuning.index_config(),
         split,
+        rankings: None,
     })
 }
 

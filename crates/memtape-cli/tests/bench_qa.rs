@@ -2,7 +2,9 @@
 //! server on loopback: a small LoCoMo-format file written here (two conversations, every
 //! question category), scripted answers and verdicts, and exact accuracy, counts and
 //! token sums; the retrieved turns reach the answer prompt; a model that does not answer
-//! stops the run after its first call; no model configured is refused.
+//! stops the run after its first call; no model configured is refused. Also `memtape
+//! bench locomo --rankings` on the same file: one line per question asked, whose rankings
+//! give the report's recall.
 
 use crate::common::Run;
 use memtape_scripted::{Answer, Scripted, ok, status};
@@ -311,4 +313,108 @@ fn locomo_qa_without_a_model_says_how_to_configure_one() {
     let err = r.fails(&args);
     assert!(err.contains("no model is configured"), "{err}");
     assert!(err.contains("MEMTAPE_LLM_MODEL"), "{err}");
+}
+
+#[test]
+fn locomo_rankings_hold_each_asked_question_and_give_the_reports_recall() {
+    let r = Run::new();
+    std::fs::write(r.path("tiny.json"), locomo_file().to_string()).unwrap();
+    let out = r.path("rankings.jsonl");
+    let report: Value = serde_json::from_str(&r.ok(&[
+        "bench",
+        "locomo",
+        "--data",
+        "tiny.json",
+        "--model",
+        "none",
+        "--mode",
+        "bm25",
+        "--rankings",
+        &out,
+    ]))
+    .unwrap();
+    let lines: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The five questions asked, in file order: not category 5, not the unknown evidence.
+    let asked: Vec<(&str, i64)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["conversation"].as_str().unwrap(),
+                l["category"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("qa-1", 4),
+            ("qa-1", 2),
+            ("qa-1", 1),
+            ("qa-2", 3),
+            ("qa-2", 4)
+        ]
+    );
+    assert_eq!(report["n_queries"], 5);
+    // Evidence as the protocol normalises it.
+    assert_eq!(lines[1]["evidence"], json!(["D2:1"]));
+    assert_eq!(lines[2]["evidence"], json!(["D1:3", "D3:1"]));
+    let mut recall_5 = 0.0;
+    for line in &lines {
+        let ranking = line["ranking"].as_array().unwrap();
+        assert!(!ranking.is_empty(), "{line}");
+        let scores: Vec<f64> = ranking.iter().map(|p| p[1].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{line}");
+        let ids: Vec<&str> = ranking.iter().map(|p| p[0].as_str().unwrap()).collect();
+        let evidence: Vec<&str> = line["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        let found = evidence
+            .iter()
+            .filter(|e| ids.iter().take(5).any(|d| d == *e))
+            .count();
+        recall_5 += found as f64 / evidence.len() as f64;
+    }
+    let reported = report["metrics"]["overall"]["recall@5"].as_f64().unwrap();
+    assert!(
+        (recall_5 / 5.0 - reported).abs() < 1e-9,
+        "{recall_5} vs {reported}"
+    );
+    assert!(
+        lines[0]["question"]
+            .as_str()
+            .unwrap()
+            .contains("instrument")
+    );
+    // A file that cannot be written is named, before anything is ingested.
+    let err = r.fails(&[
+        "bench",
+        "locomo",
+        "--data",
+        "tiny.json",
+        "--model",
+        "none",
+        "--mode",
+        "bm25",
+        "--rankings",
+        &r.path("no/such/dir/rankings.jsonl"),
+    ]);
+    assert!(err.contains("writing the rankings to"), "{err}");
+    assert!(err.contains("no/such/dir/rankings.jsonl"), "{err}");
+    // locomo-qa has no such flag: its --answers records what it retrieved.
+    let err = r.fails(&[
+        "bench",
+        "locomo-qa",
+        "--data",
+        "tiny.json",
+        "--rankings",
+        &out,
+    ]);
+    assert!(err.contains("--rankings"), "{err}");
 }
