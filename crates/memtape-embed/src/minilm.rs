@@ -368,9 +368,9 @@ fn runtime_error(e: impl Display) -> Error {
 }
 
 /// The embedder id for a weights file with sha256 `sha`: the model's id when it is the pinned
-/// file, else the id with a hash suffix.
+/// file (or an earlier pinned build it supersedes), else the id with a hash suffix.
 pub(crate) fn weights_id(model: Model, sha: &str) -> String {
-    if sha == model.pinned_weights_sha256() {
+    if model.is_pinned_weights(sha) {
         model.embedder_id().to_string()
     } else {
         format!("{}-{}", model.embedder_id(), &sha[..12.min(sha.len())])
