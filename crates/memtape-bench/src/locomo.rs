@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,10 +32,6 @@ pub struct Config {
     pub index: IndexConfig,
     /// The split's name in the report.
     pub split: String,
-    /// Also write each query's ranking here, one JSON line per query (conversation,
-    /// category, question, evidence, and the ranked dia_ids with their scores), to study
-    /// rankings offline.
-    pub rankings: Option<PathBuf>,
 }
 
 /// One dialog turn.
@@ -435,21 +431,23 @@ impl Ingested {
     }
 }
 
-/// Runs the benchmark on the LoCoMo-format file at `data`.
-pub fn run(data: &Path, config: &Config) -> Result<Report, Error> {
+/// Runs the benchmark on the LoCoMo-format file at `data`. With `rankings`, also writes
+/// each query's ranking there, one JSON line per query (conversation, category, question,
+/// evidence, and the ranked dia_ids with their scores), to study rankings offline.
+pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Report, Error> {
     let conversations = load(data)?;
     let mut overall = Metrics::default();
     let mut by_category: BTreeMap<String, Metrics> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut ingest_s = 0.0;
-    let unwritable = |path: &PathBuf, e: std::io::Error| {
+    let unwritable = |path: &Path, e: std::io::Error| {
         Error::Data(format!("writing the rankings to {}: {e}", path.display()))
     };
-    let mut rankings = match &config.rankings {
-        Some(path) => Some((
-            path,
-            std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| unwritable(path, e))?),
-        )),
+    let mut rankings = match rankings {
+        Some(path) => {
+            let file = std::fs::File::create(path).map_err(|e| unwritable(path, e))?;
+            Some((path, std::io::BufWriter::new(file)))
+        }
         None => None,
     };
     for conv in &conversations {

@@ -182,15 +182,12 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
             rankings,
         }) => {
             let ctx = ctx.clone().models(&a.models);
-            let config = memtape_bench::locomo::Config {
-                rankings: rankings.clone(),
-                ..locomo_config(&ctx, a)?
-            };
+            let config = locomo_config(&ctx, a)?;
             let progress = Progress::spinner(
                 &ctx,
                 &format!("LoCoMo: indexing and querying {}", a.data.display()),
             );
-            let report = memtape_bench::locomo::run(&a.data, &config)?;
+            let report = memtape_bench::locomo::run(&a.data, &config, rankings.as_deref())?;
             progress.finish();
             write_report(&report, a.out.as_deref(), out)?;
             if !ctx.quiet {
@@ -244,7 +241,6 @@ fn locomo_config(ctx: &Ctx, a: &LocomoArgs) -> Result<memtape_bench::locomo::Con
         embedder,
         index: a.tuning.index_config(),
         split,
-        rankings: None,
     })
 }
 

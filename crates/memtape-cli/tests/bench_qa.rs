@@ -320,25 +320,18 @@ fn locomo_rankings_hold_each_asked_question_and_give_the_reports_recall() {
     let r = Run::new();
     std::fs::write(r.path("tiny.json"), locomo_file().to_string()).unwrap();
     let out = r.path("rankings.jsonl");
-    let bench = |rankings: &str| -> Vec<String> {
-        [
-            "bench",
-            "locomo",
-            "--data",
-            "tiny.json",
-            "--model",
-            "none",
-            "--mode",
-            "bm25",
-        ]
-        .into_iter()
-        .chain(["--rankings", rankings])
-        .map(String::from)
-        .collect()
-    };
-    let args = bench(&out);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let report: Value = serde_json::from_str(&r.ok(&args)).unwrap();
+    let bench = [
+        "bench",
+        "locomo",
+        "--data",
+        "tiny.json",
+        "--model",
+        "none",
+        "--mode",
+        "bm25",
+    ];
+    let report: Value =
+        serde_json::from_str(&r.ok(&[&bench[..], &["--rankings", &out]].concat())).unwrap();
     let lines: Vec<Value> = std::fs::read_to_string(&out)
         .unwrap()
         .lines()
@@ -399,9 +392,8 @@ fn locomo_rankings_hold_each_asked_question_and_give_the_reports_recall() {
             .contains("instrument")
     );
     // A file that cannot be written is named, before anything is ingested.
-    let args = bench(&r.path("no/such/dir/rankings.jsonl"));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let err = r.fails(&args);
+    let unwritable = r.path("no/such/dir/rankings.jsonl");
+    let err = r.fails(&[&bench[..], &["--rankings", &unwritable]].concat());
     assert!(err.contains("writing the rankings to"), "{err}");
     assert!(err.contains("no/such/dir/rankings.jsonl"), "{err}");
     // locomo-qa has no such flag: its --answers records what it retrieved.
