@@ -3,12 +3,15 @@
 //! durable ones (names, preferences, things to remember) are copied to long-term memory
 //! unless MEMORY.md already holds them.
 
-use memtape_core::memory::{Change, Op, Recorded, paths};
+use memtape_core::memory::{Change, MAX_FILE_BYTES, MemoryView, Op, Recorded, paths};
 use memtape_core::wal::{self, WalMatch};
 use memtape_core::{Entry, EntryId, Role, Scope};
 use memtape_store::Store;
 
 use crate::{Engine, Result, memory_scope};
+
+/// A capture's change, computed on the memory it is recorded on.
+type Compute<'a> = Box<dyn FnMut(&MemoryView) -> Result<Option<Change>> + 'a>;
 
 /// What one WAL capture found and recorded.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +48,112 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// [`Engine::capture_entry`] of several entries at once (the messages of one request):
+    /// each capture is a change of its own naming its message, and the captures of one
+    /// memory are committed together. The results are in the order of `entries`.
+    pub fn capture_entries(&self, entries: &[Entry]) -> Vec<Result<Captured>> {
+        let found: Vec<Vec<WalMatch>> = entries
+            .iter()
+            .map(|e| match e.message() {
+                Some(m) if m.role == Role::User => wal::scan(&m.content_text()),
+                _ => Vec::new(),
+            })
+            .collect();
+        let memories: Vec<Option<Scope>> = entries
+            .iter()
+            .zip(&found)
+            .map(|(e, m)| (!m.is_empty()).then(|| memory_scope(&e.scope)).transpose())
+            .collect::<Result<_>>()
+            .unwrap_or_else(|_| vec![None; entries.len()]);
+        let mut results: Vec<Option<Result<Captured>>> = (0..entries.len()).map(|_| None).collect();
+        let mut scopes: Vec<&Scope> = Vec::new();
+        for memory in memories.iter().flatten() {
+            if !scopes.contains(&memory) {
+                scopes.push(memory);
+            }
+        }
+        let at = self.now();
+        for memory in scopes {
+            let mine: Vec<usize> = (0..entries.len())
+                .filter(|i| memories[*i].as_ref() == Some(memory))
+                .collect();
+            let saved: Vec<std::cell::Cell<usize>> =
+                mine.iter().map(|_| Default::default()).collect();
+            let computes: Vec<Compute<'_>> = mine
+                .iter()
+                .zip(&saved)
+                .map(|(i, saved)| {
+                    let (matches, id) = (&found[*i], entries[*i].id);
+                    Box::new(move |view: &MemoryView| {
+                        let mut n = 0;
+                        let change = capture_change(matches, at, view, &mut n).caused_by([id]);
+                        saved.set(n);
+                        Ok(Some(change))
+                    }) as Compute<'_>
+                })
+                .collect();
+            let recorded = self.change_memory_each(memory, computes);
+            for ((i, saved), recorded) in mine.iter().zip(&saved).zip(recorded) {
+                results[*i] = Some(recorded.map(|recorded| Captured {
+                    matches: found[*i].clone(),
+                    saved_long_term: saved.get(),
+                    recorded,
+                }));
+            }
+        }
+        results
+            .into_iter()
+            .zip(found)
+            .map(|(result, matches)| {
+                result.unwrap_or_else(|| {
+                    Ok(Captured {
+                        matches,
+                        saved_long_term: 0,
+                        recorded: None,
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// [`Engine::capture_entry`] of the entry `id` of `tenant` once: nothing is recorded
+    /// if its memory already holds a WAL capture caused by it. A capture that failed (a
+    /// full disk) is retried this way from the tape, where the message is kept, and a
+    /// retry never records it twice. `None` when there is no such entry.
+    pub fn recapture(&self, tenant: &str, id: EntryId) -> Result<Option<Captured>> {
+        let Some(entry) = self.store.get(tenant, id)? else {
+            return Ok(None);
+        };
+        let text = match entry.message() {
+            Some(m) if m.role == Role::User => m.content_text(),
+            _ => return Ok(None),
+        };
+        let matches = wal::scan(&text);
+        if matches.is_empty() {
+            return Ok(None);
+        }
+        let memory = memory_scope(&entry.scope)?;
+        let at = self.now();
+        let mut saved = 0;
+        let recorded = crate::tiers::caused_by(Some(id), || {
+            self.change_memory_on_log(&memory, |log, view| {
+                let done = log
+                    .changes()
+                    .iter()
+                    .any(|r| r.change.source == "wal" && r.change.caused_by.contains(&id));
+                if done {
+                    return Ok(None);
+                }
+                Ok(Some(capture_change(&matches, at, view, &mut saved)))
+            })
+        })?;
+        Ok(Some(Captured {
+            matches,
+            saved_long_term: saved,
+            recorded,
+        }))
+    }
+
     fn capture_caused(
         &self,
         scope: &Scope,
@@ -66,50 +175,62 @@ impl<S: Store> Engine<S> {
         let memory = memory_scope(scope)?;
         let at = self.now();
         let mut saved = 0;
-        let recorded = self.change_memory(&memory, |_, view| {
-            let state: String = matches
-                .iter()
-                .map(|m| wal::session_state_line(at, m))
-                .collect();
-            let mut ops = vec![Op::Append {
-                path: paths::SESSION_STATE.into(),
-                text: state,
-                heading: Some(paths::SESSION_STATE_HEADING.into()),
-            }];
-            // Duplicates are checked against MEMORY.md and the lines added before them.
-            let mut long_term = view.content(paths::MEMORY).unwrap_or("").to_owned();
-            let mut added = String::new();
-            for m in matches.iter().filter(|m| m.category.is_durable()) {
-                if !wal::is_duplicate(&long_term, &m.text) {
-                    let line = wal::long_term_line(m);
-                    long_term.push_str(&line);
-                    added.push_str(&line);
-                }
-            }
-            saved = added.lines().count();
-            if !added.is_empty() {
-                if !view
-                    .content(paths::MEMORY)
-                    .is_none_or(|c| c.is_empty() || c.ends_with('\n'))
-                {
-                    added.insert(0, '\n');
-                }
-                ops.push(Op::Append {
-                    path: paths::MEMORY.into(),
-                    text: added,
-                    heading: None,
-                });
-            }
-            Ok(Some(Change {
-                ops,
-                source: "wal".into(),
-                caused_by: Vec::new(),
-            }))
+        let recorded = self.change_memory(&memory, |view| {
+            Ok(Some(capture_change(&matches, at, view, &mut saved)))
         })?;
         Ok(Captured {
             matches,
             saved_long_term: saved,
             recorded,
         })
+    }
+}
+
+/// The change that records `matches` (found at `at`) on `view`: timestamped lines in the
+/// working state, and the durable ones MEMORY.md does not hold yet in MEMORY.md (how many,
+/// in `saved`). Durable lines that would take MEMORY.md past the size limit stay in the
+/// working state only (consolidation folds the working state into long-term memory), so a
+/// full MEMORY.md never makes a capture fail.
+fn capture_change(
+    matches: &[WalMatch],
+    at: chrono::DateTime<chrono::Utc>,
+    view: &MemoryView,
+    saved: &mut usize,
+) -> Change {
+    let state: String = matches
+        .iter()
+        .map(|m| wal::session_state_line(at, m))
+        .collect();
+    let mut ops = vec![Op::Append {
+        path: paths::SESSION_STATE.into(),
+        text: state,
+        heading: Some(paths::SESSION_STATE_HEADING.into()),
+    }];
+    let memory = view.content(paths::MEMORY).unwrap_or("");
+    // Duplicates are checked against MEMORY.md and the lines added before them.
+    let mut added = String::new();
+    for m in matches.iter().filter(|m| m.category.is_durable()) {
+        if !wal::is_duplicate(memory, &m.text) && !wal::is_duplicate(&added, &m.text) {
+            added.push_str(&wal::long_term_line(m));
+        }
+    }
+    if memory.len() + added.len() + 1 > MAX_FILE_BYTES {
+        added.clear();
+    }
+    *saved = added.lines().count();
+    if !added.is_empty() {
+        if !(memory.is_empty() || memory.ends_with('\n')) {
+            added.insert(0, '\n');
+        }
+        ops.push(Op::Append {
+            path: paths::MEMORY.into(),
+            text: added,
+            heading: None,
+        });
+    }
+    Change {
+        ops,
+        source: "wal".into(),
+        caused_by: Vec::new(),
     }
 }

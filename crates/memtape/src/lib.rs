@@ -35,6 +35,7 @@ mod tiers;
 pub mod tools;
 mod usage;
 mod workspace;
+mod writer;
 
 pub use attachments::{FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
 pub use background::{Background, OnConsolidated};
@@ -82,8 +83,8 @@ pub use memtape_core::{
     memory, summary, wal,
 };
 pub use memtape_search::{
-    EmbedError, Embedder, Fusion, Hit, Index, IndexConfig, Mode, PendingVectors, Ranked,
-    SearchFilter, SearchRequest,
+    EmbedError, Embedder, Error as SearchError, Fusion, Hit, Index, IndexConfig, MAX_QUERY_BYTES,
+    Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
 };
 pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait};
 
@@ -119,6 +120,8 @@ pub struct Engine<S: Store = SqliteStore> {
     hooks: Vec<Box<dyn WriteHook>>,
     /// The memory logs read lately, brought up to date incrementally.
     memory_logs: tiers::LogCache,
+    /// The one writer of each memory scope this process writes to.
+    memory_writers: writer::Writers,
 }
 
 /// How many counted texts the default token counter remembers per generation (about
@@ -155,6 +158,7 @@ impl<S: Store + 'static> Engine<S> {
             index_on_write: self.index_on_write,
             hooks: self.hooks,
             memory_logs: self.memory_logs,
+            memory_writers: self.memory_writers,
         }
     }
 }
@@ -178,6 +182,7 @@ impl<S: Store> Engine<S> {
             index_on_write: true,
             hooks: Vec::new(),
             memory_logs: tiers::LogCache::default(),
+            memory_writers: writer::Writers::default(),
         }
     }
 

@@ -13,7 +13,8 @@ use memtape_core::{EntryId, Filter, Kind, NewEntry, Order, Scope};
 use memtape_store::Store;
 use serde::Serialize;
 
-use crate::tiers::{ATTEMPTS, back_off, check_memory_scope};
+use crate::tiers::check_memory_scope;
+use crate::writer::Planned;
 use crate::{Engine, Error, Result};
 
 /// The `memory.dropped` entries for the facts of `old` that `new` (the rewrite recorded as
@@ -117,15 +118,16 @@ impl<S: Store> Engine<S> {
         extra: &[NewEntry],
     ) -> Result<Applied> {
         check_memory_scope(scope)?;
-        for attempt in 0..ATTEMPTS {
-            let (log, base) = self.memory_log(scope)?;
-            let own = log.view();
+        let mut changed = Vec::new();
+        let mut count = 0;
+        let mut nothing = false;
+        let written = self.write_alone(scope, |log, own| {
             let layered = self.layered(scope, own.clone())?;
             let version = log.version() + 1;
             let now = self.now();
             let mut ops = Vec::new();
             let mut dropped = Vec::new();
-            let mut changed = Vec::new();
+            changed.clear();
             for edit in edits {
                 match edit {
                     Edit::Rewrite { path, seen, new } => {
@@ -180,53 +182,44 @@ impl<S: Store> Engine<S> {
                     }
                 }
             }
-            if ops.is_empty() {
-                if !extra.is_empty() {
-                    self.append_entries(extra.to_vec())?;
-                }
-                return Ok(Applied {
-                    recorded: None,
-                    changed,
-                    dropped: 0,
-                });
+            nothing = ops.is_empty();
+            if nothing {
+                return Ok(None);
             }
-            let change = own.admit(crate::tiers::with_causes(Change {
-                ops,
-                source: source.to_owned(),
-                caused_by: Vec::new(),
-            }))?;
-            let count = dropped.len();
-            let mut entries =
-                vec![NewEntry::new(scope.clone(), change.to_payload(), now).if_last(base)];
-            entries.extend(dropped);
+            count = dropped.len();
             // One transaction, one moment: an entry the caller made before this one (the
             // consolidation pointer) is not dated before the change it commits with, so a
             // moment between the two never sees the pointer moved without the memory.
-            entries.extend(extra.iter().cloned().map(|mut e| {
+            dropped.extend(extra.iter().cloned().map(|mut e| {
                 e.created_at = e.created_at.max(now);
                 e
             }));
-            match self.append_entries(entries) {
-                Ok(stored) => {
-                    let first = &stored[0];
-                    return Ok(Applied {
-                        recorded: Some(Recorded {
-                            version,
-                            id: first.id,
-                            at: first.created_at,
-                            change,
-                        }),
-                        changed,
-                        dropped: count,
-                    });
+            Ok(Some(Planned {
+                change: Change {
+                    ops,
+                    source: source.to_owned(),
+                    caused_by: Vec::new(),
+                },
+                extra: dropped,
+            }))
+        })?;
+        match written {
+            Some((recorded, _)) => Ok(Applied {
+                recorded: Some(recorded),
+                changed,
+                dropped: count,
+            }),
+            None => {
+                if nothing && !extra.is_empty() {
+                    self.append_entries(extra.to_vec())?;
                 }
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => back_off(attempt),
-                Err(e) => return Err(e),
+                Ok(Applied {
+                    recorded: None,
+                    changed,
+                    dropped: 0,
+                })
             }
         }
-        Err(Error::Contended(format!(
-            "{scope}: memory kept changing under this write ({ATTEMPTS} attempts); try again"
-        )))
     }
 
     /// Replaces `path` in `scope`'s memory with `new`, a model's rewrite of `seen`, losing
@@ -298,7 +291,7 @@ impl<S: Store> Engine<S> {
             text: dropped.text.clone(),
             section: dropped.section.clone(),
         };
-        self.change_memory(scope, |_, own| {
+        self.change_memory(scope, |own| {
             let layered = self.layered(scope, own.clone())?;
             let current = layered.content(&dropped.path).unwrap_or_default();
             let restored = facts::restore(current, &fact);

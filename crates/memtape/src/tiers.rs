@@ -1,14 +1,16 @@
 //! The memory of an agent, or of an agent and one user: reading its view and versions, and
 //! recording changes. A change is computed from what was read and appended only if nothing
-//! was written to the scope in between (compare-and-append); on a conflict it is computed
-//! again from the new state, so two writers never overwrite each other's changes.
+//! was written to the scope in between (compare-and-append); the threads of one process
+//! write through the scope's one writer (`writer.rs`), which computes their changes in turn
+//! and commits them together, and a conflict with another process computes them again
+//! from the new state, so two writers never overwrite each other's changes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::NaiveDate;
 use memtape_core::memory::{Change, MemoryLog, MemoryView, Op, Recorded, paths};
-use memtape_core::{AsOf, EntryId, Filter, Kind, NewEntry, Scope, events};
+use memtape_core::{AsOf, EntryId, Filter, Kind, Scope, events};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result};
@@ -289,50 +291,77 @@ impl<S: Store> Engine<S> {
         Ok(None)
     }
 
-    /// Records a change of `scope`'s memory computed by `compute` from the current log and
-    /// view. `compute` returns `None` when there is nothing to change; it is called again
-    /// if another writer changed the scope first. Returns the recorded version. A change
-    /// the view refuses ([`MemoryView::check`]: a bad path, a file over
-    /// [`MAX_FILE_BYTES`](memtape_core::memory::MAX_FILE_BYTES), a file inside a file) is
-    /// an [`Error::Invalid`] naming the rule, and nothing is recorded. An append that would
-    /// take the working state or the event history past the limit is recorded as a write
-    /// of their newest entries ([`MemoryView::fit`]), so WAL captures and /new keep working
-    /// however long an agent runs.
+    /// Records a change of `scope`'s memory computed by `compute` from the current view.
+    /// `compute` returns `None` when there is nothing to change. Returns the recorded
+    /// version.
+    ///
+    /// The changes of all threads to one scope go through its writer (`writer.rs`): each
+    /// is computed on the memory as the changes before it leave it, and those waiting are
+    /// committed together, so concurrent writers (a burst of WAL captures) never retry
+    /// against each other; `compute` runs again only when another process wrote to the
+    /// scope meanwhile. A change the view refuses ([`MemoryView::check`]: a bad path, a
+    /// file over [`MAX_FILE_BYTES`](memtape_core::memory::MAX_FILE_BYTES), a file inside a
+    /// file) is an [`Error::Invalid`] naming the rule, and nothing is recorded. An append
+    /// that would take the working state or the event history past the limit is recorded
+    /// as a write of their newest entries ([`MemoryView::fit`]), so WAL captures and /new
+    /// keep working however long an agent runs.
     pub fn change_memory(
+        &self,
+        scope: &Scope,
+        compute: impl FnMut(&MemoryView) -> Result<Option<Change>>,
+    ) -> Result<Option<Recorded>> {
+        check_memory_scope(scope)?;
+        self.write_batched(scope, compute)
+    }
+
+    /// [`Engine::change_memory`] of several changes at once: each is computed on the memory
+    /// the ones before it leave, and they are committed together. The results are in the
+    /// order of `computes`.
+    pub fn change_memory_each<F>(
+        &self,
+        scope: &Scope,
+        computes: Vec<F>,
+    ) -> Vec<Result<Option<Recorded>>>
+    where
+        F: FnMut(&MemoryView) -> Result<Option<Change>>,
+    {
+        if let Err(e) = check_memory_scope(scope) {
+            let message = e.to_string();
+            return computes
+                .iter()
+                .map(|_| {
+                    Err(Error::Invalid(memtape_core::Error::InvalidScope(
+                        message.clone(),
+                    )))
+                })
+                .collect();
+        }
+        self.write_batched_each(scope, computes)
+    }
+
+    /// [`Engine::change_memory`] for a change computed from the whole log (an undo, a
+    /// forget, a write only at a given version): it runs with the scope to itself, on the
+    /// log exactly as committed.
+    pub fn change_memory_on_log(
         &self,
         scope: &Scope,
         mut compute: impl FnMut(&MemoryLog, &MemoryView) -> Result<Option<Change>>,
     ) -> Result<Option<Recorded>> {
-        for attempt in 0..ATTEMPTS {
-            let (log, base) = self.memory_log(scope)?;
-            let view = log.view();
-            let Some(change) = compute(&log, &view)? else {
-                return Ok(None);
-            };
-            let change = view.admit(with_causes(change))?;
-            let entry = NewEntry::new(scope.clone(), change.to_payload(), self.now()).if_last(base);
-            match self.store_entries(vec![entry]) {
-                Ok(stored) => {
-                    return Ok(stored.into_iter().next().map(|e| Recorded {
-                        version: log.version() + 1,
-                        id: e.id,
-                        at: e.created_at,
-                        change,
-                    }));
-                }
-                Err(Error::Store(memtape_store::Error::Conflict { .. })) => back_off(attempt),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::Contended(format!(
-            "{scope}: memory kept changing under this write ({ATTEMPTS} attempts); try again"
-        )))
+        check_memory_scope(scope)?;
+        Ok(self
+            .write_alone(scope, |log, view| {
+                Ok(compute(log, view)?.map(|change| crate::writer::Planned {
+                    change,
+                    extra: Vec::new(),
+                }))
+            })?
+            .map(|(recorded, _)| recorded))
     }
 
     /// Records `change` as it is (no recomputation needed: its ops do not depend on what
     /// is there, like appends and full replaces).
     pub fn record_memory(&self, scope: &Scope, change: Change) -> Result<Recorded> {
-        self.change_memory(scope, |_, _| Ok(Some(change.clone())))?
+        self.change_memory(scope, |_| Ok(Some(change.clone())))?
             .ok_or_else(|| Error::Internal("a given change was not recorded".into()))
     }
 
@@ -394,7 +423,7 @@ impl<S: Store> Engine<S> {
 
     /// Bub's `memory.clear`: every file of the scope's memory goes (its versions stay).
     pub fn clear_memory(&self, scope: &Scope) -> Result<Option<Recorded>> {
-        self.change_memory(scope, |_, view| {
+        self.change_memory(scope, |view| {
             Ok((!view.files.is_empty()).then(|| Change::one(Op::Clear, "memory.clear")))
         })
     }
@@ -404,7 +433,7 @@ impl<S: Store> Engine<S> {
     /// itself a forget.
     pub fn forget_memory(&self, scope: &Scope, ids: &[EntryId]) -> Result<Recorded> {
         let ids = ids.to_vec();
-        self.change_memory(scope, |log, _| {
+        self.change_memory_on_log(scope, |log, _| {
             for id in &ids {
                 let Some(r) = log.by_id(*id) else {
                     return Err(Error::Invalid(memtape_core::Error::InvalidMemory(format!(
@@ -434,7 +463,7 @@ impl<S: Store> Engine<S> {
     /// Brings the scope's memory back to how it was at `version`, as a new version.
     /// `None` when it already is.
     pub fn undo_memory(&self, scope: &Scope, version: u64) -> Result<Option<Recorded>> {
-        self.change_memory(scope, |log, _| Ok(log.undo_to(version)?))
+        self.change_memory_on_log(scope, |log, _| Ok(log.undo_to(version)?))
     }
 
     /// Removes the daily notes older than `retention_days` days before today (Bub's
@@ -444,7 +473,7 @@ impl<S: Store> Engine<S> {
         let cutoff = today
             .checked_sub_days(chrono::Days::new(u64::from(retention_days)))
             .unwrap_or(chrono::NaiveDate::MIN);
-        let recorded = self.change_memory(scope, |_, view| {
+        let recorded = self.change_memory(scope, |view| {
             let ops: Vec<Op> = view
                 .dailies()
                 .into_iter()

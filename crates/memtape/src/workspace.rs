@@ -481,7 +481,7 @@ impl<S: Store> Engine<S> {
         let mut recorded = Vec::new();
         let mut conflicts = Vec::new();
         let mut refused: BTreeMap<String, String> = BTreeMap::new();
-        let outcome = self.change_memory(scope, |_, view| {
+        let outcome = self.change_memory(scope, |view| {
             recorded.clear();
             conflicts.clear();
             refused.clear();

@@ -65,8 +65,102 @@ impl MemoryView {
     /// no file inside a file). Returns the change to record.
     pub fn admit(&self, change: Change) -> Result<Change> {
         let change = self.fit(change);
-        self.check(&change)?;
+        self.verify(&change)?;
         Ok(change)
+    }
+
+    /// The view after `change`, recorded as `version` by entry `id` at `at` (a fold of
+    /// one more change). A `forget` is not applied: it needs the whole log
+    /// ([`MemoryLog`](super::MemoryLog) folds it).
+    pub fn record(&mut self, version: u64, id: EntryId, at: DateTime<Utc>, change: &Change) {
+        self.version = version;
+        for op in &change.ops {
+            self.apply(version, id, at, op);
+        }
+    }
+
+    /// [`check`](Self::check) without building the view after the change: for a change
+    /// whose ops each write, append to or flag a different file (a WAL capture, a tool's
+    /// edit, a daily note), only the files it touches are looked at, so admitting it costs
+    /// what it changes, not the size of the whole memory. Other changes are checked in
+    /// full.
+    fn verify(&self, change: &Change) -> Result<()> {
+        let touched: Option<Vec<&str>> = change
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Write { path, .. } | Op::Append { path, .. } | Op::Flags { path, .. } => {
+                    Some(path.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        if touched.is_none_or(|t| t.iter().collect::<BTreeSet<_>>().len() != t.len()) {
+            return self.check(change).map(|_| ());
+        }
+        change.validate()?;
+        let mut created = Vec::new();
+        for op in &change.ops {
+            let (path, len) = match op {
+                Op::Write { path, content } => {
+                    if self.content(path) == Some(content.as_str()) {
+                        continue;
+                    }
+                    (path, content.len())
+                }
+                Op::Append {
+                    path,
+                    text,
+                    heading,
+                } => match self.content(path) {
+                    Some(_) if text.is_empty() => continue,
+                    Some(c) => (path, c.len() + text.len()),
+                    None => (path, heading.as_deref().map_or(0, str::len) + text.len()),
+                },
+                _ => continue,
+            };
+            if !self.files.contains_key(path) {
+                check_path(path)?;
+                created.push(path.as_str());
+            }
+            if len > MAX_FILE_BYTES {
+                return Err(too_large(path, len));
+            }
+        }
+        // A new file may come to be inside a file, or have files inside it (a file
+        // already holding others is left to the changes that fix it, as in `check`).
+        let inside_before = |outer: &str| {
+            let prefix = format!("{outer}/");
+            self.files
+                .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+                .next()
+                .map(|(p, _)| p.as_str())
+                .filter(|p| p.starts_with(&prefix))
+        };
+        for path in &created {
+            // An ancestor that is a file (one already holding files was a problem before).
+            let outer = path
+                .match_indices('/')
+                .map(|(at, _)| &path[..at])
+                .find(|a| {
+                    created.contains(a)
+                        || (self.files.contains_key(*a) && inside_before(a).is_none())
+                });
+            let prefix = format!("{path}/");
+            let nested = match outer {
+                Some(outer) => Some((outer, *path)),
+                None => inside_before(path)
+                    .or_else(|| created.iter().copied().find(|p| p.starts_with(&prefix)))
+                    .map(|inner| (*path, inner)),
+            };
+            if let Some((outer, inner)) = nested {
+                return Err(Error::InvalidMemory(format!(
+                    "{outer} is a file, so {inner} cannot be inside it (a path is either a file \
+                     or a folder)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks that `change` may be recorded on this view, and returns the files as they
@@ -123,7 +217,14 @@ impl MemoryView {
         if !change.ops.iter().any(rolling_append) {
             return change;
         }
-        let mut view = self.clone();
+        // Ops that each write or append to a different file see the files as they are;
+        // others (a rename, a delete, two ops on one file) see the ops before them.
+        let mut paths_seen = BTreeSet::new();
+        let simple = change.ops.iter().all(|op| match op {
+            Op::Write { path, .. } | Op::Append { path, .. } => paths_seen.insert(path.as_str()),
+            _ => false,
+        });
+        let mut view = (!simple).then(|| self.clone());
         for op in &mut change.ops {
             if let Op::Append {
                 path,
@@ -133,19 +234,23 @@ impl MemoryView {
                 && let Some(separator) = paths::rolling(path)
             {
                 let heading = heading.as_deref().unwrap_or("");
-                let whole = match view.content(path) {
-                    Some(c) => format!("{c}{text}"),
-                    None => format!("{heading}{text}"),
-                };
+                let current = view.as_ref().unwrap_or(self).content(path);
+                let len = current.map_or(heading.len(), str::len) + text.len();
                 // An op too large by itself is left for `check` to refuse.
-                if whole.len() > MAX_FILE_BYTES && heading.len() + text.len() <= MAX_FILE_BYTES {
+                if len > MAX_FILE_BYTES && heading.len() + text.len() <= MAX_FILE_BYTES {
+                    let whole = match current {
+                        Some(c) => format!("{c}{text}"),
+                        None => format!("{heading}{text}"),
+                    };
                     *op = Op::Write {
                         path: path.clone(),
                         content: newest(&whole, heading, separator, MAX_FILE_BYTES / 2),
                     };
                 }
             }
-            view.apply(self.version + 1, EntryId(0), DateTime::UNIX_EPOCH, op);
+            if let Some(view) = view.as_mut() {
+                view.apply(self.version + 1, EntryId(0), DateTime::UNIX_EPOCH, op);
+            }
         }
         change
     }

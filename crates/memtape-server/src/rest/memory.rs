@@ -393,7 +393,7 @@ fn record(
     change: Change,
 ) -> Result<Recorded> {
     let mut moved = None;
-    let recorded = engine.change_memory(scope, |log, _| {
+    let recorded = engine.change_memory_on_log(scope, |log, _| {
         if let Some(v) = if_version
             && log.version() != v
         {

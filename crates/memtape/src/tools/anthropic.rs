@@ -187,7 +187,7 @@ pub(super) fn call<S: Store>(
                 )));
             };
             check_size(&path, &file_text)?;
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let view = engine.layered(scope, own.clone())?;
                 if is_dir(&view, &relative) {
                     return Err(Error::Tool(format!(
@@ -219,7 +219,7 @@ pub(super) fn call<S: Store>(
         } => {
             let relative = file_path(&path)?;
             let mut snippet = String::new();
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let view = engine.layered(scope, own.clone())?;
                 let content = existing_file(&view, &relative, &path)?;
                 if old_str.is_empty() {
@@ -265,7 +265,7 @@ pub(super) fn call<S: Store>(
             insert_text,
         } => {
             let relative = file_path(&path)?;
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let view = engine.layered(scope, own.clone())?;
                 let content = existing_file(&view, &relative, &path)?;
                 let mut all = lines(content);
@@ -292,7 +292,7 @@ pub(super) fn call<S: Store>(
                     "Error: cannot delete {ROOT} itself; delete the files in it"
                 )));
             };
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let there = exists(own, &relative);
                 if !there {
                     let view = engine.layered(scope, own.clone())?;
@@ -321,7 +321,7 @@ pub(super) fn call<S: Store>(
                     "Error: cannot move {old_path} into itself ({new_path})"
                 )));
             }
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let view = engine.layered(scope, own.clone())?;
                 if !exists(own, &from) {
                     if exists(&view, &from) {

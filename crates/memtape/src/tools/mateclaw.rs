@@ -185,7 +185,7 @@ pub(super) fn call<S: Store>(
             let path = check_filename(&filename)?;
             check_size(&path, &content)?;
             let (mut existed, mut enabled) = (false, false);
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 existed = engine
                     .layered(scope, own.clone())?
                     .files
@@ -227,7 +227,7 @@ pub(super) fn call<S: Store>(
                 ));
             }
             let (mut replacements, mut size_after) = (0, 0);
-            engine.change_memory(scope, |_, own| {
+            engine.change_memory(scope, |own| {
                 let view = engine.layered(scope, own.clone())?;
                 let content = view.content(&path).ok_or_else(|| {
                     Error::Tool(format!("Error: workspace memory file not found: {filename}"))
