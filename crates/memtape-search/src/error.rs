@@ -76,6 +76,16 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The query is longer than [`MAX_QUERY_BYTES`](crate::MAX_QUERY_BYTES).
+    #[error(
+        "the search query is {bytes} bytes; at most {max} are accepted (search for the words that matter)"
+    )]
+    QueryTooLong {
+        /// The query's length in bytes.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The tape was replaced while a catch-up was running.
     #[error("search index: the tape changed during a catch-up; run the search again")]
     TapeChanged,

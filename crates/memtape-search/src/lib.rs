@@ -35,5 +35,5 @@ pub mod when;
 pub use embed::{EmbedError, Embedder};
 pub use error::Error;
 pub use index::{Index, IndexConfig, PendingVectors, Progress, Result};
-pub use request::{Fusion, Hit, Mode, Ranked, SearchFilter, SearchRequest};
+pub use request::{Fusion, Hit, MAX_QUERY_BYTES, Mode, Ranked, SearchFilter, SearchRequest};
 pub use vectors::dot;

@@ -154,7 +154,22 @@ pub struct SearchRequest {
     pub exact: bool,
 }
 
+/// The longest query text a search takes, in bytes (8 KiB: a paragraph; a search is for
+/// the words that matter, and every cost of a search grows with its query).
+pub const MAX_QUERY_BYTES: usize = 8 * 1024;
+
 impl SearchRequest {
+    /// Refuses a query over [`MAX_QUERY_BYTES`].
+    pub fn check(&self) -> crate::Result<()> {
+        if self.text.len() > MAX_QUERY_BYTES {
+            return Err(crate::Error::QueryTooLong {
+                bytes: self.text.len(),
+                max: MAX_QUERY_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     /// A hybrid search for `text` under `filter`, returning 10 hits.
     pub fn new(text: impl Into<String>, filter: SearchFilter) -> Self {
         SearchRequest {

@@ -169,17 +169,12 @@ pub fn is_stop_word(word: &str) -> bool {
 
 /// The distinct lowercase terms of `text`, split on anything that is not a letter or digit.
 pub fn terms(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
-        if word.is_empty() {
-            continue;
-        }
-        let word = word.to_lowercase();
-        if !out.contains(&word) {
-            out.push(word);
-        }
-    }
-    out
+    let mut seen = std::collections::HashSet::new();
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .filter(|word| seen.insert(word.clone()))
+        .collect()
 }
 
 /// The FTS5 query for `text`: its content terms OR-ed, each quoted so no word is read as an

@@ -115,6 +115,9 @@ impl From<memtape::Error> for ApiError {
             E::SessionNotEmpty(..) => Self::conflict(message),
             E::OutsideScope { .. } => Self::forbidden(message),
             E::NoIndex => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            E::Search(memtape::SearchError::QueryTooLong { .. }) => {
+                Self::new(StatusCode::BAD_REQUEST, "query_too_long", message)
+            }
             // Nothing was written; the client may try again.
             E::Contended(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message),
             // The model or its server failed: nothing was written.

@@ -54,6 +54,7 @@ impl Index {
         request: &SearchRequest,
         before: impl FnOnce() -> Result<()> + Send,
     ) -> Result<Vec<Hit>> {
+        request.check()?;
         let wants_vector = request.mode != Mode::Bm25;
         if wants_vector && self.embedder.is_none() {
             return Err(Error::NoEmbedder(request.mode.as_str()));

@@ -92,6 +92,14 @@ pub(super) fn search_lines<S: Store>(
     limit: usize,
     admit: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<SearchLine>> {
+    if query.len() > memtape_search::MAX_QUERY_BYTES {
+        return Err(Error::Tool(format!(
+            "Error: the query is {} bytes; at most {} are accepted (search for the words that \
+             matter)",
+            query.len(),
+            memtape_search::MAX_QUERY_BYTES
+        )));
+    }
     let own = engine.memory_log(scope)?.0.view();
     let shared = match scope.user() {
         Some(_) => Some(engine.memory_log(&scope.agent_scope())?.0.view()),
