@@ -394,7 +394,7 @@ fn a_huge_batch_whose_last_entry_breaks_a_rule_stores_nothing() {
         (
             "a parent in another scope",
             with_parent(msg(&s0, "x"), elsewhere),
-            "belongs to another scope",
+            "does not exist",
         ),
         (
             // Entry 3 of the filler, in s0, is an event of this very batch.

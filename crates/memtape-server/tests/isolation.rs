@@ -62,15 +62,25 @@ fn value_for(doc: &Value, name: &str, prop: &Value, a: &Probe, depth: usize) -> 
         "path" | "filename" | "old_path" | "new_path" => json!(a.path),
         "q" | "query" | "text" | "content" => json!(SECRET),
         "role" => json!("user"),
+        // The fields that name an entry get the probe's entry.
+        "parent" | "through" | "id" => json!(a.entry),
+        "ids" => json!([a.entry]),
         _ => body_for(doc, prop, a, depth + 1),
     }
 }
 
+/// An entry id that exists nowhere.
+const MISSING: u64 = 4_000_000_000;
+
 /// What tenant A has, that B will ask for.
+#[derive(Clone)]
 struct Probe {
     session: String,
     ids: Vec<u64>,
     path: String,
+    /// The entry id the fields naming an entry get: one of tenant A's, or one that exists
+    /// nowhere.
+    entry: u64,
 }
 
 #[test]
@@ -175,6 +185,7 @@ fn no_route_reaches_another_tenant() {
         session: "plans".into(),
         ids: ids.clone(),
         path: "/memories/plans.md".into(),
+        entry: ids[0],
     };
     let (_, doc) = s.get("/openapi.json");
     let mut calls = 0;
@@ -229,17 +240,40 @@ fn no_route_reaches_another_tenant() {
                             if has("session") {
                                 query.push("session=plans".to_owned());
                             }
-                            variants.push(format!("{url}?{}", query.join("&")));
+                            let missing = url.replace(&format!("/{id}/"), &format!("/{MISSING}/"));
+                            let query = query.join("&");
+                            variants.push((format!("{url}?{query}"), format!("{missing}?{query}")));
                         }
                     }
                 }
             }
-            let body = op["requestBody"]["content"]["application/json"]["schema"].clone();
-            let body = (!body.is_null()).then(|| body_for(&doc, &body, &probe, 0));
-            for url in variants {
+            let schema = op["requestBody"]["content"]["application/json"]["schema"].clone();
+            let body = (!schema.is_null()).then(|| body_for(&doc, &schema, &probe, 0));
+            let nowhere = Probe {
+                entry: MISSING,
+                ..probe.clone()
+            };
+            let body_missing = (!schema.is_null()).then(|| body_for(&doc, &schema, &nowhere, 0));
+            for (url, url_missing) in variants {
                 let (status, response) =
                     s.call(&method, &url, body.as_ref().or(Some(&json!({}))), b);
                 calls += 1;
+                // Tenant A's ids read exactly like ids that exist nowhere: the same status,
+                // the same error (digits aside).
+                let (status_missing, response_missing) = s.call(
+                    &method,
+                    &url_missing,
+                    body_missing.as_ref().or(Some(&json!({}))),
+                    b,
+                );
+                let digitless = |v: &Value| v.to_string().replace(|c: char| c.is_ascii_digit(), "");
+                if status >= 400 || status_missing >= 400 {
+                    assert_eq!(
+                        (status, digitless(&response)),
+                        (status_missing, digitless(&response_missing)),
+                        "{method} {url}: tenant A's ids answer differently from missing ones"
+                    );
+                }
                 // The model routes answer 503 on a server without a model, by design.
                 let no_model = status == 503 && response["error"]["code"] == "no_model";
                 assert!(

@@ -145,13 +145,14 @@ fn check_parent(
     lookup: &mut Lookup<'_>,
 ) -> Result<()> {
     let refuse = |why: String| Err(Error::BadParent { parent, why });
-    let found = lookup(parent)?;
+    // Another scope's entry reads exactly like a missing one: naming its scope (or even
+    // answering differently) would let a caller walk ids to list other tenants' names.
+    let found = lookup(parent)?.filter(|(s, _)| s == scope);
     if found.is_some() && parent >= id {
         return refuse(format!("is not before entry {id}"));
     }
     match found {
-        None => refuse("does not exist".into()),
-        Some((s, _)) if &s != scope => refuse(format!("belongs to another scope ({s})")),
+        None => refuse("does not exist in this session".into()),
         Some((_, kind)) if !kind.is_conversational() => {
             refuse(format!("is a {kind}, not a message"))
         }
@@ -175,12 +176,14 @@ fn check_pointer(
             why: why.to_owned(),
         })
     };
-    if info.last_id.is_none_or(|last| through > last.0) {
-        return refuse("no entry of this scope has that id yet");
-    }
-    match lookup(EntryId(through))? {
-        Some((s, _)) if &s == scope => Ok(()),
-        _ => refuse("that entry is not in this scope"),
+    // One answer for an id past the scope's last entry, another scope's entry and an id
+    // that exists nowhere: which of them it is must not be told.
+    let in_scope = info.last_id.is_some_and(|last| through <= last.0)
+        && matches!(lookup(EntryId(through))?, Some((s, _)) if &s == scope);
+    if in_scope {
+        Ok(())
+    } else {
+        refuse("no entry of this scope has that id")
     }
 }
 

@@ -115,16 +115,26 @@ fn explicit_parents_must_be_earlier_messages_of_the_same_scope() {
         regen.parent = Some(first);
         assert_eq!(store.append(vec![regen]).unwrap()[0].parent, Some(first));
 
+        let refused = |parent: EntryId| {
+            let mut bad = msg(&s1, Message::assistant("x"), 3);
+            bad.parent = Some(parent);
+            store.append(vec![bad]).unwrap_err().to_string()
+        };
         for (parent, why) in [
-            (other, "another scope"),
+            (other, "does not exist"),
             (ev, "not a message"),
             (EntryId(999), "does not exist"),
         ] {
-            let mut bad = msg(&s1, Message::assistant("x"), 3);
-            bad.parent = Some(parent);
-            let err = store.append(vec![bad]).unwrap_err().to_string();
+            let err = refused(parent);
             assert!(err.contains(why), "{err}");
         }
+        // Another scope's entry reads exactly like a missing one (issue 31, section 3):
+        // the error names neither its scope nor anything else about it.
+        assert_eq!(
+            refused(other).replace(&other.to_string(), "N"),
+            refused(EntryId(999)).replace("999", "N")
+        );
+        assert!(!refused(other).contains("s2"), "{}", refused(other));
     });
 }
 
