@@ -41,12 +41,54 @@ pub struct ServeArgs {
     /// session of its own, so one thread leaves the other cores to requests.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     embed_threads: u32,
+    /// Another name requests may give in their `Host` header (a name the server is reached
+    /// by through a proxy or DNS), besides loopback names and the listening address; may be
+    /// repeated. Without it, a server listening on every address (0.0.0.0) answers any name.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_host: Vec<String>,
+    /// An origin (`https://app.example`) whose web pages may write to this server; may be
+    /// repeated, `*` for any. Pages of other sites may not (the memory browser is the
+    /// server's own).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub models: ModelArgs,
     #[command(flatten)]
     tuning: Tuning,
+}
+
+/// The names and origins `a` lets the server answer besides its own.
+fn sites(a: &ServeArgs) -> Result<memtape_server::Sites> {
+    let mut hosts = Vec::new();
+    for name in &a.allow_host {
+        let Some(host) = memtape_server::guard::host_name(name) else {
+            bail!("--allow-host {name:?} is not a host name (give a name like memory.example)");
+        };
+        hosts.push(host);
+    }
+    if !a.addr.ip().is_unspecified() {
+        hosts.push(a.addr.ip().to_string());
+    }
+    for origin in &a.allow_origin {
+        let ok = origin == "*"
+            || origin.split_once("://").is_some_and(|(scheme, rest)| {
+                ["http", "https"].contains(&scheme)
+                    && memtape_server::guard::host_name(rest.trim_end_matches('/')).is_some()
+            });
+        if !ok {
+            bail!(
+                "--allow-origin {origin:?} is not an origin (give one like https://app.example \
+                 or http://localhost:3000, or *)"
+            );
+        }
+    }
+    Ok(memtape_server::Sites {
+        any_host: a.addr.ip().is_unspecified() && a.allow_host.is_empty(),
+        hosts,
+        origins: a.allow_origin.clone(),
+    })
 }
 
 /// `memtape serve`: opens (or creates) the store, loads the model and the index, then
@@ -85,6 +127,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         engine_calls: a.engine_calls as usize,
         request_timeout: Duration::from_secs(a.request_timeout.into()),
         header_timeout: Duration::from_secs(a.header_timeout.into()),
+        sites: sites(a)?,
     };
     let (model, model_line) = config::load(&ctx)?.server_model()?;
     let state = AppState::with_model(engine, keys, limits, loopback, model);

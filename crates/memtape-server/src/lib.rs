@@ -8,6 +8,7 @@ mod appender;
 mod auth;
 pub mod error;
 mod extract;
+pub mod guard;
 mod indexer;
 pub mod keys;
 pub mod mcp;
@@ -23,11 +24,11 @@ use axum::Router;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
 use utoipa::OpenApi;
 
 pub use auth::DEFAULT_TENANT;
 pub use error::{ApiError, Result};
+pub use guard::Sites;
 pub use keys::{KeyError, KeyRecord, KeyStore};
 pub use state::{AppState, Caller, Limits, ModelSetup, Role};
 
@@ -193,18 +194,84 @@ fn router(
         )
         .merge(ui::router())
         .merge(api)
+        // Inside the body limit: a body announced over it is refused before it is read.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            deadline,
+        ))
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
         // axum's own 2 MiB default for JSON bodies would undercut the configured limit.
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             count_activity,
         ))
+        // Outermost: a request a page of another site made is refused before anything.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
         .with_state(state)
+}
+
+/// The request timeout ([`Limits::request_timeout`]), kept so that a write never answers
+/// a timeout for work it then commits (a client retrying it would store it twice):
+/// - a read (`GET`, `HEAD`) has the whole timeout; it writes nothing, so cutting it off
+///   loses nothing;
+/// - a write has the timeout to send its whole body (a slow client is cut off with 408
+///   before anything is stored); from then on it runs to its end, on a task of its own
+///   that a client hanging up does not stop, and answers with what it committed.
+async fn deadline(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let limits = state.limits();
+    let timeout = limits.request_timeout;
+    let too_slow = || {
+        ApiError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!("the request took over {timeout:?}"),
+        )
+        .into_response()
+    };
+    if request.method().is_safe() {
+        return tokio::time::timeout(timeout, next.run(request))
+            .await
+            .unwrap_or_else(|_| too_slow());
+    }
+    let (parts, body) = request.into_parts();
+    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limits.body_bytes))
+        .await
+    {
+        Err(_) => {
+            return ApiError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the request's body did not arrive within {timeout:?}; nothing was stored"),
+            )
+            .into_response();
+        }
+        Ok(Err(e)) => {
+            return if rest::is_length_limit(&e) {
+                ApiError::new(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("the body is over the limit of {} bytes", limits.body_bytes),
+                )
+            } else {
+                ApiError::bad_request(format!("could not read the body: {e}"))
+            }
+            .into_response();
+        }
+        Ok(Ok(body)) => body,
+    };
+    let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
+    tokio::spawn(next.run(request))
+        .await
+        .unwrap_or_else(|e| ApiError::internal(format!("the request failed: {e}")).into_response())
 }
 
 /// Counts each request in flight (until its handler has answered; a streamed body's
@@ -242,6 +309,22 @@ async fn emergence_schedule(state: state::WeakState, stop: impl Future<Output = 
     }
 }
 
+/// How often the WAL captures that failed (a full disk) are retried.
+const RECAPTURE_TICK: Duration = Duration::from_secs(5);
+
+/// Retries the WAL captures that failed until `stop` ([`AppState::retry_captures`]).
+async fn recapture(state: state::WeakState, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(RECAPTURE_TICK) => {}
+            () = &mut stop => return,
+        }
+        let Some(state) = state.upgrade() else { return };
+        state.retry_captures().await;
+    }
+}
+
 /// Serves `app(state)` on `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for the requests in flight. Returns once they are done (or the
 /// grace ran out); the caller then drops the state, which closes the store.
@@ -270,7 +353,9 @@ pub async fn serve(
         state.downgrade(),
         stopped(stop_rx.clone()),
     ));
+    tokio::spawn(recapture(state.downgrade(), stopped(stop_rx.clone())));
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
+    let weak = state.downgrade();
     let app = router(state, mcp);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = stopped(stop_rx);
@@ -304,10 +389,21 @@ pub async fn serve(
     drop(listener);
     // After the signal, the in-flight requests get `grace` to finish.
     tokio::select! {
-        () = graceful.shutdown() => Ok(()),
+        () = graceful.shutdown() => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("requests still running after {grace:?}; stopping anyway");
-            Ok(())
         }
     }
+    if let Some(state) = weak.upgrade() {
+        state.retry_captures().await;
+    }
+    if let Some(state) = weak.upgrade()
+        && state.captures_waiting() > 0
+    {
+        tracing::error!(
+            waiting = state.captures_waiting(),
+            "stopping with WAL captures that could not be recorded (their messages are on the tape)"
+        );
+    }
+    Ok(())
 }

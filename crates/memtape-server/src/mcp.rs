@@ -710,8 +710,8 @@ impl Memtape {
 
 /// The streamable HTTP MCP service for `/mcp`: one [`Memtape`] per MCP session, all
 /// sharing one subscription hub. Mount it behind the authentication middleware (the caller
-/// comes from the request's extensions). On loopback, the `Host` header must name loopback
-/// (DNS rebinding); beyond loopback every request carries a key, so any host is served.
+/// comes from the request's extensions) and the cross-site guard ([`crate::guard`]: the
+/// `Host` it may name, JSON only, the page's origin).
 ///
 /// A connected host keeps a stream open (server-to-client messages), which a graceful
 /// shutdown would wait for: use [`mcp_service_until`] to end the sessions at shutdown.
@@ -736,13 +736,11 @@ pub fn mcp_service_until(
 }
 
 fn config(state: &AppState) -> StreamableHttpServerConfig {
-    let config = StreamableHttpServerConfig::default()
-        .with_max_request_body_bytes(state.limits().body_bytes);
-    if state.loopback() {
-        config
-    } else {
-        config.disable_allowed_hosts()
-    }
+    // The `Host` header is checked in front of every route, `/mcp` included, by the same
+    // rule ([`crate::guard`]): loopback names, the listening address, `--allow-host`.
+    StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(state.limits().body_bytes)
+        .disable_allowed_hosts()
 }
 
 fn build(

@@ -101,6 +101,8 @@ pub struct Limits {
     /// connection may wait for the next request) before the connection is closed: a
     /// slowloris client cannot hold connections open.
     pub header_timeout: std::time::Duration,
+    /// The names and origins served besides the server's own ([`crate::guard`]).
+    pub sites: crate::guard::Sites,
 }
 
 impl Default for Limits {
@@ -110,6 +112,7 @@ impl Default for Limits {
             engine_calls: 32,
             request_timeout: std::time::Duration::from_secs(30),
             header_timeout: std::time::Duration::from_secs(10),
+            sites: crate::guard::Sites::default(),
         }
     }
 }
@@ -137,7 +140,13 @@ struct Inner {
     /// one store (several on one PostgreSQL database), only its holder runs the schedule,
     /// so a slot runs once. It passes to another server when this one stops or dies.
     scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
+    /// User messages stored whose WAL capture could not be recorded (a full disk), by
+    /// tenant and entry id: retried from the tape ([`AppState::retry_captures`]).
+    uncaptured: std::sync::Mutex<std::collections::BTreeSet<(String, memtape::EntryId)>>,
 }
+
+/// At most this many failed captures wait for a retry (the oldest give way, logged).
+const UNCAPTURED_MAX: usize = 100_000;
 
 /// The model a server keeps memory with, and how (`[llm]` and `[lifecycle]` of
 /// memtape.toml).
@@ -235,8 +244,81 @@ impl AppState {
                 memory_changed,
                 background,
                 scheduler: Arc::default(),
+                uncaptured: std::sync::Mutex::default(),
             }),
         }
+    }
+
+    /// Keeps the user message `id` of `tenant`, whose WAL capture failed, for a retry.
+    pub fn defer_capture(&self, tenant: &str, id: memtape::EntryId) {
+        let mut waiting = self
+            .inner
+            .uncaptured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiting.insert((tenant.to_owned(), id));
+        if waiting.len() > UNCAPTURED_MAX
+            && let Some((tenant, id)) = waiting.pop_first()
+        {
+            tracing::error!(%tenant, entry = %id, "too many captures wait for a retry; this one is given up");
+        }
+    }
+
+    /// How many failed captures wait for a retry.
+    pub fn captures_waiting(&self) -> usize {
+        self.inner
+            .uncaptured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Retries the captures that failed, oldest first, from the tape
+    /// ([`memtape::Engine::recapture`]: never recorded twice). Those that fail again wait
+    /// for the next retry. Returns how many were recorded now.
+    pub async fn retry_captures(&self) -> usize {
+        let waiting: Vec<(String, memtape::EntryId)> = std::mem::take(
+            &mut *self
+                .inner
+                .uncaptured
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_iter()
+        .collect();
+        if waiting.is_empty() {
+            return 0;
+        }
+        let state = self.clone();
+        self.run(move |engine| {
+            let mut done = 0;
+            let mut failed = None;
+            for (i, (tenant, id)) in waiting.iter().enumerate() {
+                match engine.recapture(tenant, *id) {
+                    Ok(_) => done += 1,
+                    Err(e) => {
+                        // The store still fails (the disk is still full): the rest wait.
+                        failed = Some(e.to_string());
+                        for (tenant, id) in &waiting[i..] {
+                            state.defer_capture(tenant, *id);
+                        }
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                tracing::warn!(
+                    waiting = state.captures_waiting(),
+                    error = %e,
+                    "WAL captures still cannot be recorded; retrying later"
+                );
+            } else if done > 0 {
+                tracing::info!(recorded = done, "WAL captures that had failed are recorded");
+            }
+            Ok(done)
+        })
+        .await
+        .unwrap_or(0)
     }
 
     /// The requests in flight, which the background embedder gives way to.
@@ -372,6 +454,11 @@ impl AppState {
     /// A handle that does not keep the state alive.
     pub fn downgrade(&self) -> WeakState {
         WeakState(Arc::downgrade(&self.inner))
+    }
+
+    /// The names and origins served besides the server's own.
+    pub fn sites(&self) -> &crate::guard::Sites {
+        &self.inner.limits.sites
     }
 
     /// Whether the server listens only on loopback.

@@ -191,7 +191,7 @@ fn the_background_embedder_gives_way_while_a_request_is_in_flight() {
     let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
     write!(
         slow,
-        "POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+        "POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
     )
     .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));

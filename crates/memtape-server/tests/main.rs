@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used)] // Tests panic on failure by design.
 
 mod common;
+mod cross_site;
 mod group_commit;
+mod hardening;
 mod isolation;
 mod lifecycle;
 mod mcp;

@@ -141,7 +141,7 @@ fn the_body_limit_is_the_configured_one() {
     let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
     write!(
         tcp,
-        "POST /v1/sessions/huge/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"role\": \"assistant\", \"content\": \"",
+        "POST /v1/sessions/huge/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"role\": \"assistant\", \"content\": \"",
         9 * 1024 * 1024
     )
     .unwrap();
@@ -164,7 +164,7 @@ fn the_bearer_scheme_is_case_insensitive() {
         let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
         write!(
             tcp,
-            "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
+            "GET /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let mut answer = String::new();

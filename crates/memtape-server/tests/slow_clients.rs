@@ -56,7 +56,7 @@ fn a_client_dribbling_its_headers_is_disconnected() {
     let s = Server::start_with(limits());
     let (took, _) = dribble(
         &s,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n",
         "X-Slow: 1\r\n",
         Duration::from_secs(10),
     );
@@ -77,7 +77,7 @@ fn a_client_dribbling_its_body_gets_408_and_nothing_is_stored() {
     let s = Server::start_with(limits());
     let body = json!({"role": "user", "content": "half a message"}).to_string();
     let head = format!(
-        "POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        "POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
         body.len(),
         &body[..5]
     );

@@ -39,7 +39,9 @@ export async function call(method, path, query = {}, body = undefined) {
   const headers = { Accept: "application/json" };
   const k = key.get();
   if (k) headers.Authorization = `Bearer ${k}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // Every write says it is JSON, with or without a body: the server refuses writes in the
+  // content types a page of another site could send without asking first.
+  if (body !== undefined || method !== "GET") headers["Content-Type"] = "application/json";
   let res;
   try {
     res = await fetch(url(path, query), {

@@ -11,6 +11,7 @@ pub(crate) use memory::{
 };
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
+pub(crate) use transfer::is_length_limit;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -284,19 +285,23 @@ pub async fn append(
         .filter(|e| e.message().is_some_and(|m| m.role == Role::User))
         .cloned()
         .collect();
+    let later = state.clone();
     let captured = state
         .run(move |engine| {
             let mut captured = Vec::new();
-            for entry in &scanned {
-                // The messages are stored: a capture that fails is logged, not answered
-                // as a failed append (a client retrying would store them twice).
-                match engine.capture_entry(entry) {
+            // The captures of the request's messages are committed together.
+            for (entry, result) in scanned.iter().zip(engine.capture_entries(&scanned)) {
+                // The messages are stored: a capture that fails is not answered as a
+                // failed append (a client retrying would store them twice); it is retried
+                // from the tape until it is recorded.
+                match result {
                     Ok(c) => captured.extend(c.matches.into_iter().map(|hit| Captured {
                         category: hit.category.to_string(),
                         text: hit.text,
                     })),
                     Err(e) => {
-                        tracing::warn!(entry = %entry.id, error = %e, "the WAL could not record what it found");
+                        tracing::warn!(entry = %entry.id, error = %e, "the WAL could not record what it found yet; it will retry");
+                        later.defer_capture(entry.scope.tenant(), entry.id);
                     }
                 }
             }

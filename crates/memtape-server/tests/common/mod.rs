@@ -48,6 +48,11 @@ impl Server {
         )
     }
 
+    /// A server over a fresh store that keeps memory with `model`, under `limits`.
+    pub fn start_with_model_and(model: memtape_server::ModelSetup, limits: Limits) -> Self {
+        Self::start_indexed(tempfile::tempdir().unwrap(), limits, None, Some(model))
+    }
+
     /// A server over a fresh store whose index embeds with `embedder`.
     #[allow(dead_code)] // Not every test file embeds.
     pub fn start_embedding(embedder: std::sync::Arc<dyn memtape::Embedder>) -> Self {
@@ -150,7 +155,11 @@ impl Server {
                 }
                 match b {
                     Some(b) => r.send_json(b).unwrap(),
-                    None => r.send_empty().unwrap(),
+                    // A write says it is JSON even without a body (the cross-site guard).
+                    None => r
+                        .header("Content-Type", "application/json")
+                        .send_empty()
+                        .unwrap(),
                 }
             }
         };
