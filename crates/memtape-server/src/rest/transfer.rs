@@ -352,7 +352,7 @@ pub async fn import(
 }
 
 /// Whether reading a body failed on the length limit (ours or the body limit layer's).
-fn is_length_limit(e: &axum::Error) -> bool {
+pub(crate) fn is_length_limit(e: &axum::Error) -> bool {
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
         if s.to_string().contains("length limit") {
