@@ -45,6 +45,9 @@ pub struct Target {
     pub key: Option<String>,
     /// How many sessions the appends and context builds spread over.
     pub sessions: usize,
+    /// Whether the appends are user messages that the WAL captures (each names a number,
+    /// [`wal_message`]) instead of assistant messages it passes over.
+    pub wal: bool,
 }
 
 /// One operation's figures.
@@ -142,6 +145,17 @@ fn message(n: u64) -> String {
         .join(" ")
 }
 
+/// User message `n` of a WAL load: a specific value the WAL captures (the number `n`, which
+/// no other request of the run uses) among content words.
+pub fn wal_message(n: u64) -> String {
+    format!(
+        "my order {n} ships Friday, {} {} {}",
+        word(n, 0),
+        word(n, 1),
+        word(n, 2)
+    )
+}
+
 /// Search `n`: two content words, drawn like the messages'.
 fn query(n: u64) -> String {
     format!("{} {}", word(n, 1_000), word(n, 1_001))
@@ -182,10 +196,11 @@ impl Client {
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
-                r.send_json(json!({
-                    "role": "assistant",
-                    "content": message(n as u64),
-                }))
+                r.send_json(if self.target.wal {
+                    json!({"role": "user", "content": wal_message(n as u64)})
+                } else {
+                    json!({"role": "assistant", "content": message(n as u64)})
+                })
             }
             Op::Search => {
                 let q = query(n as u64).replace(' ', "+");

@@ -1,7 +1,8 @@
 //! `memtape bench serve`: starts `memtape serve` on a scratch data directory (or targets a
 //! running server with `--url`), loads it over loopback (saturation at each `--clients`
 //! level, then a fixed offered rate), and reports per operation throughput, p50/p95/p99 and
-//! errors, the server's peak memory, and whether every acknowledged append is on the tape.
+//! errors, the server's peak memory, and whether every acknowledged append is on the tape
+//! (and, with `--wal`, whether what the WAL captured from each is in SESSION-STATE.md).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +41,10 @@ pub struct ServeBenchArgs {
     /// Sessions the load spreads over.
     #[arg(long, default_value_t = 64)]
     sessions: usize,
+    /// Appends are user messages the WAL captures (each names a number of its own), and the
+    /// run ends by checking that every capture reached SESSION-STATE.md.
+    #[arg(long)]
+    wal: bool,
     /// Load a running server at this URL instead of starting one (then no durability check
     /// and no memory figure).
     #[arg(long)]
@@ -67,6 +72,9 @@ struct Report {
     acknowledged: usize,
     /// Of those, how many are not on the tape after the server stopped (must be 0).
     lost: Option<usize>,
+    /// With `--wal`: of the acknowledged user messages, how many have no capture in
+    /// SESSION-STATE.md naming them (must be 0).
+    captures_lost: Option<usize>,
 }
 
 /// Runs the benchmark.
@@ -103,6 +111,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         url,
         key: a.key.clone(),
         sessions: a.sessions,
+        wal: a.wal,
     };
     let seconds = f64::from(a.seconds);
     let mix = a.mix;
@@ -125,6 +134,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         server_anon_rss_mb: None,
         acknowledged: acknowledged.len(),
         lost: None,
+        captures_lost: None,
     };
     if let Some(mut c) = child {
         report.server_peak_rss_mb = status_mb(c.id(), "VmHWM:");
@@ -142,6 +152,14 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
             lost += ids.len() - store.get_many("default", &ids)?.len();
         }
         report.lost = Some(lost);
+        if a.wal {
+            let missing = captures_lost(scratch.path(), &acknowledged)?;
+            eprintln!(
+                "{missing} of {} user messages have no capture in SESSION-STATE.md",
+                acknowledged.len()
+            );
+            report.captures_lost = Some(missing);
+        }
         eprintln!(
             "server peak RSS {:.0} MB (anonymous at the end {:.0} MB); {} appends acknowledged, {lost} missing from the tape",
             report.server_peak_rss_mb.unwrap_or(0.0),
@@ -150,6 +168,48 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         );
     }
     write_report(&report, a.out.as_deref(), out)
+}
+
+/// How many of the `acknowledged` user messages (in the store in `dir`) have no WAL
+/// capture: no memory change of their agent, caused by them, whose SESSION-STATE.md text
+/// holds the number the message names.
+fn captures_lost(dir: &std::path::Path, acknowledged: &[u64]) -> Result<usize> {
+    use memtape::memory::{Op, paths};
+    let engine = memtape::Engine::open_read_only(dir)?;
+    let (log, _) = engine.memory_log(&memtape::Scope::agent("default", "default")?)?;
+    // What each cause put in SESSION-STATE.md.
+    let mut state: std::collections::HashMap<EntryId, String> = Default::default();
+    for r in log.changes() {
+        for op in &r.change.ops {
+            let text = match op {
+                Op::Append { path, text, .. } if path == paths::SESSION_STATE => text,
+                Op::Write { path, content } if path == paths::SESSION_STATE => content,
+                _ => continue,
+            };
+            for id in &r.change.caused_by {
+                state.entry(*id).or_default().push_str(text);
+            }
+        }
+    }
+    let mut missing = 0;
+    for chunk in acknowledged.chunks(500) {
+        let ids: Vec<EntryId> = chunk.iter().map(|i| EntryId(*i)).collect();
+        let entries = engine.store().get_many("default", &ids)?;
+        missing += ids.len() - entries.len();
+        for entry in entries {
+            let text = entry
+                .message()
+                .map(|m| m.content_text())
+                .unwrap_or_default();
+            // "my order N ships …": the capture's line names "order N ".
+            let number = text.split_whitespace().nth(2).unwrap_or("?");
+            let wanted = format!("order {number} ");
+            if !state.get(&entry.id).is_some_and(|s| s.contains(&wanted)) {
+                missing += 1;
+            }
+        }
+    }
+    Ok(missing)
 }
 
 /// `--mix A,S,C`: three weights, not all zero.
