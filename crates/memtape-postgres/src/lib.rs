@@ -43,7 +43,7 @@ use memtape_store::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
 use memtape_store::rules::{Transaction, append_in, restore_in};
-use memtape_store::{Error, Restored, ScopeInfo, Store, StoreLock, Wait};
+use memtape_store::{Claim, Error, Restored, ScopeInfo, Store, StoreLock, Wait};
 use postgres::Row;
 use postgres::types::ToSql;
 use sha2::{Digest, Sha256};
@@ -702,6 +702,75 @@ impl Store for PostgresStore {
         }
         *listener = Some(client);
         Ok(())
+    }
+
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Claim> {
+        memtape_store::requests::check_key(key)?;
+        if self.target.read_only() {
+            return Err(Error::ReadOnly(self.target.address().to_owned()));
+        }
+        let oldest = (now - memtape_store::requests::KEEP_REQUESTS).timestamp();
+        self.read(|c, t| {
+            c.execute(
+                t,
+                "DELETE FROM memtape_request_keys WHERE created_at < $1",
+                &[&oldest],
+            )?;
+            let claimed = c.execute(
+                t,
+                "INSERT INTO memtape_request_keys (tenant, key, fingerprint, created_at)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                &[&tenant, &key, &fingerprint, &now.timestamp()],
+            )?;
+            if claimed == 1 {
+                return Ok(Claim::Claimed);
+            }
+            let row = c.query_one(
+                t,
+                "SELECT fingerprint, status, body FROM memtape_request_keys
+                 WHERE tenant = $1 AND key = $2",
+                &[&tenant, &key],
+            )?;
+            let fingerprint: String = row.get(0);
+            let status: Option<i32> = row.get(1);
+            Ok(match status {
+                Some(status) => Claim::Answered {
+                    fingerprint,
+                    status: u16::try_from(status).unwrap_or(500),
+                    body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
+                },
+                None => Claim::Running { fingerprint },
+            })
+        })
+    }
+
+    fn finish_request(&self, tenant: &str, key: &str, status: u16, body: &[u8]) -> Result<()> {
+        self.read(|c, t| {
+            c.execute(
+                t,
+                "UPDATE memtape_request_keys SET status = $3, body = $4
+                 WHERE tenant = $1 AND key = $2",
+                &[&tenant, &key, &i32::from(status), &body],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn release_request(&self, tenant: &str, key: &str) -> Result<()> {
+        self.read(|c, t| {
+            c.execute(
+                t,
+                "DELETE FROM memtape_request_keys WHERE tenant = $1 AND key = $2 AND status IS NULL",
+                &[&tenant, &key],
+            )?;
+            Ok(())
+        })
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::conn::{Conn, Target};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
 /// named locks, which use two 32-bit keys) that migrations take: "mtap".
@@ -25,7 +25,10 @@ const MIGRATION_LOCK: i64 = 0x6d74_6170;
 ///   entries (as SQLite's table of the same shape).
 /// - `memtape_entries`: the tape. Rows cannot be updated, deleted or truncated: triggers
 ///   refuse it, whoever connects.
-const MIGRATIONS: &[&str] = &[r#"
+/// - `memtape_request_keys` (version 2): idempotency keys, per tenant, with the answer of
+///   the request that claimed each (memtape-store's `requests` module).
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE memtape_tape (
     only_row       boolean PRIMARY KEY DEFAULT true CHECK (only_row),
     tape_id        text NOT NULL,
@@ -79,7 +82,20 @@ CREATE TRIGGER memtape_scopes_kept BEFORE DELETE ON memtape_scopes
     FOR EACH ROW EXECUTE FUNCTION memtape_refuse_change();
 CREATE TRIGGER memtape_scopes_no_truncate BEFORE TRUNCATE ON memtape_scopes
     FOR EACH STATEMENT EXECUTE FUNCTION memtape_refuse_change();
-"#];
+"#,
+    r#"
+CREATE TABLE memtape_request_keys (
+    tenant      text NOT NULL,
+    key         text NOT NULL,
+    fingerprint text NOT NULL,
+    created_at  bigint NOT NULL,
+    status      integer,
+    body        bytea,
+    PRIMARY KEY (tenant, key)
+);
+CREATE INDEX memtape_request_keys_by_time ON memtape_request_keys (created_at);
+"#,
+];
 
 /// The schema version of the database `conn` is connected to: `None` when it has no
 /// memtape tables (in the schema new tables go to, the first of the search path). Reads

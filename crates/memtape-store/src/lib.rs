@@ -19,6 +19,7 @@
 mod error;
 mod locks;
 mod memory;
+pub mod requests;
 pub mod row;
 pub mod rules;
 mod sqlite;
@@ -29,6 +30,7 @@ use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
 pub use error::Error;
 pub use locks::{StoreLock, Wait};
 pub use memory::MemoryStore;
+pub use requests::Claim;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
 /// The result type of this crate.
@@ -133,6 +135,23 @@ pub trait Store: Send + Sync {
     /// process dies.
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>>;
 
+    /// Claims the idempotency key `key` of `tenant` for a request with `fingerprint`, at
+    /// `now` ([`requests`]): durably, before the request runs, so two requests with one
+    /// key never both run. Keys older than [`requests::KEEP_REQUESTS`] are forgotten.
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Claim>;
+
+    /// Records the answer of the request that claimed `key`.
+    fn finish_request(&self, tenant: &str, key: &str, status: u16, body: &[u8]) -> Result<()>;
+
+    /// Lets go of `key` (its request did nothing, and may be sent again).
+    fn release_request(&self, tenant: &str, key: &str) -> Result<()>;
+
     /// Waits up to `timeout` for a sign that the tape grew (a commit by this process or
     /// another one), returning early when one comes: PostgreSQL's notifications. Stores
     /// with no such sign (SQLite, memory) just wait the whole `timeout`; a follower of the
@@ -185,5 +204,20 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn wait_for_writes(&self, timeout: std::time::Duration) -> Result<()> {
         (**self).wait_for_writes(timeout)
+    }
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Claim> {
+        (**self).claim_request(tenant, key, fingerprint, now)
+    }
+    fn finish_request(&self, tenant: &str, key: &str, status: u16, body: &[u8]) -> Result<()> {
+        (**self).finish_request(tenant, key, status, body)
+    }
+    fn release_request(&self, tenant: &str, key: &str) -> Result<()> {
+        (**self).release_request(tenant, key)
     }
 }

@@ -7,7 +7,7 @@ use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 
 use crate::locks::MemoryLocks;
 use crate::rules::{check_restored, plan_restore, prepare};
-use crate::{Restored, Result, ScopeInfo, Store, StoreLock, Wait};
+use crate::{Claim, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
 /// A store held in memory.
 #[derive(Debug)]
@@ -15,7 +15,12 @@ pub struct MemoryStore {
     inner: Mutex<Inner>,
     tape: String,
     locks: MemoryLocks,
+    /// Idempotency keys: (tenant, key) to (fingerprint, when claimed, the answer once
+    /// there is one).
+    requests: Mutex<Requests>,
 }
+
+type Requests = BTreeMap<(String, String), (String, i64, Option<(u16, Vec<u8>)>)>;
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -23,6 +28,7 @@ impl Default for MemoryStore {
             inner: Mutex::default(),
             tape: random_tape_id(),
             locks: MemoryLocks::default(),
+            requests: Mutex::default(),
         }
     }
 }
@@ -204,5 +210,61 @@ impl Store for MemoryStore {
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
         Ok(self.locks.lock(tenant, name, wait))
+    }
+
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Claim> {
+        crate::requests::check_key(key)?;
+        let mut requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let oldest = crate::requests::expired_before(now);
+        requests.retain(|_, (_, at, _)| *at >= oldest);
+        let slot = requests.entry((tenant.to_owned(), key.to_owned()));
+        Ok(match slot {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert((fingerprint.to_owned(), now.timestamp(), None));
+                Claim::Claimed
+            }
+            std::collections::btree_map::Entry::Occupied(o) => match &o.get().2 {
+                Some((status, body)) => Claim::Answered {
+                    fingerprint: o.get().0.clone(),
+                    status: *status,
+                    body: body.clone(),
+                },
+                None => Claim::Running {
+                    fingerprint: o.get().0.clone(),
+                },
+            },
+        })
+    }
+
+    fn finish_request(&self, tenant: &str, key: &str, status: u16, body: &[u8]) -> Result<()> {
+        let mut requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = requests.get_mut(&(tenant.to_owned(), key.to_owned())) {
+            found.2 = Some((status, body.to_vec()));
+        }
+        Ok(())
+    }
+
+    fn release_request(&self, tenant: &str, key: &str) -> Result<()> {
+        let mut requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = (tenant.to_owned(), key.to_owned());
+        if requests.get(&id).is_some_and(|r| r.2.is_none()) {
+            requests.remove(&id);
+        }
+        Ok(())
     }
 }

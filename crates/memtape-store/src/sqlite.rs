@@ -17,10 +17,10 @@ use crate::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
 use crate::rules::{Transaction, append_in, restore_in};
-use crate::{Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
+use crate::{Claim, Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
@@ -69,6 +69,18 @@ CREATE TABLE tape (
     id   TEXT NOT NULL
 );
 INSERT INTO tape VALUES (1, lower(hex(randomblob(16))));
+"#,
+    r#"
+CREATE TABLE request_keys (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    status      INTEGER,
+    body        BLOB,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX request_keys_by_time ON request_keys(created_at);
 "#,
 ];
 
@@ -586,6 +598,63 @@ impl Store for SqliteStore {
             Ok(())
         })?;
         Ok(ids.iter().filter_map(|id| found.remove(&id.0)).collect())
+    }
+
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Claim> {
+        crate::requests::check_key(key)?;
+        self.write(|w| {
+            w.tx.execute(
+                "DELETE FROM request_keys WHERE created_at < ?1",
+                [crate::requests::expired_before(now)],
+            )?;
+            let claimed = w.tx.execute(
+                "INSERT INTO request_keys (tenant, key, fingerprint, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+                rusqlite::params![tenant, key, fingerprint, now.timestamp()],
+            )?;
+            if claimed == 1 {
+                return Ok(Claim::Claimed);
+            }
+            let (fingerprint, status, body): (String, Option<u16>, Option<Vec<u8>>) = w.tx.query_row(
+                "SELECT fingerprint, status, body FROM request_keys WHERE tenant = ?1 AND key = ?2",
+                [tenant, key],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            Ok(match status {
+                Some(status) => Claim::Answered {
+                    fingerprint,
+                    status,
+                    body: body.unwrap_or_default(),
+                },
+                None => Claim::Running { fingerprint },
+            })
+        })
+    }
+
+    fn finish_request(&self, tenant: &str, key: &str, status: u16, body: &[u8]) -> Result<()> {
+        self.write(|w| {
+            w.tx.execute(
+                "UPDATE request_keys SET status = ?3, body = ?4 WHERE tenant = ?1 AND key = ?2",
+                rusqlite::params![tenant, key, status, body],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn release_request(&self, tenant: &str, key: &str) -> Result<()> {
+        self.write(|w| {
+            w.tx.execute(
+                "DELETE FROM request_keys WHERE tenant = ?1 AND key = ?2 AND status IS NULL",
+                [tenant, key],
+            )?;
+            Ok(())
+        })
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

@@ -232,8 +232,15 @@ fn the_consolidation_pointer_is_an_event_projected_onto_the_scope() {
         );
 
         for (data, why) in [
-            (json!({"through": foreign.0}), "not in this scope"),
-            (json!({"through": 999}), "no entry of this scope"),
+            // Another scope's entry and one that exists nowhere read alike.
+            (
+                json!({"through": foreign.0}),
+                "no entry of this scope has that id",
+            ),
+            (
+                json!({"through": 999}),
+                "no entry of this scope has that id",
+            ),
             (json!({"nope": 1}), "session.consolidated: bad data"),
         ] {
             let err = store
@@ -547,5 +554,58 @@ fn ids_at_the_integer_edges_read_as_missing_never_as_errors() {
             store.entries_after(EntryId(0), usize::MAX).unwrap().len(),
             1
         );
+    });
+}
+
+/// Issue 31, section 4: idempotency keys. The first claim of a key wins; while its request
+/// runs the key is busy; once answered, the answer comes back; a released key is free
+/// again; keys are per tenant and forgotten after 24 hours.
+#[test]
+fn idempotency_keys_are_claimed_once_answered_and_forgotten() {
+    use memtape_store::Claim;
+    each_store(|store| {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(
+            store.claim_request("t", "k1", "fp", now).unwrap(),
+            Claim::Claimed
+        );
+        assert_eq!(
+            store.claim_request("t", "k1", "fp", now).unwrap(),
+            Claim::Running {
+                fingerprint: "fp".into()
+            }
+        );
+        // Another tenant's key of the same name is its own.
+        assert_eq!(
+            store.claim_request("u", "k1", "other", now).unwrap(),
+            Claim::Claimed
+        );
+        store
+            .finish_request("t", "k1", 201, b"{\"ids\":[1]}")
+            .unwrap();
+        // A release after the answer changes nothing.
+        store.release_request("t", "k1").unwrap();
+        assert_eq!(
+            store.claim_request("t", "k1", "fp2", now).unwrap(),
+            Claim::Answered {
+                fingerprint: "fp".into(),
+                status: 201,
+                body: b"{\"ids\":[1]}".to_vec()
+            }
+        );
+        store.release_request("u", "k1").unwrap();
+        assert_eq!(
+            store.claim_request("u", "k1", "again", now).unwrap(),
+            Claim::Claimed
+        );
+        // A day later the key is forgotten.
+        let later = now + chrono::TimeDelta::hours(25);
+        assert_eq!(
+            store.claim_request("t", "k1", "fp", later).unwrap(),
+            Claim::Claimed
+        );
+        for bad in ["", "a b", "é"] {
+            assert!(store.claim_request("t", bad, "fp", now).is_err(), "{bad:?}");
+        }
     });
 }

@@ -86,7 +86,9 @@ pub use memtape_search::{
     EmbedError, Embedder, Error as SearchError, Fusion, Hit, Index, IndexConfig, MAX_QUERY_BYTES,
     Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
 };
-pub use memtape_store::{MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait};
+pub use memtape_store::{
+    Claim, MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait, requests,
+};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
