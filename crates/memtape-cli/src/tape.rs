@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, ValueEnum};
 use memtape::{
-    AnchorRange, AppendOptions, EntryId, HistoryLimits, HistoryView, Kind, Message, Role,
+    AnchorRange, AppendOptions, Claim, EntryId, HistoryLimits, HistoryView, Kind, Message, Role,
     TapeQuery, ToolCall,
 };
 use serde_json::{Map, Value};
@@ -107,6 +107,10 @@ pub struct AppendArgs {
     /// Do not scan a user message into the working state (the WAL).
     #[arg(long)]
     no_wal: bool,
+    /// Append once: run again with the same key (within 24 hours), it prints the first
+    /// entry id and stores nothing (a UUID, say).
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,
 }
@@ -305,11 +309,63 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
             .unwrap_or_default(),
     };
     let session = ctx.session_scope(&a.session)?;
+    if let Some(key) = &a.idempotency_key {
+        // What this append asks, so the key sent with another append is told apart.
+        let print = serde_json::to_string(&(
+            "append",
+            session.to_string(),
+            &message,
+            &options.parent,
+            &options.meta,
+            a.no_wal,
+        ))?;
+        let store = engine.store();
+        match store.claim_request(session.tenant(), key, &print, engine.now())? {
+            Claim::Claimed => {}
+            Claim::Answered {
+                fingerprint, body, ..
+            } if fingerprint == print => {
+                out.write_all(&body)?;
+                return Ok(());
+            }
+            Claim::Running { fingerprint } if fingerprint == print => bail!(
+                "an append with --idempotency-key {key} is still running (or stopped before it \
+                 finished): check the session's history before sending it with a new key"
+            ),
+            Claim::Running { .. } | Claim::Answered { .. } => bail!(
+                "--idempotency-key {key} was used for another append in the last 24 hours: use \
+                 a new key for a new message"
+            ),
+        }
+        let entry = match engine.append(&session, message, options) {
+            Ok(entry) => entry,
+            Err(e) => {
+                store.release_request(session.tenant(), key)?;
+                return Err(e.into());
+            }
+        };
+        store.finish_request(
+            session.tenant(),
+            key,
+            200,
+            format!("{}\n", entry.id).as_bytes(),
+        )?;
+        return capture_and_print(&engine, &entry, role == Role::User && !a.no_wal, out);
+    }
     let entry = engine.append(&session, message, options)?;
-    // Qanot's WAL: a user message is scanned before anyone answers it (and what it
-    // captures names the message as its cause).
-    if role == Role::User && !a.no_wal {
-        engine.capture_entry(&entry).with_context(|| {
+    capture_and_print(&engine, &entry, role == Role::User && !a.no_wal, out)
+}
+
+/// Qanot's WAL over `entry` when `scan` (a user message is scanned before anyone answers
+/// it, and what it captures names the message as its cause), then prints its id.
+fn capture_and_print(
+    engine: &memtape::Engine<memtape::DynStore>,
+    entry: &memtape::Entry,
+    scan: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    if scan {
+        engine.capture_entry(entry).with_context(|| {
             format!(
                 "the message is stored as entry {}, but the WAL could not record what it found",
                 entry.id

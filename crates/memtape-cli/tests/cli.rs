@@ -336,3 +336,50 @@ fn usage_sums_the_agents_model_calls() {
     let err = r.fails(&["usage", "--since", "someday"]);
     assert!(err.contains("--since"), "{err}");
 }
+
+/// Issue 31, section 4: `append --idempotency-key` appends once; run again (a script that
+/// retries), it prints the first id and stores nothing, and the key with another message
+/// is refused.
+#[test]
+fn an_append_retried_with_its_idempotency_key_stores_once() {
+    let run = Run::new();
+    let args = [
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "my order 88123 ships",
+        "--idempotency-key",
+        "k-1",
+    ];
+    let first = run.ok(&args);
+    assert_eq!(run.ok(&args), first, "the first id again");
+    let err = run.fails(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "another",
+        "--idempotency-key",
+        "k-1",
+    ]);
+    assert!(err.contains("another append"), "{err}");
+    let err = run.fails(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "x",
+        "--idempotency-key",
+        "two words",
+    ]);
+    assert!(err.contains("idempotency key"), "{err}");
+    let history = run.json(&["history", "s", "--json"]);
+    assert_eq!(history.as_array().map(Vec::len), Some(1), "{history}");
+    // The WAL captured it once: one memory version.
+    let memory = run.ok(&["memory", "show"]);
+    assert!(memory.contains("version 1,"), "{memory}");
+}

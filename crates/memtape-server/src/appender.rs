@@ -4,12 +4,17 @@
 //! each request, so an acknowledged append is always durable, and many appends share one
 //! fsync. If the combined write fails, each request is written on its own, so one bad
 //! request never fails the others.
+//!
+//! The same thread runs the WAL over the user messages it just wrote, before it answers:
+//! the captures of every request in the batch are recorded together (one change each, one
+//! commit per memory), so 64 clients writing to one agent share a few commits and no
+//! thread waits on another to record its capture.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{DynStore, Engine, Entry, NewEntry};
+use memtape::{Captured, DynStore, Engine, Entry, NewEntry, Role};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, Result};
@@ -19,9 +24,15 @@ const MAX_JOBS: usize = 256;
 /// At most this many entries go into one transaction.
 const MAX_ENTRIES: usize = 4096;
 
+/// What a request's append wrote: the entries as stored and, for each of them, what the
+/// WAL captured (`Ok` with nothing for an entry it does not scan; an `Err` when the capture
+/// could not be recorded, for the caller to retry: the entry is stored all the same).
+pub type Written = (Vec<Entry>, Vec<memtape::Result<Captured>>);
+
 struct Job {
     entries: Vec<NewEntry>,
-    reply: oneshot::Sender<Result<Vec<Entry>>>,
+    capture: bool,
+    reply: oneshot::Sender<Result<Written>>,
 }
 
 /// The writer thread and the way to it.
@@ -42,8 +53,9 @@ impl Appender {
     }
 
     /// Appends `entries` (in one transaction, possibly shared with other requests'), and
-    /// returns them as stored once that transaction is committed.
-    pub async fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+    /// returns them as stored once that transaction is committed; with `capture`, the WAL
+    /// has scanned their user messages and recorded what it found by then.
+    pub async fn append(&self, entries: Vec<NewEntry>, capture: bool) -> Result<Written> {
         let (reply, answer) = oneshot::channel();
         let jobs = self
             .jobs
@@ -52,7 +64,11 @@ impl Appender {
         // The queue is bounded: when the writer is behind, requests wait for room (on the
         // blocking pool, not the runtime's threads). Otherwise the job goes straight in,
         // without a trip through the pool (two thread switches an append).
-        match jobs.try_send(Job { entries, reply }) {
+        match jobs.try_send(Job {
+            entries,
+            capture,
+            reply,
+        }) {
             Ok(()) => {}
             Err(TrySendError::Full(job)) => tokio::task::spawn_blocking(move || jobs.send(job))
                 .await
@@ -95,20 +111,66 @@ fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>) {
     }
 }
 
-/// Writes `batch` in one transaction, or each job alone if that fails.
+/// Writes `batch` in one transaction, or each job alone if that fails, then captures.
 fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
     if batch.len() > 1 {
         let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
         if let Ok(mut stored) = engine.append_entries(all) {
+            let mut written = Vec::with_capacity(batch.len());
             for job in batch.into_iter().rev() {
                 let mine = stored.split_off(stored.len() - job.entries.len());
-                let _ = job.reply.send(Ok(mine));
+                written.push((job, Ok(mine)));
             }
+            written.reverse();
+            answer(engine, written);
             return;
         }
     }
-    for job in batch {
-        let result = engine.append_entries(job.entries).map_err(ApiError::from);
+    let written = batch
+        .into_iter()
+        .map(|job| {
+            let result = engine
+                .append_entries(job.entries.clone())
+                .map_err(ApiError::from);
+            (job, result)
+        })
+        .collect();
+    answer(engine, written);
+}
+
+/// Runs the WAL over the user messages of the jobs that asked for it (all at once), then
+/// answers each job.
+fn answer(engine: &Engine<DynStore>, written: Vec<(Job, Result<Vec<Entry>>)>) {
+    let scanned: Vec<Entry> = written
+        .iter()
+        .filter(|(job, _)| job.capture)
+        .filter_map(|(_, stored)| stored.as_ref().ok())
+        .flatten()
+        .filter(|e| e.message().is_some_and(|m| m.role == Role::User))
+        .cloned()
+        .collect();
+    let mut captures: std::collections::HashMap<memtape::EntryId, memtape::Result<Captured>> =
+        scanned
+            .iter()
+            .map(|e| e.id)
+            .zip(engine.capture_entries(&scanned))
+            .collect();
+    for (job, stored) in written {
+        let result = stored.map(|entries| {
+            let captured = entries
+                .iter()
+                .map(|e| {
+                    captures.remove(&e.id).unwrap_or_else(|| {
+                        Ok(Captured {
+                            matches: Vec::new(),
+                            saved_long_term: 0,
+                            recorded: None,
+                        })
+                    })
+                })
+                .collect();
+            (entries, captured)
+        });
         let _ = job.reply.send(result);
     }
 }

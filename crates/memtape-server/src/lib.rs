@@ -9,6 +9,7 @@ mod auth;
 pub mod error;
 mod extract;
 pub mod guard;
+pub mod idempotency;
 mod indexer;
 pub mod keys;
 pub mod mcp;
@@ -106,7 +107,41 @@ impl utoipa::Modify for Conventions {
             ("415", "The body is not JSON"),
             ("422", "Valid JSON of the wrong shape"),
         ];
+        let idempotency_key = || {
+            use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(utoipa::openapi::Required::False)
+                .description(Some(
+                    "Run this write once: sent again with the same key (within 24 hours), it \
+                     answers the first answer and stores nothing; 409 while the first is \
+                     still running, 422 for a key used with another request",
+                ))
+                .schema(Some(
+                    Object::builder()
+                        .schema_type(Type::String)
+                        .min_length(Some(1))
+                        .max_length(Some(255))
+                        .pattern(Some("^[!-~]+$"))
+                        .build(),
+                ))
+                .build()
+        };
         for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.parameters
+                    .get_or_insert_with(Vec::new)
+                    .push(idempotency_key());
+            }
             let ops = [
                 &mut item.get,
                 &mut item.post,
@@ -176,6 +211,10 @@ fn router(
     let api = rest::routes()
         .route_service("/mcp", mcp)
         .fallback(|| async { ApiError::not_found("no such route") })
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::remember,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

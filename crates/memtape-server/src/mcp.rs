@@ -220,6 +220,7 @@ impl Memtape {
         let caller = who.caller.clone();
         match name {
             TAPE_APPEND => {
+                let mut request = args.clone();
                 let input: AppendInput = input(name, args)?;
                 let messages = input
                     .messages
@@ -228,6 +229,7 @@ impl Memtape {
                     .collect::<Vec<_>>();
                 let body = serde_json::from_value(json!({ "messages": messages }))
                     .map_err(|e| Refusal::Tool(format!("Error: invalid input for {name}: {e}")))?;
+                let tenant = caller.tenant.clone();
                 let call = rest::append(
                     state,
                     caller,
@@ -235,8 +237,44 @@ impl Memtape {
                     ApiQuery(who.params()),
                     ApiJson(body),
                 );
-                let (_, Json(out)) = call.await?;
-                to_text(&out)
+                let Some(key) = input.idempotency_key else {
+                    let (_, Json(out)) = call.await?;
+                    return to_text(&out);
+                };
+                // Run once per key: a retried call answers the first answer.
+                memtape::requests::check_key(&key)
+                    .map_err(|e| Refusal::Tool(format!("Error: {e}")))?;
+                if let Some(fields) = request.as_object_mut() {
+                    fields.remove("idempotency_key");
+                }
+                let print = crate::idempotency::fingerprint(&[
+                    name.as_bytes(),
+                    who.agent.as_bytes(),
+                    who.user.as_deref().unwrap_or("").as_bytes(),
+                    request.to_string().as_bytes(),
+                ]);
+                let run = async {
+                    match call.await {
+                        Ok((_, Json(out))) => match to_text(&out) {
+                            Ok(text) => (200, text.into_bytes()),
+                            Err(_) => (500, b"the answer could not be written".to_vec()),
+                        },
+                        Err(e) => (e.status.as_u16(), e.message.into_bytes()),
+                    }
+                };
+                let (status, body) =
+                    match crate::idempotency::once(&self.state, &tenant, &key, print, run).await? {
+                        crate::idempotency::Outcome::Ran(s, b)
+                        | crate::idempotency::Outcome::Replayed(s, b) => (s, b),
+                    };
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if status == 200 {
+                    Ok(text)
+                } else {
+                    let status = axum::http::StatusCode::from_u16(status)
+                        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+                    Err(ApiError::new(status, "refused", text).into())
+                }
             }
             TAPE_HISTORY => {
                 let input: HistoryInput = input(name, args)?;

@@ -470,7 +470,24 @@ impl AppState {
     /// with the appends of other requests waiting at the same time, and come back once
     /// it is committed.
     pub async fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        self.inner.appender.append(entries).await
+        Ok(self.inner.appender.append(entries, false).await?.0)
+    }
+
+    /// [`AppState::append`], and Qanot's WAL over the user messages among `entries`
+    /// before it returns (for each entry, what it captured; a capture that could not be
+    /// recorded is retried from the tape later).
+    pub async fn append_captured(
+        &self,
+        entries: Vec<NewEntry>,
+    ) -> Result<crate::appender::Written> {
+        let (stored, captured) = self.inner.appender.append(entries, true).await?;
+        for (entry, result) in stored.iter().zip(&captured) {
+            if let Err(e) = result {
+                tracing::warn!(entry = %entry.id, error = %e, "the WAL could not record what it found yet; it will retry");
+                self.defer_capture(entry.scope.tenant(), entry.id);
+            }
+        }
+        Ok((stored, captured))
     }
 
     /// The engine, for work that is not a request (shutdown).

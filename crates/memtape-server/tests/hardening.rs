@@ -118,3 +118,127 @@ fn a_write_slower_than_the_timeout_answers_what_it_committed() {
     assert!(memory.to_string().contains("Likes kayaks"), "{memory}");
     assert_eq!(model_server.requests(), 1);
 }
+
+/// Sends `body` to `path` with an `Idempotency-Key` (and a key, if given); returns the
+/// status, the JSON answer and whether it was replayed.
+fn keyed(
+    server: &Server,
+    path: &str,
+    body: &serde_json::Value,
+    idempotency: &str,
+    auth: Option<&str>,
+) -> (u16, serde_json::Value, bool) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut request = agent
+        .post(&server.url(path))
+        .header("Idempotency-Key", idempotency);
+    if let Some(k) = auth {
+        request = request.header("Authorization", &format!("Bearer {k}"));
+    }
+    let mut response = request.send_json(body).unwrap();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap(), replayed)
+}
+
+fn history_len(server: &Server, session: &str, auth: Option<&str>) -> usize {
+    let (status, body) = server.call(
+        "GET",
+        &format!("/v1/sessions/{session}/history?max_messages=100000"),
+        None,
+        auth,
+    );
+    assert_eq!(status, 200, "{body}");
+    body["messages"].as_array().unwrap().len()
+}
+
+#[test]
+fn a_retried_write_with_an_idempotency_key_stores_once() {
+    let server = Server::start();
+    let body = json!({"role": "user", "content": "my order 55501 ships Friday"});
+    let (status, first, replayed) =
+        keyed(&server, "/v1/sessions/k/messages", &body, "retry-1", None);
+    assert_eq!((status, replayed), (201, false), "{first}");
+    let (status, again, replayed) =
+        keyed(&server, "/v1/sessions/k/messages", &body, "retry-1", None);
+    assert_eq!((status, replayed), (201, true), "{again}");
+    assert_eq!(again, first, "the first answer, ids and captures");
+    assert_eq!(history_len(&server, "k", None), 1, "stored once");
+    // The same key for another request is refused, and stores nothing.
+    let other = json!({"role": "user", "content": "something else"});
+    let (status, refused, _) = keyed(&server, "/v1/sessions/k/messages", &other, "retry-1", None);
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(history_len(&server, "k", None), 1);
+    // A write without a body is keyed too.
+    let (status, _, _) = keyed(&server, "/v1/memory/clear", &json!({}), "clear-1", None);
+    assert_eq!(status, 200);
+    // Keys that are not keys.
+    for bad in ["", &"x".repeat(256), "two words"] {
+        let (status, answer, _) = keyed(&server, "/v1/sessions/k/messages", &body, bad, None);
+        assert_eq!(status, 400, "{bad:?}: {answer}");
+    }
+    assert_eq!(history_len(&server, "k", None), 1);
+}
+
+/// 64 clients send the same keyed append at once (a retry storm): it is stored once; each
+/// client gets the first answer or is told it is still running.
+#[test]
+fn sixty_four_retries_of_one_keyed_write_store_it_once() {
+    let server = Server::start();
+    let messages: Vec<_> = (0..2000)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("bulk {i}")}))
+        .collect();
+    let body = json!({"messages": messages});
+    let answers: Vec<(u16, serde_json::Value, bool)> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..64)
+            .map(|_| {
+                s.spawn(|| keyed(&server, "/v1/sessions/storm/messages", &body, "storm", None))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let ran = answers.iter().filter(|a| a.0 == 201 && !a.2).count();
+    assert_eq!(ran, 1, "one ran");
+    for (status, answer, replayed) in &answers {
+        assert!(
+            (*status == 201 && answer["ids"].as_array().map(Vec::len) == Some(2000))
+                || (*status == 409 && !replayed),
+            "{status} {answer}"
+        );
+    }
+    assert_eq!(history_len(&server, "storm", None), 2000, "stored once");
+    // Once it has answered, every retry gets the first answer.
+    let (status, again, replayed) =
+        keyed(&server, "/v1/sessions/storm/messages", &body, "storm", None);
+    assert_eq!((status, replayed), (201, true));
+    let first = answers.iter().find(|a| a.0 == 201 && !a.2).unwrap();
+    assert_eq!(again, first.1);
+}
+
+/// A key is one tenant's: another tenant's request under the same key runs on its own.
+#[test]
+fn idempotency_keys_belong_to_one_tenant() {
+    let server = Server::start();
+    let keys = memtape_server::KeyStore::open(server.dir.path());
+    let (a, _) = keys.create("acme", memtape_server::Role::Write).unwrap();
+    let (b, _) = keys.create("globex", memtape_server::Role::Write).unwrap();
+    let body = json!({"role": "user", "content": "hello"});
+    for key in [&a, &b] {
+        let (status, answer, replayed) = keyed(
+            &server,
+            "/v1/sessions/s/messages",
+            &body,
+            "shared-key",
+            Some(key),
+        );
+        assert_eq!((status, replayed), (201, false), "{answer}");
+        assert_eq!(history_len(&server, "s", Some(key)), 1);
+    }
+}

@@ -538,3 +538,30 @@ fn registry_tools_take_a_session() {
         c.cancel().await.unwrap();
     });
 }
+
+/// Issue 31, section 4: `tape_append` with an `idempotency_key` runs once: called again, it
+/// answers the first answer and stores nothing; the key for other messages is refused.
+#[test]
+fn a_retried_tape_append_with_an_idempotency_key_stores_once() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (c, _) = connect(&url, None).await.unwrap();
+        let args = json!({"session": "retry", "idempotency_key": "append-1",
+            "messages": [{"role": "user", "content": "my flight is 77123"}]});
+        let first = ok_json(&c, "tape_append", args.clone()).await;
+        let again = ok_json(&c, "tape_append", args).await;
+        assert_eq!(first, again, "the first answer");
+        let other = json!({"session": "retry", "idempotency_key": "append-1",
+            "messages": [{"role": "user", "content": "something else"}]});
+        let (text, is_error) = call(&c, "tape_append", other).await;
+        assert!(is_error, "{text}");
+        assert!(text.contains("another request"), "{text}");
+        let history = ok_json(&c, "tape_history", json!({"session": "retry"})).await;
+        assert_eq!(
+            history["messages"].as_array().map(Vec::len),
+            Some(1),
+            "{history}"
+        );
+    });
+}

@@ -105,6 +105,11 @@ pub(super) struct AppendInput {
     pub(super) session: String,
     /// The messages, in order (one transaction).
     pub(super) messages: Vec<MessageInput>,
+    /// Run this append once: called again with the same key (within 24 hours), it answers
+    /// the first answer and stores nothing (a UUID, say: 1 to 255 printable ASCII
+    /// characters).
+    #[serde(default)]
+    pub(super) idempotency_key: Option<String>,
 }
 
 /// A chat message (OpenAI's shape).

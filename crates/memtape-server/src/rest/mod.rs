@@ -18,8 +18,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memtape::{
-    AnchorRange, Entry, EntryId, HistoryLimits, HistoryView, Kind, Mode, NewEntry, Payload, Role,
-    Scope, SearchFilter, SearchRequest, TapeQuery,
+    AnchorRange, EntryId, HistoryLimits, HistoryView, Kind, Mode, NewEntry, Payload, Role, Scope,
+    SearchFilter, SearchRequest, TapeQuery,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -277,37 +277,20 @@ pub async fn append(
             entry
         })
         .collect();
-    let stored = state.append(entries).await?;
-    // Qanot's WAL: each user message is scanned before anyone answers it; what it
-    // captures names the message as its cause.
-    let scanned: Vec<Entry> = stored
-        .iter()
-        .filter(|e| e.message().is_some_and(|m| m.role == Role::User))
-        .cloned()
-        .collect();
-    let later = state.clone();
-    let captured = state
-        .run(move |engine| {
-            let mut captured = Vec::new();
-            // The captures of the request's messages are committed together.
-            for (entry, result) in scanned.iter().zip(engine.capture_entries(&scanned)) {
-                // The messages are stored: a capture that fails is not answered as a
-                // failed append (a client retrying would store them twice); it is retried
-                // from the tape until it is recorded.
-                match result {
-                    Ok(c) => captured.extend(c.matches.into_iter().map(|hit| Captured {
-                        category: hit.category.to_string(),
-                        text: hit.text,
-                    })),
-                    Err(e) => {
-                        tracing::warn!(entry = %entry.id, error = %e, "the WAL could not record what it found yet; it will retry");
-                        later.defer_capture(entry.scope.tenant(), entry.id);
-                    }
-                }
-            }
-            Ok(captured)
+    // Qanot's WAL: each user message is scanned before anyone answers it (by the writer,
+    // with the captures of the other requests written meanwhile); what it captures names
+    // the message as its cause. A capture that fails is not answered as a failed append (a
+    // client retrying would store the messages twice): it is retried from the tape.
+    let (stored, results) = state.append_captured(entries).await?;
+    let captured = results
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c.matches)
+        .map(|hit| Captured {
+            category: hit.category.to_string(),
+            text: hit.text,
         })
-        .await?;
+        .collect();
     let replied = stored.last().and_then(|e| e.message()).is_some_and(|m| {
         m.role == Role::Assistant && m.tool_calls.is_empty() && !m.content_text().trim().is_empty()
     });
