@@ -77,10 +77,21 @@ impl<S: Store> Engine<S> {
     }
 
     /// Searches the tape: BM25, vectors or both, under the request's filters. The index
-    /// first catches up with the tape, so every acknowledged append is searchable.
+    /// first catches up with the tape, so every acknowledged append is searchable; when it
+    /// cannot (a full disk), the search answers from what the index holds
+    /// ([`Engine::search_behind`] says so).
     pub fn search(&self, request: &SearchRequest) -> Result<Vec<SearchHit>> {
+        Ok(self.search_behind(request)?.0)
+    }
+
+    /// [`Engine::search`], and why the index could not catch up with the tape first (its
+    /// hits then miss the latest entries), `None` when it did.
+    pub fn search_behind(
+        &self,
+        request: &SearchRequest,
+    ) -> Result<(Vec<SearchHit>, Option<String>)> {
         let index = self.index.as_ref().ok_or(Error::NoIndex)?;
-        let hits = index.search_caught_up(&self.store, request)?;
+        let (hits, behind) = index.search_fresh(&self.store, request)?;
         let ids: Vec<EntryId> = hits.iter().map(|h| h.id).collect();
         let mut entries: HashMap<EntryId, Entry> = self
             .store
@@ -88,7 +99,8 @@ impl<S: Store> Engine<S> {
             .into_iter()
             .map(|e| (e.id, e))
             .collect();
-        hits.into_iter()
+        let hits = hits
+            .into_iter()
             .map(|hit| {
                 let entry = entries.remove(&hit.id).ok_or(Error::NoEntry(hit.id))?;
                 Ok(SearchHit {
@@ -98,7 +110,8 @@ impl<S: Store> Engine<S> {
                     vector: hit.vector,
                 })
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((hits, behind))
     }
 
     /// Throws the index away and builds it again from the whole tape, with the same model

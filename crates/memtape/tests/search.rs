@@ -272,3 +272,69 @@ fn an_engine_that_indexes_behind_its_writes_attaches_an_index_with_text_only() {
     while index.embed_step(engine.store()).unwrap() {}
     assert_eq!(index.embedded(), EntryId(50));
 }
+
+/// Issue 31, section 5: an index that cannot catch up (its disk is full) still answers
+/// from what it holds, and says it is behind, instead of failing the search. The index
+/// sits on a real tmpfs that is then filled (the test needs root, which this project's
+/// machines and CI have; where mounting is not permitted it says so and stops).
+#[test]
+fn a_search_answers_from_what_is_indexed_when_the_index_cannot_catch_up() {
+    use std::process::Command;
+    let disk = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(disk.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("cannot mount a tmpfs here (not root?): this test needs one");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.path());
+    let tape = tempfile::tempdir().unwrap();
+    let index = Index::open(&disk.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let mut engine = Engine::init(tape.path())
+        .unwrap()
+        .with_index(index)
+        .unwrap();
+    engine.set_index_on_write(false);
+    let first = engine
+        .append(
+            &chat(),
+            Message::user("the quokka lives on Rottnest"),
+            Default::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        bm25(&engine, "quokka"),
+        [first.id.0],
+        "caught up while it could"
+    );
+    // The disk fills up.
+    {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(disk.path().join("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while filler.write_all(&chunk).is_ok() {}
+        let _ = filler.sync_all();
+    }
+    engine
+        .append(
+            &chat(),
+            Message::user("another quokka story"),
+            Default::default(),
+        )
+        .unwrap();
+    let request = SearchRequest::new("quokka", SearchFilter::tenant("t")).mode(Mode::Bm25);
+    let (hits, behind) = engine.search_behind(&request).unwrap();
+    let ids: Vec<u64> = hits.iter().map(|h| h.entry.id.0).collect();
+    assert_eq!(ids, [first.id.0], "what the index holds");
+    let why = behind.expect("it says the index is behind");
+    assert!(why.contains("full"), "{why}");
+}

@@ -48,6 +48,24 @@ impl Index {
         self.search_after(request, || self.catch_up(store).map(|_| ()))
     }
 
+    /// [`Index::search_caught_up`] that answers from what the index holds when it cannot
+    /// catch up (its file cannot be written: a full or read-only disk), saying why: the
+    /// second value is `None` when the index covered the whole tape.
+    pub fn search_fresh(
+        &self,
+        store: &dyn Store,
+        request: &SearchRequest,
+    ) -> Result<(Vec<Hit>, Option<String>)> {
+        let behind = std::sync::Mutex::new(None);
+        let hits = self.search_after(request, || {
+            if let Err(e) = self.catch_up(store) {
+                *lock(&behind) = Some(e.to_string());
+            }
+            Ok(())
+        })?;
+        Ok((hits, behind.into_inner().unwrap_or_else(|p| p.into_inner())))
+    }
+
     /// Runs `before`, then a search; a hybrid search embeds its query meanwhile.
     fn search_after(
         &self,

@@ -555,6 +555,10 @@ pub struct HitWire {
 pub struct Hits {
     /// The hits, best first.
     pub hits: Vec<HitWire>,
+    /// Set when the index could not catch up with the tape before this search (a full
+    /// disk): the hits miss the latest entries, and this says why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_behind: Option<String>,
 }
 
 /// Searches the tape: BM25 and embeddings over messages, tool calls, memory.
@@ -564,7 +568,25 @@ pub async fn search(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(p): ApiQuery<SearchParams>,
-) -> Result<Json<Hits>> {
+) -> Result<axum::response::Response> {
+    let hits = find(State(state), caller, ApiQuery(p)).await?;
+    let behind = hits.index_behind.is_some();
+    let mut response = axum::response::IntoResponse::into_response(Json(hits));
+    if behind {
+        response.headers_mut().insert(
+            "x-memtape-index-behind",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
+}
+
+/// The search of [`search`] (and MCP's `tape_search`).
+pub async fn find(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<SearchParams>,
+) -> Result<Hits> {
     caller.require(KeyRole::Read)?;
     let agent = p.agent.as_deref().unwrap_or("default");
     let agent_scope = caller.scope(agent, p.user.as_deref())?;
@@ -645,10 +667,11 @@ pub async fn search(
                 }
             };
             let request = SearchRequest::new(text, filter).limit(limit).mode(mode);
-            Ok(engine.search(&request)?)
+            Ok(engine.search_behind(&request)?)
         })
         .await?;
-    Ok(Json(Hits {
+    let (hits, index_behind) = hits;
+    Ok(Hits {
         hits: hits
             .iter()
             .map(|h| HitWire {
@@ -656,7 +679,8 @@ pub async fn search(
                 score: h.score,
             })
             .collect(),
-    }))
+        index_behind,
+    })
 }
 
 /// A tool of the registry.
@@ -736,7 +760,7 @@ pub async fn call_tool(
             "input: a tool's input is a JSON object",
         ));
     }
-    caller.require(if reads_only(spec.name) {
+    caller.require(if reads_only_call(spec.name, &body.input) {
         KeyRole::Read
     } else {
         KeyRole::Write
@@ -765,6 +789,13 @@ pub(crate) fn reads_only(name: &str) -> bool {
             | "list_workspace_memory_files"
             | "read_workspace_memory_file"
     )
+}
+
+/// Whether this call only reads: a tool that only reads, or the memory tool's `view` (a
+/// `read` key may look at the files it may not change).
+pub(crate) fn reads_only_call(name: &str, input: &Value) -> bool {
+    reads_only(name)
+        || (name == "memory" && input.get("command").and_then(Value::as_str) == Some("view"))
 }
 
 /// A message to scan.
