@@ -106,3 +106,45 @@ fn the_scope_comes_from_the_flags() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("agent"), "{err}");
 }
+
+/// Issue 31, section 6: a line that is not JSON gets a JSON-RPC parse error (code -32700,
+/// id null) and the session goes on; a line over the limit gets one too.
+#[test]
+fn a_malformed_line_gets_a_parse_error_and_the_session_goes_on() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["mcp", "--model", "none"])
+        .env("MEMTAPE_DATA_DIR", dir.path().join("data"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "this is not json").unwrap();
+    writeln!(stdin, "{{\"jsonrpc\": \"2.0\", \"id\": 7, \"method\"").unwrap();
+    writeln!(stdin, "{initialize}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let errors: Vec<_> = lines
+        .iter()
+        .filter(|l| l["error"]["code"] == -32700)
+        .collect();
+    assert_eq!(errors.len(), 2, "{lines:?}");
+    assert!(errors.iter().all(|e| e["id"].is_null()));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["id"] == 1 && l["result"]["serverInfo"]["name"] == "memtape"),
+        "the session went on: {lines:?}"
+    );
+}

@@ -28,10 +28,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
 }
 
 fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<Caller, ApiError> {
-    let enabled = state
-        .keys()
-        .enabled()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let enabled = state.keys().enabled().map_err(key_file_error)?;
     if !enabled {
         if !state.loopback() {
             return Err(ApiError::unauthorized(
@@ -60,8 +57,20 @@ fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<
     state
         .keys()
         .verify(key)
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(key_file_error)?
         .ok_or_else(|| ApiError::unauthorized("this API key is not valid (unknown or revoked)"))
+}
+
+/// A key file that cannot be read: its path and the reason go to the server's log, and the
+/// client (who may not be authenticated yet) learns only that the server cannot check keys.
+fn key_file_error(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("the API key file cannot be read: {e}");
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "this server cannot check API keys now (its key file cannot be read); its operator \
+         finds why in the server's log",
+    )
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

@@ -306,7 +306,7 @@ impl Memtape {
                     limit: input.limit,
                     as_of: input.as_of,
                 };
-                let Json(out) = rest::search(state, caller, ApiQuery(params)).await?;
+                let out = rest::find(state, caller, ApiQuery(params)).await?;
                 to_text(&out)
             }
             MEMORY_AS_OF => {
@@ -724,14 +724,108 @@ where
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let (tenant, agent, user) = scope;
-    Memtape::stdio(state, tenant, agent, user)
-        .who_check()?
-        .serve((read, write))
+    let line_limit = state.limits().body_bytes;
+    let server = Memtape::stdio(state, tenant, agent, user).who_check()?;
+    // rmcp reads and writes through these pipes; the lines in between are checked here
+    // (`relay`), so a line that is not JSON gets a JSON-RPC parse error instead of silence.
+    let (rmcp_read, to_rmcp) = tokio::io::duplex(64 * 1024);
+    let (from_rmcp, rmcp_write) = tokio::io::duplex(64 * 1024);
+    let relay = tokio::spawn(relay(read, write, to_rmcp, from_rmcp, line_limit));
+    server
+        .serve((rmcp_read, rmcp_write))
         .await
         .map_err(std::io::Error::other)?
         .waiting()
         .await
         .map_err(std::io::Error::other)?;
+    // rmcp has let go of its pipe: the relay writes what is left in it, then ends.
+    relay.await.map_err(std::io::Error::other)??;
+    Ok(())
+}
+
+/// The JSON-RPC answer to a line that is not JSON (`id` null, as the spec says when the
+/// request's id cannot be read).
+fn parse_error(why: &str) -> String {
+    let mut line = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32700, "message": format!("Parse error: {why}")},
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
+/// Carries lines from `input` to rmcp (`to_rmcp`) and rmcp's lines to `output`, whole
+/// lines each way. A line that is not JSON, or is longer than `limit` bytes, is not passed
+/// on: `output` gets a parse error for it.
+async fn relay<R, W>(
+    input: R,
+    mut output: W,
+    mut to_rmcp: tokio::io::DuplexStream,
+    from_rmcp: tokio::io::DuplexStream,
+    limit: usize,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let (errors, mut error_lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let reader = tokio::spawn(async move {
+        let mut input = BufReader::new(input);
+        loop {
+            let mut line = Vec::new();
+            let n = (&mut input)
+                .take(limit as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .await?;
+            if n == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+            if !line.ends_with(b"\n") && line.len() > limit {
+                // Skip the rest of the line.
+                let mut rest = Vec::new();
+                input.read_until(b'\n', &mut rest).await?;
+                let _ = errors.send(parse_error(&format!("a line over {limit} bytes")));
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line);
+            if text.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Value>(text.trim()) {
+                Ok(_) => {
+                    let mut line = line;
+                    if !line.ends_with(b"\n") {
+                        line.push(b'\n');
+                    }
+                    to_rmcp.write_all(&line).await?;
+                }
+                Err(e) => {
+                    let _ = errors.send(parse_error(&e.to_string()));
+                }
+            }
+        }
+    });
+    let mut from_rmcp = BufReader::new(from_rmcp).lines();
+    loop {
+        tokio::select! {
+            line = from_rmcp.next_line() => match line? {
+                Some(mut line) => {
+                    line.push('\n');
+                    output.write_all(line.as_bytes()).await?;
+                    output.flush().await?;
+                }
+                None => break,
+            },
+            Some(line) = error_lines.recv() => {
+                output.write_all(line.as_bytes()).await?;
+                output.flush().await?;
+            }
+        }
+    }
+    reader.abort();
     Ok(())
 }
 
