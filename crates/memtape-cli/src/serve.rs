@@ -157,11 +157,18 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         Duration::from_secs(a.grace.into()),
     ))?;
     // The state (and with it the engine and the store) is dropped with the runtime's
-    // tasks: the store closes cleanly, checkpointing its write-ahead log.
-    drop(runtime);
+    // tasks: the store closes cleanly, checkpointing its write-ahead log. Engine work still
+    // running after the grace (a model call that has not answered) is given a moment more,
+    // then left behind: the exit is bounded. What it had not committed is not on the tape
+    // (every write is one transaction), and its request was never answered.
+    runtime.shutdown_timeout(SHUTDOWN_WAIT);
     writeln!(out, "memtape stopped")?;
     Ok(())
 }
+
+/// How long engine work still running after the grace may take before the process exits
+/// without it.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// Resolves on SIGINT or SIGTERM.
 async fn shutdown_signal() {

@@ -149,3 +149,41 @@ fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
     let (code, rest) = s.terminate();
     assert_eq!(code, Some(0), "{rest}");
 }
+
+/// Issue 31, section 4: SIGTERM with `--grace 1` while a request waits on a model that
+/// takes a minute: the server exits 0 within seconds, not when the model answers.
+#[test]
+fn sigterm_ends_the_server_after_its_grace_even_with_a_model_call_running() {
+    use memtape_scripted::{Answer, Scripted};
+    let model = Scripted::start(vec![Answer::Delayed(
+        Duration::from_secs(60),
+        Box::new(crate::common::model::save_memory("# Memory\n")),
+    )]);
+    let r = Run::new();
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        format!(
+            "[llm]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted\"\ntimeout = 120\nmax_retries = 0\n",
+            model.base
+        ),
+    )
+    .unwrap();
+    crate::common::model::chat(&r, "s", 4);
+    let s = Serving::start(&r, &["--grace", "1"]);
+    let url = format!("{}/v1/sessions/s/consolidation", s.base);
+    let waiting = std::thread::spawn(move || {
+        // The answer never comes: the server stops first.
+        let _ = ureq::post(&url).send_json(json!({"all": true}));
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while model.requests() == 0 {
+        assert!(Instant::now() < deadline, "the model was never called");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let (code, _) = s.terminate();
+    let took = started.elapsed();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    waiting.join().unwrap();
+}
