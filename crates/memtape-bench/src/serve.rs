@@ -145,11 +145,13 @@ fn message(n: u64) -> String {
         .join(" ")
 }
 
-/// User message `n` of a WAL load: a specific value the WAL captures (the number `n`, which
-/// no other request of the run uses) among content words.
+/// User message `n` of a WAL load: a specific value the WAL captures (an order number of at
+/// least seven digits made from `n`, which no other request of the run uses) among content
+/// words.
 pub fn wal_message(n: u64) -> String {
     format!(
-        "my order {n} ships Friday, {} {} {}",
+        "my order {} ships Friday, {} {} {}",
+        1_000_000 + n,
         word(n, 0),
         word(n, 1),
         word(n, 2)

@@ -242,3 +242,40 @@ fn idempotency_keys_belong_to_one_tenant() {
         assert_eq!(history_len(&server, "s", Some(key)), 1);
     }
 }
+
+/// Issue 31, section 6: a read key may look at memory files with the memory tool's `view`,
+/// and still may not change them.
+#[test]
+fn a_read_key_may_view_with_the_memory_tool_and_not_write() {
+    let server = Server::start();
+    let keys = memtape_server::KeyStore::open(server.dir.path());
+    let (writer, _) = keys.create("acme", memtape_server::Role::Write).unwrap();
+    let (reader, _) = keys.create("acme", memtape_server::Role::Read).unwrap();
+    let create = json!({"input": {"command": "create", "path": "/memories/plan.md", "file_text": "the plan\n"}});
+    let (status, body) = server.call("POST", "/v1/tools/memory", Some(&create), Some(&writer));
+    assert_eq!(status, 200, "{body}");
+    let view = json!({"input": {"command": "view", "path": "/memories/plan.md"}});
+    let (status, body) = server.call("POST", "/v1/tools/memory", Some(&view), Some(&reader));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["text"].as_str().unwrap().contains("the plan"),
+        "{body}"
+    );
+    let (status, body) = server.call("POST", "/v1/tools/memory", Some(&create), Some(&reader));
+    assert_eq!(status, 403, "{body}");
+}
+
+/// Issue 31, section 6: a corrupt key file makes the server refuse requests, without
+/// showing anyone where the server keeps its data.
+#[test]
+fn a_corrupt_key_file_does_not_show_the_servers_path() {
+    let server = Server::start();
+    let keys = memtape_server::KeyStore::open(server.dir.path());
+    keys.create("acme", memtape_server::Role::Read).unwrap();
+    std::fs::write(server.dir.path().join("keys.json"), "{ not json").unwrap();
+    let (status, body) = server.get("/v1/memory");
+    assert_eq!(status, 503, "{body}");
+    let dir = server.dir.path().to_string_lossy().into_owned();
+    assert!(!body.to_string().contains(&dir), "{body}");
+    assert!(!body.to_string().contains("keys.json"), "{body}");
+}
