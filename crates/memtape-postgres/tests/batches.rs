@@ -425,7 +425,7 @@ fn a_huge_batch_whose_last_entry_breaks_a_rule_stores_nothing() {
                 BuiltinEvent::consolidated(id_of(1)).to_payload(),
                 at(0),
             ),
-            "not in this scope",
+            "no entry of this scope has that id",
         ),
         (
             // The batch itself moved s0 past entry 1.
