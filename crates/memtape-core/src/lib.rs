@@ -21,6 +21,7 @@ pub mod events;
 pub mod formats;
 mod history;
 pub mod memory;
+pub mod names;
 mod query;
 mod scope;
 pub mod summary;

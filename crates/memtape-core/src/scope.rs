@@ -46,7 +46,19 @@ impl<'de> Deserialize<'de> for Scope {
     }
 }
 
+/// Checks a new name: [`check_stored`], and none of what makes names look alike
+/// ([`crate::names::look_alike`]).
 fn check(what: &str, value: &str) -> Result<()> {
+    check_stored(what, value)?;
+    if let Some(why) = crate::names::look_alike(value) {
+        return Err(Error::InvalidScope(format!("{what} {value:?} {why}")));
+    }
+    Ok(())
+}
+
+/// The rules every stored name already follows: not empty, not too long, no control
+/// character.
+fn check_stored(what: &str, value: &str) -> Result<()> {
     if value.is_empty() {
         return Err(Error::InvalidScope(format!("{what} is empty")));
     }
@@ -82,13 +94,44 @@ impl Scope {
         }
     }
 
-    /// Builds a scope from its parts, checking every rule.
+    /// Builds a scope from its parts, checking every rule: each name is taken in Unicode's
+    /// composed form (NFC) and may not look like another ([`crate::names`]).
     pub fn from_parts(
         tenant: String,
         agent: String,
         user: Option<String>,
         session: Option<String>,
         node: Option<String>,
+    ) -> Result<Self> {
+        let nfc = |name: String| match crate::names::nfc(&name) {
+            std::borrow::Cow::Owned(composed) => composed,
+            std::borrow::Cow::Borrowed(_) => name,
+        };
+        let (tenant, agent) = (nfc(tenant), nfc(agent));
+        let (user, session, node) = (user.map(nfc), session.map(nfc), node.map(nfc));
+        Self::build(tenant, agent, user, session, node, check)
+    }
+
+    /// Builds a scope a store holds already: names an older memtape accepted keep working
+    /// as they were written (read, listed, exported), even where today's look-alike rule
+    /// would refuse them as new names.
+    pub fn from_stored(
+        tenant: String,
+        agent: String,
+        user: Option<String>,
+        session: Option<String>,
+        node: Option<String>,
+    ) -> Result<Self> {
+        Self::build(tenant, agent, user, session, node, check_stored)
+    }
+
+    fn build(
+        tenant: String,
+        agent: String,
+        user: Option<String>,
+        session: Option<String>,
+        node: Option<String>,
+        check: fn(&str, &str) -> Result<()>,
     ) -> Result<Self> {
         check("tenant", &tenant)?;
         check("agent", &agent)?;
@@ -203,6 +246,24 @@ impl std::fmt::Display for Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31, section 6: a new name is taken composed (NFC) and may not look like
+    /// another; a stored one is read as it was written.
+    #[test]
+    fn new_names_are_composed_and_may_not_look_alike() {
+        let decomposed = Scope::agent("t", "cafe\u{301}").unwrap();
+        assert_eq!(decomposed, Scope::agent("t", "caf\u{e9}").unwrap());
+        for bad in [" bob", "bob ", "b\u{202E}ob", "b\u{200B}ob", "\u{FEFF}bob"] {
+            let err = Scope::agent("t", "a")
+                .unwrap()
+                .with_session(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("session"), "{err}");
+            let stored = Scope::from_stored("t".into(), "a".into(), None, Some(bad.into()), None);
+            assert_eq!(stored.unwrap().session(), Some(bad));
+        }
+    }
 
     #[test]
     fn node_without_session_is_a_configuration_error() {

@@ -279,3 +279,34 @@ fn a_corrupt_key_file_does_not_show_the_servers_path() {
     assert!(!body.to_string().contains(&dir), "{body}");
     assert!(!body.to_string().contains("keys.json"), "{body}");
 }
+
+/// Issue 31, section 6: names on the REST way in: a session name with a bidi control is
+/// refused naming it; a memory file written under a decomposed name is the composed one.
+#[test]
+fn names_that_look_alike_are_refused_or_made_one_over_rest() {
+    let server = Server::start();
+    let (status, body) = server.post(
+        "/v1/sessions/ab%E2%80%AEcd/messages",
+        &json!({"role": "user", "content": "hi"}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("U+202E"), "{body}");
+    let create = |path: &str, text: &str| {
+        server.post(
+            "/v1/tools/memory",
+            &json!({"input": {"command": "create", "path": path, "file_text": text}}),
+        )
+    };
+    assert_eq!(create("/memories/cafe\u{301}.md", "first\n").0, 200);
+    assert_eq!(create("/memories/caf\u{e9}.md", "second\n").0, 200);
+    let (_, memory) = server.get("/v1/memory");
+    let files: Vec<&String> = memory["files"].as_object().unwrap().keys().collect();
+    assert_eq!(files, ["memories/caf\u{e9}.md"], "{memory}");
+    let (status, out) = create("/memories/CAF\u{c9}.md", "third\n");
+    assert_eq!(status, 200);
+    assert_eq!(out["is_error"], true, "{out}");
+    assert!(
+        out["text"].as_str().unwrap().contains("only by case"),
+        "{out}"
+    );
+}

@@ -51,7 +51,7 @@ pub fn scope_from_key(
     node: String,
 ) -> Result<Scope> {
     let some = |s: String| (!s.is_empty()).then_some(s);
-    Scope::from_parts(tenant, agent, some(user), some(session), some(node)).map_err(Error::Invalid)
+    Scope::from_stored(tenant, agent, some(user), some(session), some(node)).map_err(Error::Invalid)
 }
 
 /// The most an entry may take as stored (payload and metadata as JSON text): 256 MiB.

@@ -85,3 +85,111 @@ fn opens_reads_and_searches(version: &str) {
     let request = SearchRequest::new("kayak", SearchFilter::tenant("default")).mode(Mode::Bm25);
     assert_eq!(engine.search(&request).unwrap().len(), 1);
 }
+
+/// Issue 31, section 6: a store written before the look-alike rule (schema 2, made by
+/// `memtape` of this issue's first commits with `append " spaced"`, `append` to a session
+/// named `café` decomposed and one with a zero-width space, `files create` of
+/// `/memories/café.md` decomposed and composed, `/memories/Notes.md` and `notes.md`, and
+/// `/memories/note<U+202E>txt.md`). It opens and reads; the two `café.md` read as one
+/// file (the later write); the names today's rule refuses are refused as new names but the
+/// files that have them can be renamed or deleted; a new file that differs from one only by
+/// case is refused.
+#[test]
+fn a_store_from_before_the_look_alike_rule_keeps_working() {
+    use memtape::memory::{Change, Op};
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2-names");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(from.join("memtape.db"), dir.path().join("memtape.db")).unwrap();
+    let engine = Engine::open(dir.path()).unwrap();
+    let agent = Scope::agent("default", "default").unwrap();
+    // Every session is listed, with its name as written.
+    let sessions: Vec<String> = engine
+        .sessions("default")
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.scope.session().map(str::to_owned))
+        .collect();
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    assert!(sessions.contains(&" spaced".to_owned()));
+    assert!(sessions.contains(&"zero\u{200B}width".to_owned()));
+    // The two café.md are one file now: the composed name, the later text.
+    let memory = engine.memory(&agent).unwrap();
+    let names: Vec<&str> = memory.files.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "MEMORY.md",
+            "memories/Notes.md",
+            "memories/caf\u{e9}.md",
+            "memories/notes.md",
+            "memories/note\u{202E}txt.md"
+        ]
+    );
+    assert_eq!(
+        memory.content("memories/caf\u{e9}.md"),
+        Some("composed file")
+    );
+    // A write through the decomposed name lands in the same file.
+    engine
+        .record_memory(
+            &agent,
+            Change::one(
+                Op::Write {
+                    path: "memories/cafe\u{301}.md".into(),
+                    content: "one file".into(),
+                },
+                "test",
+            ),
+        )
+        .unwrap();
+    let memory = engine.memory(&agent).unwrap();
+    assert_eq!(memory.content("memories/caf\u{e9}.md"), Some("one file"));
+    assert_eq!(memory.files.len(), 5);
+    // The bidi name may not be written to, but may be renamed away.
+    let write = |path: &str| {
+        engine.record_memory(
+            &agent,
+            Change::one(
+                Op::Write {
+                    path: path.into(),
+                    content: "x".into(),
+                },
+                "test",
+            ),
+        )
+    };
+    let refused = write("memories/note\u{202E}txt.md")
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("U+202E"), "{refused}");
+    engine
+        .record_memory(
+            &agent,
+            Change::one(
+                Op::Rename {
+                    from: "memories/note\u{202E}txt.md".into(),
+                    to: "memories/note.md".into(),
+                },
+                "test",
+            ),
+        )
+        .unwrap();
+    // New names are held to the rule.
+    let refused = write("memories/NOTES.md").unwrap_err().to_string();
+    assert!(refused.contains("only by case"), "{refused}");
+    assert!(write("memories/ trailing.md").is_err());
+    assert!(write("memories/zero\u{200B}.md").is_err());
+    assert!(
+        Scope::agent("default", "default")
+            .unwrap()
+            .with_session(" spaced")
+            .is_err()
+    );
+    // Its search index is rebuilt from the tape as any other.
+    let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let engine = engine.with_index(index).unwrap();
+    let hits = engine
+        .search(&SearchRequest::new("decomposed", SearchFilter::tenant("default")).mode(Mode::Bm25))
+        .unwrap();
+    assert!(!hits.is_empty());
+}

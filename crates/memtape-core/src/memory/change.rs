@@ -91,6 +91,36 @@ impl Op {
             Op::Forget { .. } | Op::Clear => Vec::new(),
         }
     }
+
+    /// The paths this op gives content or a name to (a write's or an append's file, a
+    /// rename's new path): the paths a new name can enter memory by.
+    pub fn targets(&self) -> Vec<&str> {
+        match self {
+            Op::Write { path, .. } | Op::Append { path, .. } => vec![path],
+            Op::Rename { to, .. } => vec![to],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every path of this op in Unicode's composed form ([`crate::names::nfc`]).
+    fn compose(&mut self) {
+        let compose = |path: &mut String| {
+            if let std::borrow::Cow::Owned(c) = crate::names::nfc(path) {
+                *path = c;
+            }
+        };
+        match self {
+            Op::Write { path, .. }
+            | Op::Append { path, .. }
+            | Op::Delete { path }
+            | Op::Flags { path, .. } => compose(path),
+            Op::Rename { from, to } => {
+                compose(from);
+                compose(to);
+            }
+            Op::Forget { .. } | Op::Clear => {}
+        }
+    }
 }
 
 /// One version of memory: the ops of one `memory.change` event, and what made them.
@@ -156,6 +186,18 @@ impl Change {
             for path in op.paths() {
                 check_path(path)?;
             }
+            // A name that looks like another may not be given content or a name; a file
+            // that has one already (an older store's) can still be deleted or renamed.
+            for path in op.targets() {
+                for name in path.split('/') {
+                    if let Some(why) = crate::names::look_alike(name) {
+                        return Err(Error::InvalidPath {
+                            path: path.to_owned(),
+                            why: format!("the name {name:?} {why}"),
+                        });
+                    }
+                }
+            }
             let bytes = match op {
                 Op::Write { content, .. } => content.len(),
                 Op::Append { text, heading, .. } => {
@@ -178,14 +220,26 @@ impl Change {
         })
     }
 
-    /// The change an entry records, if it is a `memory.change` event.
+    /// The same change with every path in Unicode's composed form (NFC): `é.md` typed as
+    /// one character or as `e` and an accent names one file.
+    pub fn composed(mut self) -> Change {
+        for op in &mut self.ops {
+            op.compose();
+        }
+        self
+    }
+
+    /// The change an entry records, if it is a `memory.change` event, its paths composed
+    /// ([`Change::composed`]: an older store's decomposed names read as the same files).
     pub fn from_entry(entry: &Entry) -> Option<Result<Change>> {
         match &entry.payload {
-            Payload::Event(e) if e.name == MEMORY_CHANGE => {
-                Some(serde_json::from_value(e.data.clone()).map_err(|err| {
-                    Error::InvalidEntry(format!("entry {}: bad memory.change: {err}", entry.id))
-                }))
-            }
+            Payload::Event(e) if e.name == MEMORY_CHANGE => Some(
+                serde_json::from_value::<Change>(e.data.clone())
+                    .map(Change::composed)
+                    .map_err(|err| {
+                        Error::InvalidEntry(format!("entry {}: bad memory.change: {err}", entry.id))
+                    }),
+            ),
             _ => None,
         }
     }

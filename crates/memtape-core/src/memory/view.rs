@@ -64,9 +64,32 @@ impl MemoryView {
     /// log keeps its newest entries), then [checked](Self::check) (paths, the size limit,
     /// no file inside a file). Returns the change to record.
     pub fn admit(&self, change: Change) -> Result<Change> {
-        let change = self.fit(change);
+        let change = self.fit(change.composed());
         self.verify(&change)?;
         Ok(change)
+    }
+
+    /// Refuses a file `path` would create when it differs from an existing file only by
+    /// case: on a case-insensitive disk (macOS, Windows) the two would be one file after a
+    /// sync.
+    fn check_case(&self, path: &str, created: &[&str]) -> Result<()> {
+        let lower = path.to_lowercase();
+        let other = self
+            .files
+            .keys()
+            .map(String::as_str)
+            .chain(created.iter().copied())
+            .find(|p| *p != path && p.to_lowercase() == lower);
+        match other {
+            Some(other) => Err(Error::InvalidPath {
+                path: path.to_owned(),
+                why: format!(
+                    "it differs from {other} only by case, and a case-insensitive disk would \
+                     make them one file"
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The view after `change`, recorded as `version` by entry `id` at `at` (a fold of
@@ -121,6 +144,7 @@ impl MemoryView {
             };
             if !self.files.contains_key(path) {
                 check_path(path)?;
+                self.check_case(path, &created)?;
                 created.push(path.as_str());
             }
             if len > MAX_FILE_BYTES {
@@ -185,6 +209,7 @@ impl MemoryView {
             }
             if before.is_none() {
                 check_path(path)?;
+                self.check_case(path, &[])?;
             }
             if file.content.len() > MAX_FILE_BYTES {
                 return Err(too_large(path, file.content.len()));
