@@ -48,6 +48,9 @@ pub struct Target {
     /// Whether the appends are user messages that the WAL captures (each names a number,
     /// [`wal_message`]) instead of assistant messages it passes over.
     pub wal: bool,
+    /// With `wal`: every other append is the assistant's reply instead (a conversation's
+    /// mix).
+    pub replies: bool,
 }
 
 /// One operation's figures.
@@ -198,7 +201,8 @@ impl Client {
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
-                r.send_json(if self.target.wal {
+                let user = self.target.wal && (!self.target.replies || n.is_multiple_of(2));
+                r.send_json(if user {
                     json!({"role": "user", "content": wal_message(n as u64)})
                 } else {
                     json!({"role": "assistant", "content": message(n as u64)})

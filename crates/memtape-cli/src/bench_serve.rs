@@ -45,6 +45,10 @@ pub struct ServeBenchArgs {
     /// run ends by checking that every capture reached SESSION-STATE.md.
     #[arg(long)]
     wal: bool,
+    /// With --wal: every other append is an assistant's reply (the realistic mix of a
+    /// conversation: user messages captured, replies not).
+    #[arg(long, requires = "wal")]
+    replies: bool,
     /// Load a running server at this URL instead of starting one (then no durability check
     /// and no memory figure).
     #[arg(long)]
@@ -112,6 +116,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         key: a.key.clone(),
         sessions: a.sessions,
         wal: a.wal,
+        replies: a.replies,
     };
     let seconds = f64::from(a.seconds);
     let mix = a.mix;
@@ -155,8 +160,7 @@ pub fn run(ctx: &Ctx, a: &ServeBenchArgs, out: &mut impl Write) -> Result<()> {
         if a.wal {
             let missing = captures_lost(scratch.path(), &acknowledged)?;
             eprintln!(
-                "{missing} of {} user messages have no capture in SESSION-STATE.md",
-                acknowledged.len()
+                "{missing} of the acknowledged user messages have no capture in SESSION-STATE.md"
             );
             report.captures_lost = Some(missing);
         }
@@ -197,6 +201,13 @@ fn captures_lost(dir: &std::path::Path, acknowledged: &[u64]) -> Result<usize> {
         let entries = engine.store().get_many("default", &ids)?;
         missing += ids.len() - entries.len();
         for entry in entries {
+            // The assistant's replies (`--replies`) have nothing to capture.
+            if entry
+                .message()
+                .is_none_or(|m| m.role != memtape::Role::User)
+            {
+                continue;
+            }
             let text = entry
                 .message()
                 .map(|m| m.content_text())
