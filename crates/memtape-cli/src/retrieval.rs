@@ -416,6 +416,26 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
     let id = embedder
         .as_ref()
         .map_or("none".to_owned(), |e| e.id().to_owned());
+    // A server serving this directory keeps its index open with its model: rebuilding the
+    // index with another model would leave every search of that server failing.
+    let _unserved = match memtape::lock_unserved(&dir)? {
+        Some(lock) => Some(lock),
+        None => {
+            let path = dir.join("index.db");
+            if path.exists()
+                && let Err(memtape::SearchError::EmbedderChanged { built, .. }) =
+                    Index::open(&path, embedder.clone(), args.tuning.index_config())
+            {
+                bail!(
+                    "a memtape server is serving {} with the index built by {built}; \
+                     rebuilding it with {id} would leave that server unable to search. Stop \
+                     the server, reindex, and start it again with the new model",
+                    dir.display()
+                );
+            }
+            None
+        }
+    };
     let progress = Progress::spinner(ctx, &format!("rebuilding the search index with {id}"));
     let started = std::time::Instant::now();
     let (index, added) = Index::rebuild_from(

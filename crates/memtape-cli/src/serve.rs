@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// repeated. Without it, a server listening on every address (0.0.0.0) answers any name.
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_host: Vec<String>,
+    /// How many MCP sessions one API key may have open at once (idle ones close after 5
+    /// minutes).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    mcp_sessions_per_key: u32,
     /// An origin (`https://app.example`) whose web pages may write to this server; may be
     /// repeated, `*` for any. Pages of other sites may not (the memory browser is the
     /// server's own).
@@ -107,6 +111,9 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         );
     }
     drop(crate::ctx::init(ctx)?);
+    // Held while serving: `memtape reindex` with another model refuses to pull the index
+    // from under this server.
+    let _serving = memtape::lock_serving(&dir)?;
     // The model is loaded before the runtime starts any thread (ONNX Runtime's settings
     // are made through the environment, which must not change under other threads).
     let mut ctx = ctx.clone();
@@ -128,6 +135,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         request_timeout: Duration::from_secs(a.request_timeout.into()),
         header_timeout: Duration::from_secs(a.header_timeout.into()),
         sites: sites(a)?,
+        mcp_sessions_per_key: a.mcp_sessions_per_key as usize,
     };
     let (model, model_line) = config::load(&ctx)?.server_model()?;
     let state = AppState::with_model(engine, keys, limits, loopback, model);

@@ -187,3 +187,32 @@ fn sigterm_ends_the_server_after_its_grace_even_with_a_model_call_running() {
     assert!(took < Duration::from_secs(10), "stopped after {took:?}");
     waiting.join().unwrap();
 }
+
+/// Issue 31, section 5: `memtape reindex` with another model is refused while a server
+/// serves the data directory (its searches would all fail until it restarted), naming
+/// why; with the server's own model it runs beside it, and once the server stops the new
+/// model is taken.
+#[test]
+fn reindex_with_another_model_waits_for_the_server_to_stop() {
+    let r = Run::new();
+    r.ok(&[
+        "append",
+        "s",
+        "--role",
+        "user",
+        "--content",
+        "kayaks on the fjord",
+    ]);
+    let s = Serving::start(&r, &[]);
+    let out = r.cmd(&["--model", "wordllama", "reindex"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server is serving"), "{err}");
+    r.ok(&["--model", "none", "reindex"]);
+    let (status, hits) = s.call("GET", "/v1/search?q=kayaks&mode=bm25", None, None);
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["hits"].as_array().map(Vec::len), Some(1), "{hits}");
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+    r.ok(&["--model", "wordllama", "reindex"]);
+}

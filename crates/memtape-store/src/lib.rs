@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
 
 pub use error::Error;
-pub use locks::{StoreLock, Wait};
+pub use locks::{StoreLock, Wait, lock_serving, lock_unserved};
 pub use memory::MemoryStore;
 pub use requests::Claim;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};

@@ -163,3 +163,52 @@ pub(crate) fn file_lock(
         _held: Box::new(file),
     }))
 }
+
+/// The lock file that says a server is serving a data directory.
+fn serving_file(data_dir: &Path) -> Result<(PathBuf, File)> {
+    let dir = data_dir.join("locks");
+    std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let path = dir.join("serving.lock");
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+    Ok((path, file))
+}
+
+/// Marks `data_dir` as served for as long as the returned lock is held (a shared lock:
+/// several servers may serve one directory). Work that would pull the directory's
+/// projections from under a server (a reindex with another model) asks
+/// [`lock_unserved`] first. Waits while such work holds the directory.
+pub fn lock_serving(data_dir: &Path) -> Result<StoreLock> {
+    let (path, file) = serving_file(data_dir)?;
+    file.lock_shared()
+        .map_err(|source| Error::Io { path, source })?;
+    Ok(StoreLock {
+        name: "serving".to_owned(),
+        _held: Box::new(file),
+    })
+}
+
+/// Takes `data_dir` for work no server may run beside: `None` when a server serves it
+/// ([`lock_serving`]). Servers that start meanwhile wait until the lock is dropped.
+pub fn lock_unserved(data_dir: &Path) -> Result<Option<StoreLock>> {
+    let (path, file) = serving_file(data_dir)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(StoreLock {
+            name: "serving".to_owned(),
+            _held: Box::new(file),
+        })),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(source)) => Err(Error::Io { path, source }),
+    }
+}

@@ -87,7 +87,8 @@ pub use memtape_search::{
     Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
 };
 pub use memtape_store::{
-    Claim, MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait, requests,
+    Claim, MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait, lock_serving,
+    lock_unserved, requests,
 };
 
 /// The result type of this crate.
