@@ -208,6 +208,10 @@ fn router(
         rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
     >,
 ) -> Router {
+    let mcp = tower::Layer::layer(
+        &axum::middleware::from_fn_with_state(state.clone(), mcp::limit::limit),
+        mcp,
+    );
     let api = rest::routes()
         .route_service("/mcp", mcp)
         .fallback(|| async { ApiError::not_found("no such route") })

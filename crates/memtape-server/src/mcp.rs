@@ -52,6 +52,7 @@ use crate::state::{AppState, Caller, Role};
 use crate::wire::{ChatMessage, ScopeParams};
 
 mod hub;
+pub(crate) mod limit;
 mod tools;
 
 use hub::{Hub, Sub};
@@ -880,9 +881,11 @@ fn build(
     config: StreamableHttpServerConfig,
 ) -> StreamableHttpService<Memtape, LocalSessionManager> {
     let hub = Hub::started(&state);
+    let manager = Arc::new(LocalSessionManager::default());
+    state.mcp_sessions().watch(Arc::clone(&manager));
     StreamableHttpService::new(
         move || Ok(Memtape::new(state.clone(), hub.clone(), None)),
-        Arc::new(LocalSessionManager::default()),
+        manager,
         config,
     )
 }

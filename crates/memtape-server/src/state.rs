@@ -103,6 +103,8 @@ pub struct Limits {
     pub header_timeout: std::time::Duration,
     /// The names and origins served besides the server's own ([`crate::guard`]).
     pub sites: crate::guard::Sites,
+    /// How many MCP sessions one key may have open at once (429 past it).
+    pub mcp_sessions_per_key: usize,
 }
 
 impl Default for Limits {
@@ -113,6 +115,7 @@ impl Default for Limits {
             request_timeout: std::time::Duration::from_secs(30),
             header_timeout: std::time::Duration::from_secs(10),
             sites: crate::guard::Sites::default(),
+            mcp_sessions_per_key: 64,
         }
     }
 }
@@ -143,7 +146,14 @@ struct Inner {
     /// User messages stored whose WAL capture could not be recorded (a full disk), by
     /// tenant and entry id: retried from the tape ([`AppState::retry_captures`]).
     uncaptured: std::sync::Mutex<std::collections::BTreeSet<(String, memtape::EntryId)>>,
+    /// The MCP sessions each key has open.
+    mcp_sessions: crate::mcp::limit::Sessions,
 }
+
+/// Who a request's key is (a digest of the key; the tenant on a loopback server without
+/// keys): what per-key limits count by.
+#[derive(Clone, Debug)]
+pub struct KeyId(pub String);
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
 const UNCAPTURED_MAX: usize = 100_000;
@@ -245,6 +255,7 @@ impl AppState {
                 background,
                 scheduler: Arc::default(),
                 uncaptured: std::sync::Mutex::default(),
+                mcp_sessions: crate::mcp::limit::Sessions::default(),
             }),
         }
     }
@@ -454,6 +465,11 @@ impl AppState {
     /// A handle that does not keep the state alive.
     pub fn downgrade(&self) -> WeakState {
         WeakState(Arc::downgrade(&self.inner))
+    }
+
+    /// The MCP sessions each key has open.
+    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::limit::Sessions {
+        &self.inner.mcp_sessions
     }
 
     /// The names and origins served besides the server's own.

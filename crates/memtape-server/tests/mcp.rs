@@ -565,3 +565,61 @@ fn a_retried_tape_append_with_an_idempotency_key_stores_once() {
         );
     });
 }
+
+/// Issue 31, section 5: one key may have at most `mcp_sessions_per_key` MCP sessions open;
+/// past it a new session is refused with 429 naming the limit, and a closed session gives
+/// its room back.
+#[test]
+fn a_key_may_open_only_so_many_mcp_sessions() {
+    let s = Server::start_with(memtape_server::Limits {
+        mcp_sessions_per_key: 3,
+        ..memtape_server::Limits::default()
+    });
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            open.push(connect(&url, None).await.unwrap().0);
+        }
+        let Err(refused) = connect(&url, None).await else {
+            panic!("a fourth session was opened");
+        };
+        assert!(
+            refused.contains("429") || refused.contains("limit"),
+            "{refused}"
+        );
+        // The refusal as a client that reads it sees it.
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut response = agent
+            .post(&url)
+            .header("Accept", "application/json, text/event-stream")
+            .send_json(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}}))
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 429);
+        let text = response.body_mut().read_to_string().unwrap();
+        assert!(text.contains("3 MCP sessions"), "{text}");
+        // Closing one (the client ends its session) makes room.
+        open.pop().unwrap().cancel().await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match connect(&url, None).await {
+                Ok((c, _)) => {
+                    open.push(c);
+                    break;
+                }
+                Err(e) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "no room came back: {e}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+}
