@@ -623,3 +623,34 @@ fn a_key_may_open_only_so_many_mcp_sessions() {
         }
     });
 }
+
+/// Issue 31, section 4: a query over 8 KiB is refused at once naming the limit, on REST,
+/// as an MCP tool error (`tape_search`, `memory_search`), and the session goes on.
+#[test]
+fn a_huge_query_is_refused_naming_the_limit_on_every_surface() {
+    let s = Server::start();
+    let huge = "quokka ".repeat(150_000); // about 1 MB
+    let started = std::time::Instant::now();
+    let (status, body) = s.get(&format!("/v1/search?q={}&mode=bm25", "w".repeat(9000)));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "query_too_long", "{body}");
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (c, _) = connect(&url, None).await.unwrap();
+        for (tool, args) in [
+            ("tape_search", json!({"query": huge.clone()})),
+            ("memory_search", json!({"query": huge.clone()})),
+        ] {
+            let (text, is_error) = call(&c, tool, args).await;
+            assert!(is_error, "{tool}: {text}");
+            assert!(text.contains("8192"), "{tool}: {text}");
+        }
+        // The session goes on.
+        ok(&c, "memory_show", json!({})).await;
+    });
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "refused at once, not after searching: {:?}",
+        started.elapsed()
+    );
+}
