@@ -21,7 +21,7 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 15] = [
+pub const TARGETS: [(&str, Target); 16] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
@@ -37,6 +37,7 @@ pub const TARGETS: [(&str, Target); 15] = [
     ("facts", facts),
     ("lifecycle_config", lifecycle_config),
     ("cron", cron),
+    ("names", names),
 ];
 
 fn now() -> DateTime<Utc> {
@@ -837,4 +838,63 @@ pub fn cron(data: &[u8]) {
             Err(_) => assert!(parsed.is_err()),
         }
     }
+}
+
+/// Names that look alike (`memtape_core::names`, issue 31): a scope name or memory path
+/// that is accepted comes out composed (NFC) and free of invisible characters and outer
+/// spaces; composing twice changes nothing; a stored scope reads back any name a new one
+/// accepts; an idempotency key is accepted exactly when it is 1 to 255 printable ASCII
+/// characters.
+pub fn names(data: &[u8]) {
+    let Some(name) = text(data) else {
+        return;
+    };
+    let composed = memtape_core::names::nfc(name).into_owned();
+    assert_eq!(
+        memtape_core::names::nfc(&composed),
+        composed.as_str(),
+        "NFC is stable"
+    );
+    if let Ok(scope) = base().with_session(name) {
+        let session = scope.session().unwrap_or_default();
+        assert_eq!(session, composed, "a new name is taken composed");
+        assert_eq!(
+            memtape_core::names::look_alike(session),
+            None,
+            "{session:?}"
+        );
+        let stored = Scope::from_stored(
+            "fuzz".into(),
+            "agent".into(),
+            None,
+            Some(session.to_owned()),
+            None,
+        );
+        assert_eq!(stored.ok(), Some(scope), "a stored name reads back");
+    }
+    let change = Change::one(
+        Op::Write {
+            path: format!("memories/{name}"),
+            content: "x".into(),
+        },
+        "fuzz",
+    );
+    if let Ok(admitted) = memory::MemoryView::default().admit(change) {
+        for op in &admitted.ops {
+            for path in op.paths() {
+                assert_eq!(memtape_core::names::nfc(path), path, "composed: {path:?}");
+                for segment in path.split('/') {
+                    assert_eq!(memtape_core::names::look_alike(segment), None, "{path:?}");
+                }
+            }
+        }
+        assert_eq!(admitted.clone().composed(), admitted, "composing twice");
+    }
+    let key_ok =
+        !name.is_empty() && name.len() <= 255 && name.bytes().all(|b| b.is_ascii_graphic());
+    assert_eq!(
+        memtape_store::requests::check_key(name).is_ok(),
+        key_ok,
+        "key {name:?}"
+    );
 }
