@@ -85,7 +85,12 @@ fn every_acknowledged_append_survives_sigkill() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(500 + 97 * (trial as u64 % 5)));
+        // Once the load is going (a few appends answered), a moment more, then the kill.
+        let started = std::time::Instant::now();
+        while acked.lock().unwrap().len() < 8 && started.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(50 + 97 * (trial as u64 % 5)));
         let pid = s.child.id().to_string();
         assert!(
             Command::new("kill")
