@@ -127,24 +127,9 @@ pub(crate) fn file_lock(
     name: &str,
     wait: Wait,
 ) -> Result<Option<StoreLock>> {
-    let io = |source: std::io::Error| Error::Io {
-        path: dir.to_owned(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
     let digest = Sha256::digest(key(tenant, name).as_bytes());
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.join(format!("{hex}.lock"));
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
+    let (path, file) = lock_file(dir, &format!("{hex}.lock"))?;
     match wait {
         Wait::Block => file.lock().map_err(|source| Error::Io {
             path: path.clone(),
@@ -164,14 +149,13 @@ pub(crate) fn file_lock(
     }))
 }
 
-/// The lock file that says a server is serving a data directory.
-fn serving_file(data_dir: &Path) -> Result<(PathBuf, File)> {
-    let dir = data_dir.join("locks");
-    std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
-        path: dir.clone(),
+/// The lock file `name` in `dir` (both made if missing), open for locking.
+fn lock_file(dir: &Path, name: &str) -> Result<(PathBuf, File)> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_owned(),
         source,
     })?;
-    let path = dir.join("serving.lock");
+    let path = dir.join(name);
     let file = File::options()
         .read(true)
         .write(true)
@@ -183,6 +167,11 @@ fn serving_file(data_dir: &Path) -> Result<(PathBuf, File)> {
             source,
         })?;
     Ok((path, file))
+}
+
+/// The lock file that says a server is serving a data directory.
+fn serving_file(data_dir: &Path) -> Result<(PathBuf, File)> {
+    lock_file(&data_dir.join("locks"), "serving.lock")
 }
 
 /// Marks `data_dir` as served for as long as the returned lock is held (a shared lock:

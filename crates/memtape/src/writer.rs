@@ -184,42 +184,42 @@ impl<S: Store> Engine<S> {
         F: FnMut(&MemoryView) -> Result<Option<Change>>,
     {
         let writer = self.memory_writers.get(scope);
+        // The lock is held from the first submission to the last, so no write that runs
+        // alone starts in between (it would wait for these changes, and they for it).
         let mut state = writer.lock();
-        let mut submitted = Vec::with_capacity(computes.len());
-        for compute in &mut computes {
-            let (guard, one) = self.submit(scope, &writer, state, compute);
-            state = guard;
-            submitted.push(one);
+        while state.alone || state.alone_waiting > 0 {
+            state = writer.wait(state);
         }
-        let mut results = Vec::with_capacity(computes.len());
-        for (compute, submitted) in computes.iter_mut().zip(submitted) {
-            let outcome = match submitted {
+        let submitted: Vec<Result<Submitted>> = computes
+            .iter_mut()
+            .map(|compute| self.submit_now(scope, &mut state, compute))
+            .collect();
+        let mut outcomes = Vec::with_capacity(computes.len());
+        for submitted in submitted {
+            outcomes.push(match submitted {
                 Ok(Submitted::Ticket(ticket)) => {
                     let (outcome, guard) = self.await_outcome(scope, &writer, state, ticket);
                     state = guard;
-                    outcome
+                    Some(outcome)
                 }
-                Ok(Submitted::Nothing) => {
-                    results.push(Ok(None));
-                    continue;
-                }
-                Ok(Submitted::Alone) => Outcome::Alone,
-                Err(e) => Outcome::Failed(e),
-            };
-            results.push(match outcome {
-                Outcome::Recorded(r) => Ok(Some(r)),
-                Outcome::Failed(e) => Err(e),
-                // Computed on a state that did not last, or to be written alone: on its own,
-                // as any single write.
-                Outcome::Again | Outcome::Alone => {
-                    drop(state);
-                    let result = self.write_batched(scope, &mut *compute);
-                    state = writer.lock();
-                    result
-                }
+                Ok(Submitted::Nothing) => None,
+                Ok(Submitted::Alone) => Some(Outcome::Alone),
+                Err(e) => Some(Outcome::Failed(e)),
             });
         }
-        results
+        drop(state);
+        // Once none of this thread's changes waits any more: those computed on a state that
+        // did not last, or to be written alone, on their own, as any single write.
+        computes
+            .iter_mut()
+            .zip(outcomes)
+            .map(|(compute, outcome)| match outcome {
+                None => Ok(None),
+                Some(Outcome::Recorded(r)) => Ok(Some(r)),
+                Some(Outcome::Failed(e)) => Err(e),
+                Some(Outcome::Again | Outcome::Alone) => self.write_batched(scope, &mut *compute),
+            })
+            .collect()
     }
 
     /// Computes a change with `compute` on the memory as the changes waiting leave it and

@@ -515,3 +515,59 @@ fn a_forget_during_a_burst_of_captures_sees_the_committed_log() {
     }
     assert_eq!(engine.memory_log(&a).unwrap().0.version(), 2 + 32 + 1);
 }
+
+/// Issue 31, section 1: threads that capture many messages at once (a request's batch)
+/// beside a thread whose writes run alone (undo, forget) all finish: a write that runs
+/// alone never waits for changes whose thread waits for it.
+#[test]
+fn batched_captures_and_writes_that_run_alone_never_wait_on_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::init(dir.path()).unwrap();
+    let a = agent();
+    let first = engine.save_long_term(&a, "- first\n").unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (engine, done) = (&engine, &done);
+        let captures: Vec<_> = (0..8)
+            .map(|t| {
+                s.spawn(move || {
+                    let session = agent().with_session(format!("b{t}")).unwrap();
+                    for round in 0..10 {
+                        let entries: Vec<_> = (0..5)
+                            .map(|k| {
+                                let text =
+                                    format!("my ticket is {}", 10_000 + t * 1000 + round * 10 + k);
+                                engine
+                                    .append(
+                                        &session,
+                                        Message::user(&text),
+                                        AppendOptions::default(),
+                                    )
+                                    .unwrap()
+                            })
+                            .collect();
+                        for result in engine.capture_entries(&entries) {
+                            assert!(result.unwrap().recorded.is_some());
+                        }
+                    }
+                })
+            })
+            .collect();
+        s.spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                engine.undo_memory(&agent(), first.version).unwrap();
+            }
+        });
+        for c in captures {
+            c.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let (log, _) = engine.memory_log(&a).unwrap();
+    let captured = log
+        .changes()
+        .iter()
+        .filter(|r| r.change.source == "wal")
+        .count();
+    assert_eq!(captured, 8 * 10 * 5, "every capture, each once");
+}
