@@ -20,15 +20,6 @@ pub const DEFAULT_TENANT: &str = "default";
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     match caller(&state, req.headers().get(AUTHORIZATION)) {
         Ok(caller) => {
-            let key = match req.headers().get(AUTHORIZATION) {
-                Some(h) => {
-                    use sha2::Digest;
-                    let digest = sha2::Sha256::digest(h.as_bytes());
-                    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
-                }
-                None => format!("tenant {}", caller.tenant),
-            };
-            req.extensions_mut().insert(crate::state::KeyId(key));
             req.extensions_mut().insert(caller);
             next.run(req).await
         }

@@ -220,7 +220,8 @@ impl KeyStore {
     }
 }
 
-fn hash(secret: &str) -> String {
+/// The SHA-256 of a key, in hex: what the key file keeps of it.
+pub(crate) fn hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -150,11 +150,6 @@ struct Inner {
     mcp_sessions: crate::mcp::limit::Sessions,
 }
 
-/// Who a request's key is (a digest of the key; the tenant on a loopback server without
-/// keys): what per-key limits count by.
-#[derive(Clone, Debug)]
-pub struct KeyId(pub String);
-
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
 const UNCAPTURED_MAX: usize = 100_000;
 

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::error::ApiError;
-use crate::state::{AppState, KeyId};
+use crate::state::{AppState, Caller};
 
 /// The MCP sessions each key opened, as far as the session manager still holds them.
 #[derive(Default)]
@@ -76,8 +76,17 @@ pub async fn limit(State(state): State<AppState>, request: Request, next: Next) 
     if !starts {
         return next.run(request).await;
     }
-    let Some(KeyId(key)) = request.extensions().get::<KeyId>().cloned() else {
+    let Some(caller) = request.extensions().get::<Caller>() else {
         return ApiError::internal("/mcp is not behind authentication").into_response();
+    };
+    // Counted by the key's hash (the one the key file keeps); by tenant without keys.
+    let key = match request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+    {
+        Some(header) => crate::keys::hash(header),
+        None => format!("tenant {}", caller.tenant),
     };
     let sessions = state.mcp_sessions();
     let max = state.limits().mcp_sessions_per_key;
