@@ -59,13 +59,21 @@ impl<S: Store> Engine<S> {
                 _ => Vec::new(),
             })
             .collect();
+        let mut results: Vec<Option<Result<Captured>>> = (0..entries.len()).map(|_| None).collect();
+        // Each entry's memory; one that has none is that entry's error, not the others'.
         let memories: Vec<Option<Scope>> = entries
             .iter()
             .zip(&found)
-            .map(|(e, m)| (!m.is_empty()).then(|| memory_scope(&e.scope)).transpose())
-            .collect::<Result<_>>()
-            .unwrap_or_else(|_| vec![None; entries.len()]);
-        let mut results: Vec<Option<Result<Captured>>> = (0..entries.len()).map(|_| None).collect();
+            .zip(&mut results)
+            .map(|((e, m), result)| {
+                if m.is_empty() {
+                    return None;
+                }
+                memory_scope(&e.scope)
+                    .map_err(|err| *result = Some(Err(err)))
+                    .ok()
+            })
+            .collect();
         let mut scopes: Vec<&Scope> = Vec::new();
         for memory in memories.iter().flatten() {
             if !scopes.contains(&memory) {
