@@ -97,41 +97,40 @@ pub fn memory_scope(scope: &Scope) -> Result<Scope> {
 /// The memory logs read lately, by scope, each with the last entry id it was read through
 /// (at most [`LogCache::SCOPES`] scopes; past that it starts afresh). Reading a log then
 /// costs the changes made since, not the whole history.
+///
+/// Each scope has a slot with its own lock, held while the log is brought up to date, so
+/// threads that read one scope at once wait for one catch-up instead of each reading the
+/// whole log again (under a burst of WAL captures and context builds, that was every
+/// reader, each holding a copy of the history).
 #[derive(Default)]
 pub(crate) struct LogCache {
-    logs: Mutex<HashMap<Scope, (Arc<MemoryLog>, EntryId)>>,
+    slots: Mutex<HashMap<Scope, Arc<Mutex<LogSlot>>>>,
+    /// How many times a log was read from its start (the test of the slots counts them).
+    #[cfg(test)]
+    whole_reads: std::sync::atomic::AtomicUsize,
+}
+
+/// One scope's log as last read, and the id it was read through (0: not read yet).
+#[derive(Default)]
+struct LogSlot {
+    log: Arc<MemoryLog>,
+    through: EntryId,
 }
 
 impl LogCache {
     /// How many scopes' logs are kept.
     const SCOPES: usize = 64;
 
-    /// The log of `scope` as last read and the id it was read through (empty and 0 when
-    /// it was not read yet).
-    fn get(&self, scope: &Scope) -> (Arc<MemoryLog>, EntryId) {
-        let logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        logs.get(scope)
-            .cloned()
-            .unwrap_or_else(|| (Arc::default(), EntryId(0)))
-    }
-
-    /// Takes the log of `scope` out (to extend it in place), as [`LogCache::get`] gives it.
-    fn take(&self, scope: &Scope) -> (Arc<MemoryLog>, EntryId) {
-        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        logs.remove(scope)
-            .unwrap_or_else(|| (Arc::default(), EntryId(0)))
-    }
-
-    /// Keeps `log`, read through `through`, unless a log read further is kept already.
-    fn put(&self, scope: &Scope, log: Arc<MemoryLog>, through: EntryId) {
-        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        if logs.get(scope).is_some_and(|(_, kept)| *kept >= through) {
-            return;
+    /// The slot of `scope`, made empty when there is none.
+    fn slot(&self, scope: &Scope) -> Arc<Mutex<LogSlot>> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.get(scope) {
+            return Arc::clone(slot);
         }
-        if logs.len() >= Self::SCOPES && !logs.contains_key(scope) {
-            logs.clear();
+        if slots.len() >= Self::SCOPES {
+            slots.clear();
         }
-        logs.insert(scope.clone(), (log, through));
+        Arc::clone(slots.entry(scope.clone()).or_default())
     }
 }
 
@@ -186,24 +185,23 @@ impl<S: Store> Engine<S> {
             };
             self.store.scan(scope, &filter)
         };
-        let (cached, through) = self.memory_logs.get(scope);
-        let mut entries = changes_after(through)?;
-        if entries.is_empty() {
-            return Ok((cached, base));
+        let slot = self.memory_logs.slot(scope);
+        // A panic while the log was extended leaves it as it was: `extend` adds all of a
+        // read or nothing.
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = changes_after(slot.through)?;
+        #[cfg(test)]
+        if slot.through == EntryId(0) && !entries.is_empty() {
+            self.memory_logs
+                .whole_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // Extend the kept log in place when no reader holds it (a copy otherwise); if
-        // another thread moved it on meanwhile, read from where it got to.
-        drop(cached);
-        let (kept, kept_through) = self.memory_logs.take(scope);
-        if kept_through != through {
-            entries = changes_after(kept_through)?;
+        if let Some(last) = entries.last() {
+            // In place when no reader holds the log (a copy otherwise).
+            Arc::make_mut(&mut slot.log).extend(&entries)?;
+            slot.through = last.id;
         }
-        let mut log = Arc::try_unwrap(kept).unwrap_or_else(|shared| MemoryLog::clone(&shared));
-        log.extend(&entries)?;
-        let log = Arc::new(log);
-        let last = entries.last().map_or(kept_through, |e| e.id);
-        self.memory_logs.put(scope, Arc::clone(&log), last);
-        Ok((log, base))
+        Ok((Arc::clone(&slot.log), base))
     }
 
     /// The memory of `scope` now. For an agent-and-user scope, files the user's memory does
@@ -487,5 +485,79 @@ impl<S: Store> Engine<S> {
             }))
         })?;
         Ok(recorded.map_or(0, |r| r.change.ops.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// 64 threads reading one memory at once while it changes read its whole log once
+    /// between them: the others wait for that read and then read only what changed since.
+    #[test]
+    fn readers_of_one_memory_at_once_read_its_whole_log_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::init(dir.path()).unwrap();
+        let memory = Scope::agent("default", "default").unwrap();
+        for i in 0..300 {
+            engine
+                .change_memory(&memory, |_| {
+                    Ok(Some(Change {
+                        ops: vec![Op::Append {
+                            path: paths::SESSION_STATE.into(),
+                            text: format!("- fact {i}\n"),
+                            heading: None,
+                        }],
+                        source: "test".into(),
+                        caused_by: Vec::new(),
+                    }))
+                })
+                .unwrap();
+        }
+        // A second engine on the same directory: its cache is cold.
+        let reader = Engine::open(dir.path()).unwrap();
+        let barrier = std::sync::Barrier::new(65);
+        std::thread::scope(|threads| {
+            for _ in 0..64 {
+                threads.spawn(|| {
+                    barrier.wait();
+                    for _ in 0..5 {
+                        let view = reader.memory(&memory).unwrap();
+                        assert!(
+                            view.content(paths::SESSION_STATE)
+                                .unwrap()
+                                .contains("- fact 299\n")
+                        );
+                    }
+                });
+            }
+            threads.spawn(|| {
+                barrier.wait();
+                for i in 300..340 {
+                    engine
+                        .change_memory(&memory, |_| {
+                            Ok(Some(Change {
+                                ops: vec![Op::Append {
+                                    path: paths::SESSION_STATE.into(),
+                                    text: format!("- fact {i}\n"),
+                                    heading: None,
+                                }],
+                                source: "test".into(),
+                                caused_by: Vec::new(),
+                            }))
+                        })
+                        .unwrap();
+                }
+            });
+        });
+        assert_eq!(reader.memory_logs.whole_reads.load(Ordering::Relaxed), 1);
+        let view = reader.memory(&memory).unwrap();
+        assert!(
+            view.content(paths::SESSION_STATE)
+                .unwrap()
+                .contains("- fact 339\n")
+        );
+        assert_eq!(reader.memory_log(&memory).unwrap().0.version(), 340);
     }
 }
