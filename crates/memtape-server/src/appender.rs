@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
-use memtape::{Captured, DynStore, Engine, Entry, NewEntry, Role};
+use memtape::wal::WalMatch;
+use memtape::{Captured, DynStore, Engine, Entry, NewEntry};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, Result};
@@ -32,6 +33,9 @@ pub type Written = (Vec<Entry>, Vec<memtape::Result<Captured>>);
 struct Job {
     entries: Vec<NewEntry>,
     capture: bool,
+    /// With `capture`: what the WAL found in each entry, scanned on the request's thread
+    /// so the writer thread only records.
+    found: Vec<Vec<WalMatch>>,
     reply: oneshot::Sender<Result<Written>>,
 }
 
@@ -57,6 +61,11 @@ impl Appender {
     /// has scanned their user messages and recorded what it found by then.
     pub async fn append(&self, entries: Vec<NewEntry>, capture: bool) -> Result<Written> {
         let (reply, answer) = oneshot::channel();
+        let found = if capture {
+            entries.iter().map(memtape::scan_new_entry).collect()
+        } else {
+            Vec::new()
+        };
         let jobs = self
             .jobs
             .clone()
@@ -67,6 +76,7 @@ impl Appender {
         match jobs.try_send(Job {
             entries,
             capture,
+            found,
             reply,
         }) {
             Ok(()) => {}
@@ -141,19 +151,19 @@ fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
 /// Runs the WAL over the user messages of the jobs that asked for it (all at once), then
 /// answers each job.
 fn answer(engine: &Engine<DynStore>, written: Vec<(Job, Result<Vec<Entry>>)>) {
-    let scanned: Vec<Entry> = written
+    let (scanned, found): (Vec<Entry>, Vec<Vec<WalMatch>>) = written
         .iter()
         .filter(|(job, _)| job.capture)
-        .filter_map(|(_, stored)| stored.as_ref().ok())
+        .filter_map(|(job, stored)| Some(stored.as_ref().ok()?.iter().zip(&job.found)))
         .flatten()
-        .filter(|e| e.message().is_some_and(|m| m.role == Role::User))
-        .cloned()
-        .collect();
+        .filter(|(_, found)| !found.is_empty())
+        .map(|(e, found)| (e.clone(), found.clone()))
+        .unzip();
     let mut captures: std::collections::HashMap<memtape::EntryId, memtape::Result<Captured>> =
         scanned
             .iter()
             .map(|e| e.id)
-            .zip(engine.capture_entries(&scanned))
+            .zip(engine.capture_scanned(&scanned, found))
             .collect();
     for (job, stored) in written {
         let result = stored.map(|entries| {

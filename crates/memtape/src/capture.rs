@@ -52,13 +52,21 @@ impl<S: Store> Engine<S> {
     /// each capture is a change of its own naming its message, and the captures of one
     /// memory are committed together. The results are in the order of `entries`.
     pub fn capture_entries(&self, entries: &[Entry]) -> Vec<Result<Captured>> {
-        let found: Vec<Vec<WalMatch>> = entries
-            .iter()
-            .map(|e| match e.message() {
-                Some(m) if m.role == Role::User => wal::scan(&m.content_text()),
-                _ => Vec::new(),
-            })
-            .collect();
+        let found = entries.iter().map(|e| scan_entry(e)).collect();
+        self.capture_scanned(entries, found)
+    }
+
+    /// [`Engine::capture_entries`] with the WAL's scan of each entry done already
+    /// ([`scan_entry`]; `found[i]` is what it found in `entries[i]`), so the scanning
+    /// can run on other threads than the recording (the server scans each request's
+    /// messages on the request's own thread, and one thread records a batch's captures).
+    /// `found` must have one item per entry; a missing one counts as nothing found.
+    pub fn capture_scanned(
+        &self,
+        entries: &[Entry],
+        mut found: Vec<Vec<WalMatch>>,
+    ) -> Vec<Result<Captured>> {
+        found.resize_with(entries.len(), Vec::new);
         let mut results: Vec<Option<Result<Captured>>> = (0..entries.len()).map(|_| None).collect();
         // Each entry's memory; one that has none is that entry's error, not the others'.
         let memories: Vec<Option<Scope>> = entries
@@ -145,9 +153,11 @@ impl<S: Store> Engine<S> {
         let mut saved = 0;
         let recorded = crate::tiers::caused_by(Some(id), || {
             self.change_memory_on_log(&memory, |log, view| {
+                // Newest first: a capture comes soon after its message.
                 let done = log
                     .changes()
                     .iter()
+                    .rev()
                     .any(|r| r.change.source == "wal" && r.change.caused_by.contains(&id));
                 if done {
                     return Ok(None);
@@ -191,6 +201,27 @@ impl<S: Store> Engine<S> {
             saved_long_term: saved,
             recorded,
         })
+    }
+}
+
+/// What the WAL finds in `entry`: the matches of a user message's text, nothing in any
+/// other entry.
+pub fn scan_entry(entry: &Entry) -> Vec<WalMatch> {
+    scan_message(entry.message())
+}
+
+/// [`scan_entry`] of an entry not stored yet: what the WAL will find in it once stored.
+pub fn scan_new_entry(entry: &memtape_core::NewEntry) -> Vec<WalMatch> {
+    match &entry.payload {
+        memtape_core::Payload::Message(m) => scan_message(Some(m)),
+        _ => Vec::new(),
+    }
+}
+
+fn scan_message(message: Option<&memtape_core::Message>) -> Vec<WalMatch> {
+    match message {
+        Some(m) if m.role == Role::User => wal::scan(&m.content_text()),
+        _ => Vec::new(),
     }
 }
 

@@ -40,7 +40,7 @@ mod writer;
 pub use attachments::{FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
 pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
-pub use capture::Captured;
+pub use capture::{Captured, scan_entry, scan_new_entry};
 pub use consolidate::{
     ConsolidateOptions, Consolidated, MEMORY_WINDOW, SAVE_MEMORY, save_memory_tool,
 };

@@ -132,6 +132,25 @@ impl LogCache {
         }
         Arc::clone(slots.entry(scope.clone()).or_default())
     }
+
+    /// This process has just committed `entries` (memory changes of `scope`) after the
+    /// scope's `version`-th change, compare-and-append, so nothing of the scope came
+    /// between: a log kept at exactly that version is moved on with them, and the next
+    /// read need not read them back. A log kept at another version is left to catch up
+    /// from the store.
+    pub(crate) fn committed(&self, scope: &Scope, version: u64, entries: &[memtape_core::Entry]) {
+        let Some(last) = entries.last() else {
+            return;
+        };
+        let slot = self.slot(scope);
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.through == EntryId(0) || slot.log.version() != version || slot.through >= last.id {
+            return;
+        }
+        if Arc::make_mut(&mut slot.log).extend(entries).is_ok() {
+            slot.through = last.id;
+        }
+    }
 }
 
 /// A memory file's lines and where each came from ([`Engine::blame`]).

@@ -383,6 +383,7 @@ impl<S: Store> Engine<S> {
             })
             .collect();
         let stored = self.store_entries(entries)?;
+        self.memory_logs.committed(scope, version, &stored);
         Ok(stored
             .into_iter()
             .zip(batch)
