@@ -52,7 +52,7 @@ impl<S: Store> Engine<S> {
     /// each capture is a change of its own naming its message, and the captures of one
     /// memory are committed together. The results are in the order of `entries`.
     pub fn capture_entries(&self, entries: &[Entry]) -> Vec<Result<Captured>> {
-        let found = entries.iter().map(|e| scan_entry(e)).collect();
+        let found = entries.iter().map(scan_entry).collect();
         self.capture_scanned(entries, found)
     }
 
