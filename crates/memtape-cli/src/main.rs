@@ -197,7 +197,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Files(a) => memory::files(&ctx.scope(&a.scope), &a.command, out)?,
         Command::Sync(a) => memory::sync(&ctx.scope(&a.scope), a, out)?,
         Command::Node(a) => node::node(&ctx.scope(&a.scope), &a.command, out)?,
-        Command::Wal(command) => memory::wal(command, out)?,
+        Command::Wal(command) => memory::wal(&ctx, command, out)?,
         Command::Models(command) => retrieval::models(&ctx, command, out)?,
         Command::Serve(a) => serve::serve(&ctx.store(&a.store).models(&a.models), a, out)?,
         Command::Keys(command) => serve::keys(&ctx.store(command.store()), command, out)?,

@@ -319,6 +319,10 @@ pub enum WalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Record the WAL capture of stored user messages that have none yet (a capture that
+    /// failed, e.g. on a full disk, and was still waiting when a server stopped: the
+    /// server names them in its log). Never records one twice.
+    Capture(WalCaptureArgs),
     /// Precision and recall per category on a labelled set: JSON lines of
     /// {"text", "labels": [categories]} (e.g. crates/memtape-core/tests/data/wal-labelled.jsonl).
     Eval {
@@ -328,6 +332,51 @@ pub enum WalCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `memtape wal capture`.
+#[derive(Args, Clone, Debug)]
+pub struct WalCaptureArgs {
+    /// The ids of the user messages (entries of the tenant).
+    #[arg(required = true)]
+    pub ids: Vec<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `memtape wal capture`: each entry's capture recorded if it has none (never twice).
+pub fn wal_capture(ctx: &Ctx, args: &WalCaptureArgs, out: &mut impl Write) -> Result<()> {
+    use memtape::Store;
+    let engine = open(ctx)?;
+    let mut rows = Vec::new();
+    for &id in &args.ids {
+        let id = memtape::EntryId::new(id)?;
+        let outcome = if engine.store().get(&ctx.tenant, id)?.is_none() {
+            "no such entry"
+        } else {
+            match engine.recapture(&ctx.tenant, id)? {
+                Some(c) if c.recorded.is_some() => "recorded",
+                Some(_) => "already captured",
+                None => "nothing to capture",
+            }
+        };
+        rows.push((id, outcome));
+    }
+    if args.json {
+        let list: Vec<Value> = rows
+            .iter()
+            .map(|(id, outcome)| json!({"id": id.0, "outcome": outcome}))
+            .collect();
+        output::json(out, &list)?;
+    } else {
+        for (id, outcome) in rows {
+            writeln!(out, "{id}: {outcome}")?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads CONTENT, or standard input when it is `-`.
@@ -996,7 +1045,7 @@ pub fn sync(ctx: &Ctx, args: &SyncArgs, out: &mut impl Write) -> Result<()> {
 }
 
 /// `memtape wal …`.
-pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
+pub fn wal(ctx: &Ctx, command: &WalCommand, out: &mut impl Write) -> Result<()> {
     match command {
         WalCommand::Scan { text, json } => {
             let matches = memtape::wal::scan(text);
@@ -1017,6 +1066,7 @@ pub fn wal(command: &WalCommand, out: &mut impl Write) -> Result<()> {
                 }
             }
         }
+        WalCommand::Capture(a) => wal_capture(&ctx.clone().scope(&a.scope), a, out)?,
         WalCommand::Eval { file, json } => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;

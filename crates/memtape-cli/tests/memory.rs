@@ -412,3 +412,57 @@ fn as_of_on_every_read_and_blame_leads_to_the_message() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// Issue 31 §1: a capture a server could not record (its log names the messages) is
+/// recorded later by `memtape wal capture`, once, and only for what the WAL finds in a
+/// user message of the tenant named.
+#[test]
+fn wal_capture_records_a_stored_message_capture_once() {
+    let r = Run::new();
+    let user = r
+        .ok(&[
+            "append",
+            "s",
+            "--role",
+            "user",
+            "--no-wal",
+            "--content",
+            "my order 4411337 ships Friday",
+        ])
+        .trim()
+        .to_owned();
+    let reply = r
+        .ok(&["append", "s", "--role", "assistant", "--content", "Noted."])
+        .trim()
+        .to_owned();
+    let state = |r: &Run| r.ok(&["files", "read", "SESSION-STATE.md"]);
+    let shown = r.ok(&["memory", "show"]);
+    assert!(!shown.contains("SESSION-STATE.md"), "--no-wal captured nothing: {shown}");
+
+    let first = r.json(&["wal", "capture", &user, &reply, "999999", "--json"]);
+    assert_eq!(
+        first,
+        serde_json::json!([
+            {"id": user.parse::<u64>().unwrap(), "outcome": "recorded"},
+            {"id": reply.parse::<u64>().unwrap(), "outcome": "nothing to capture"},
+            {"id": 999999, "outcome": "no such entry"},
+        ])
+    );
+    assert!(state(&r).contains("**specific_value**: my order 4411337 ships Friday"));
+    // Again: nothing more.
+    assert_eq!(
+        r.ok(&["wal", "capture", &user]).trim(),
+        format!("{user}: already captured")
+    );
+    assert_eq!(state(&r).matches("4411337").count(), 1);
+    // Another tenant sees no such entry, and its memory is untouched.
+    assert_eq!(
+        r.ok(&["wal", "capture", "--tenant", "other", &user]).trim(),
+        format!("{user}: no such entry")
+    );
+    // Ids at the integer edges: none is an entry, the largest is not even an id.
+    assert_eq!(r.ok(&["wal", "capture", "0"]).trim(), "0: no such entry");
+    let err = r.fails(&["wal", "capture", &u64::MAX.to_string()]);
+    assert!(err.contains("id"), "{err}");
+    assert!(r.fails(&["wal", "capture", "-1"]).contains("-1"));
+}

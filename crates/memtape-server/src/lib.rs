@@ -443,10 +443,18 @@ pub async fn serve(
     if let Some(state) = weak.upgrade()
         && state.captures_waiting() > 0
     {
-        tracing::error!(
-            waiting = state.captures_waiting(),
-            "stopping with WAL captures that could not be recorded (their messages are on the tape)"
-        );
+        // The messages are on the tape: the log says how to record their captures later.
+        for (tenant, ids) in state.captures_waiting_by_tenant() {
+            let shown: Vec<String> = ids.iter().take(100).map(ToString::to_string).collect();
+            tracing::error!(
+                %tenant,
+                waiting = ids.len(),
+                "stopping with WAL captures that could not be recorded (their messages are on \
+                 the tape); record them with: memtape wal capture --tenant {tenant} {}{}",
+                shown.join(" "),
+                if ids.len() > shown.len() { " …" } else { "" }
+            );
+        }
     }
     Ok(())
 }

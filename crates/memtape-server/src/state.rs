@@ -270,6 +270,20 @@ impl AppState {
         }
     }
 
+    /// The entries whose failed captures wait for a retry, by tenant, oldest first.
+    pub fn captures_waiting_by_tenant(&self) -> Vec<(String, Vec<memtape::EntryId>)> {
+        let waiting = self
+            .inner
+            .uncaptured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut by: std::collections::BTreeMap<String, Vec<memtape::EntryId>> = Default::default();
+        for (tenant, id) in waiting.iter() {
+            by.entry(tenant.clone()).or_default().push(*id);
+        }
+        by.into_iter().collect()
+    }
+
     /// How many failed captures wait for a retry.
     pub fn captures_waiting(&self) -> usize {
         self.inner
