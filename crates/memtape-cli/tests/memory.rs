@@ -437,7 +437,10 @@ fn wal_capture_records_a_stored_message_capture_once() {
         .to_owned();
     let state = |r: &Run| r.ok(&["files", "read", "SESSION-STATE.md"]);
     let shown = r.ok(&["memory", "show"]);
-    assert!(!shown.contains("SESSION-STATE.md"), "--no-wal captured nothing: {shown}");
+    assert!(
+        !shown.contains("SESSION-STATE.md"),
+        "--no-wal captured nothing: {shown}"
+    );
 
     let first = r.json(&["wal", "capture", &user, &reply, "999999", "--json"]);
     assert_eq!(

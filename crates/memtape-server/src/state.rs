@@ -147,7 +147,7 @@ struct Inner {
     /// tenant and entry id: retried from the tape ([`AppState::retry_captures`]).
     uncaptured: std::sync::Mutex<std::collections::BTreeSet<(String, memtape::EntryId)>>,
     /// The MCP sessions each key has open.
-    mcp_sessions: crate::mcp::limit::Sessions,
+    mcp_sessions: Arc<crate::mcp::limit::Sessions>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -250,7 +250,7 @@ impl AppState {
                 background,
                 scheduler: Arc::default(),
                 uncaptured: std::sync::Mutex::default(),
-                mcp_sessions: crate::mcp::limit::Sessions::default(),
+                mcp_sessions: Arc::default(),
             }),
         }
     }
@@ -477,7 +477,7 @@ impl AppState {
     }
 
     /// The MCP sessions each key has open.
-    pub(crate) fn mcp_sessions(&self) -> &crate::mcp::limit::Sessions {
+    pub(crate) fn mcp_sessions(&self) -> &Arc<crate::mcp::limit::Sessions> {
         &self.inner.mcp_sessions
     }
 

@@ -624,6 +624,50 @@ fn a_key_may_open_only_so_many_mcp_sessions() {
     });
 }
 
+/// Issue 31, section 5: 64 requests that start sessions with one key at once get exactly
+/// the limit's worth: the room is taken before a session starts, so none passes it.
+#[test]
+fn sixty_four_sessions_started_at_once_never_pass_the_limit() {
+    let s = Server::start_with(memtape_server::Limits {
+        mcp_sessions_per_key: 4,
+        ..memtape_server::Limits::default()
+    });
+    let url = s.url("/mcp");
+    let barrier = std::sync::Barrier::new(64);
+    let statuses: Vec<(u16, bool)> = std::thread::scope(|threads| {
+        let handles: Vec<_> = (0..64)
+            .map(|i| {
+                let (url, barrier) = (&url, &barrier);
+                threads.spawn(move || {
+                    let agent = ureq::Agent::config_builder()
+                        .http_status_as_error(false)
+                        .build()
+                        .new_agent();
+                    barrier.wait();
+                    let response = agent
+                        .post(url)
+                        .header("Accept", "application/json, text/event-stream")
+                        .send_json(json!({"jsonrpc": "2.0", "id": i, "method": "initialize",
+                            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "t", "version": "1"}}}))
+                        .unwrap();
+                    (
+                        response.status().as_u16(),
+                        response.headers().contains_key("mcp-session-id"),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let started = statuses
+        .iter()
+        .filter(|(code, id)| *code == 200 && *id)
+        .count();
+    let refused = statuses.iter().filter(|(code, _)| *code == 429).count();
+    assert_eq!((started, refused), (4, 60), "{statuses:?}");
+}
+
 /// Issue 31, section 4: a query over 8 KiB is refused at once naming the limit, on REST,
 /// as an MCP tool error (`tape_search`, `memory_search`), and the session goes on.
 #[test]

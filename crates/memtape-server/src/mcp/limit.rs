@@ -17,11 +17,19 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use crate::error::ApiError;
 use crate::state::{AppState, Caller};
 
-/// The MCP sessions each key opened, as far as the session manager still holds them.
+/// The MCP sessions each key opened, as far as the session manager still holds them, and
+/// the sessions being started.
 #[derive(Default)]
 pub struct Sessions {
     manager: OnceLock<Arc<LocalSessionManager>>,
-    by_key: Mutex<HashMap<String, Vec<Arc<str>>>>,
+    by_key: Mutex<HashMap<String, Opened>>,
+}
+
+/// One key's sessions: those started, and how many requests are starting one now.
+#[derive(Default)]
+struct Opened {
+    ids: Vec<Arc<str>>,
+    starting: usize,
 }
 
 impl Sessions {
@@ -30,41 +38,74 @@ impl Sessions {
         let _ = self.manager.set(manager);
     }
 
-    /// The sessions of `key` the manager still holds (the others are forgotten here).
-    async fn open(&self, key: &str) -> usize {
-        let Some(manager) = self.manager.get() else {
-            return 0;
-        };
-        let mine: Vec<Arc<str>> = self
-            .by_key
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .cloned()
-            .unwrap_or_default();
-        let live = manager.sessions.read().await;
-        let still: Vec<Arc<str>> = mine
-            .into_iter()
-            .filter(|id| live.contains_key(id))
-            .collect();
-        drop(live);
-        let count = still.len();
-        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        if still.is_empty() {
-            by_key.remove(key);
-        } else {
-            by_key.insert(key.to_owned(), still);
-        }
-        count
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Opened>> {
+        self.by_key.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn started(&self, key: &str, id: Arc<str>) {
-        self.by_key
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key.to_owned())
+    /// Room for one more session of `key` under `max`, taken at once (so requests starting
+    /// sessions together never pass the limit between them): the key's sessions the
+    /// manager no longer holds are forgotten first. `None` when there is no room.
+    async fn reserve(self: &Arc<Self>, key: &str, max: usize) -> Option<Reservation> {
+        let known: Vec<Arc<str>> = self
+            .keys()
+            .get(key)
+            .map(|o| o.ids.clone())
+            .unwrap_or_default();
+        let gone: Vec<Arc<str>> = match self.manager.get() {
+            Some(manager) => {
+                let live = manager.sessions.read().await;
+                known
+                    .into_iter()
+                    .filter(|id| !live.contains_key(id))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut keys = self.keys();
+        let opened = keys.entry(key.to_owned()).or_default();
+        // Only those seen gone: a session started meanwhile stays.
+        opened.ids.retain(|id| !gone.contains(id));
+        if opened.ids.len() + opened.starting >= max {
+            if opened.ids.is_empty() && opened.starting == 0 {
+                keys.remove(key);
+            }
+            return None;
+        }
+        opened.starting += 1;
+        Some(Reservation {
+            sessions: Arc::clone(self),
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// Room taken for a session being started; given back when dropped (the request ended,
+/// or was dropped), as the session itself if one was started.
+struct Reservation {
+    sessions: Arc<Sessions>,
+    key: String,
+}
+
+impl Reservation {
+    fn started(self, id: Arc<str>) {
+        self.sessions
+            .keys()
+            .entry(self.key.clone())
             .or_default()
+            .ids
             .push(id);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut keys = self.sessions.keys();
+        if let Some(opened) = keys.get_mut(&self.key) {
+            opened.starting = opened.starting.saturating_sub(1);
+            if opened.ids.is_empty() && opened.starting == 0 {
+                keys.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -88,9 +129,8 @@ pub async fn limit(State(state): State<AppState>, request: Request, next: Next) 
         Some(header) => crate::keys::hash(header),
         None => format!("tenant {}", caller.tenant),
     };
-    let sessions = state.mcp_sessions();
     let max = state.limits().mcp_sessions_per_key;
-    if sessions.open(&key).await >= max {
+    let Some(reservation) = state.mcp_sessions().reserve(&key, max).await else {
         return ApiError::new(
             axum::http::StatusCode::TOO_MANY_REQUESTS,
             "too_many_sessions",
@@ -100,14 +140,14 @@ pub async fn limit(State(state): State<AppState>, request: Request, next: Next) 
             ),
         )
         .into_response();
-    }
+    };
     let response = next.run(request).await;
     if let Some(id) = response
         .headers()
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
     {
-        sessions.started(&key, Arc::from(id));
+        reservation.started(Arc::from(id));
     }
     response
 }
