@@ -577,6 +577,19 @@ impl Store for PostgresStore {
         self.write(|tx| append_in(tx, entries))
     }
 
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> Result<(Vec<Entry>, Vec<Entry>)> {
+        self.write(|tx| {
+            let stored = append_in(tx, entries)?;
+            let derived = then(&stored);
+            let derived = append_in(tx, derived)?;
+            Ok((stored, derived))
+        })
+    }
+
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         self.write(|tx| restore_in(tx, entries))
     }

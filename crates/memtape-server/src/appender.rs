@@ -5,10 +5,11 @@
 //! fsync. If the combined write fails, each request is written on its own, so one bad
 //! request never fails the others.
 //!
-//! The same thread runs the WAL over the user messages it just wrote, before it answers:
-//! the captures of every request in the batch are recorded together (one change each, one
-//! commit per memory), so 64 clients writing to one agent share a few commits and no
-//! thread waits on another to record its capture.
+//! The WAL's captures of the batch's user messages (scanned on each request's own thread)
+//! are recorded in the same transaction as the messages (`Engine::append_capturing`: one
+//! change per message, naming it), so 64 clients writing to one agent share one commit,
+//! and no crash can keep a message without its capture. If a memory changed since it was
+//! read, the messages are written first and captured after.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
@@ -121,20 +122,38 @@ fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>) {
     }
 }
 
-/// Writes `batch` in one transaction, or each job alone if that fails, then captures.
+/// Writes `batch` in one transaction with the WAL's captures of its user messages, or each
+/// job alone (and its captures after) if that fails, so one bad request never fails the
+/// others. A failed transaction stored nothing, so writing alone never stores twice.
 fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
-    if batch.len() > 1 {
-        let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
-        if let Ok(mut stored) = engine.append_entries(all) {
-            let mut written = Vec::with_capacity(batch.len());
+    let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
+    let found: Vec<Vec<WalMatch>> = batch
+        .iter()
+        .flat_map(|j| {
+            let mut found = if j.capture {
+                j.found.clone()
+            } else {
+                Vec::new()
+            };
+            found.resize_with(j.entries.len(), Vec::new);
+            found
+        })
+        .collect();
+    match engine.append_capturing(all, found) {
+        Ok((mut stored, mut captured)) => {
             for job in batch.into_iter().rev() {
-                let mine = stored.split_off(stored.len() - job.entries.len());
-                written.push((job, Ok(mine)));
+                let at = stored.len() - job.entries.len();
+                let (mine, captures) = (stored.split_off(at), captured.split_off(at));
+                let _ = job.reply.send(Ok((mine, captures)));
             }
-            written.reverse();
-            answer(engine, written);
             return;
         }
+        Err(e) if batch.len() == 1 => {
+            let job = batch.into_iter().next().expect("one job");
+            let _ = job.reply.send(Err(ApiError::from(e)));
+            return;
+        }
+        Err(_) => {}
     }
     let written = batch
         .into_iter()

@@ -85,6 +85,16 @@ pub trait Store: Send + Sync {
     /// A conversational entry without a parent is linked to its scope's head.
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>>;
 
+    /// [`Store::append`] of `entries`, then, in the same transaction, of the entries `then`
+    /// makes from them as stored (the WAL's captures of messages, which name the messages'
+    /// ids): all are committed, or none. Returns the entries as stored, then the derived
+    /// ones. `then` runs while the store's writer is held: it must not use the store.
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> Result<(Vec<Entry>, Vec<Entry>)>;
+
     /// Writes whole entries back (an import of memtape's own format) in one transaction:
     /// with their ids when they all come after the store's last id, else renumbered.
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored>;
@@ -168,6 +178,13 @@ pub trait Store: Send + Sync {
 impl<S: Store + ?Sized> Store for Box<S> {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         (**self).append(entries)
+    }
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> Result<(Vec<Entry>, Vec<Entry>)> {
+        (**self).append_then(entries, then)
     }
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         (**self).restore(entries)

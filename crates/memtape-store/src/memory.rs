@@ -86,6 +86,23 @@ impl Inner {
     }
 }
 
+/// [`Store::append`] inside `inner` (its caller undoes it all on an error).
+fn append_to(inner: &mut Inner, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for new in entries {
+        let id = crate::rules::next_id(inner.last_id())?;
+        let info = inner
+            .scopes
+            .get(&new.scope)
+            .cloned()
+            .unwrap_or_else(|| ScopeInfo::empty(new.scope.clone()));
+        let entry = prepare(new, id, &info, &mut |id| Ok(inner.lookup(id)))?;
+        inner.push(entry.clone());
+        out.push(entry);
+    }
+    Ok(out)
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -103,20 +120,19 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.data().atomically(|inner| append_to(inner, entries))
+    }
+
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> Result<(Vec<Entry>, Vec<Entry>)> {
         self.data().atomically(|inner| {
-            let mut out = Vec::with_capacity(entries.len());
-            for new in entries {
-                let id = crate::rules::next_id(inner.last_id())?;
-                let info = inner
-                    .scopes
-                    .get(&new.scope)
-                    .cloned()
-                    .unwrap_or_else(|| ScopeInfo::empty(new.scope.clone()));
-                let entry = prepare(new, id, &info, &mut |id| Ok(inner.lookup(id)))?;
-                inner.push(entry.clone());
-                out.push(entry);
-            }
-            Ok(out)
+            let stored = append_to(inner, entries)?;
+            let derived = then(&stored);
+            let derived = append_to(inner, derived)?;
+            Ok((stored, derived))
         })
     }
 

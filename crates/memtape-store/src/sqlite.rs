@@ -570,6 +570,19 @@ impl Store for SqliteStore {
         self.write(|w| append_in(w, entries))
     }
 
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> Result<(Vec<Entry>, Vec<Entry>)> {
+        self.write(|w| {
+            let stored = append_in(w, entries)?;
+            let derived = then(&stored);
+            let derived = append_in(w, derived)?;
+            Ok((stored, derived))
+        })
+    }
+
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         self.write(|w| restore_in(w, entries))
     }

@@ -7,8 +7,8 @@
 
 use chrono::{DateTime, Duration, Utc};
 use memtape_core::{
-    Anchor, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope, ToolCall,
-    events,
+    Anchor, Entry, EntryId, Event, Filter, Kind, Message, NewEntry, Order, Payload, Scope,
+    ToolCall, events,
 };
 use memtape_postgres::PostgresStore;
 use memtape_postgres::testing::Scratch;
@@ -607,5 +607,52 @@ fn idempotency_keys_are_claimed_once_answered_and_forgotten() {
         for bad in ["", "a b", "é"] {
             assert!(store.claim_request("t", bad, "fp", now).is_err(), "{bad:?}");
         }
+    });
+}
+
+/// Issue 31: entries made from others as stored (the WAL's captures, which name their
+/// messages' ids) are appended in the same transaction: all of them, or none.
+#[test]
+fn entries_made_from_an_append_commit_with_it_or_not_at_all() {
+    each_store(|store| {
+        let memory = Scope::agent("acme", "bot").unwrap();
+        let s = session("s");
+        let notes = |stored: &[Entry]| -> Vec<NewEntry> {
+            stored
+                .iter()
+                .map(|m| event(&memory, "memory.note", json!({"of": m.id.0.to_string()})))
+                .collect()
+        };
+        let (stored, made) = store
+            .append_then(
+                vec![
+                    msg(&s, Message::user("one"), 0),
+                    msg(&s, Message::user("two"), 1),
+                ],
+                &mut |stored| notes(stored),
+            )
+            .unwrap();
+        assert_eq!(stored.len(), 2);
+        let of: Vec<String> = made
+            .iter()
+            .map(|e| match &e.payload {
+                Payload::Event(ev) => ev.data["of"].as_str().unwrap().to_owned(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(of, [stored[0].id.0.to_string(), stored[1].id.0.to_string()]);
+        assert!(made[0].id > stored[1].id);
+        // A made entry whose precondition fails: neither it nor the message is stored.
+        let before = store.last_id().unwrap();
+        let err = store
+            .append_then(vec![msg(&s, Message::user("three"), 2)], &mut |_| {
+                vec![event(&memory, "memory.note", json!({})).if_last(stored[0].id)]
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("conflict"), "{err}");
+        assert_eq!(store.last_id().unwrap(), before);
+        assert_eq!(store.scan(&s, &Filter::default()).unwrap().len(), 2);
+        assert_eq!(store.scan(&memory, &Filter::default()).unwrap().len(), 2);
     });
 }

@@ -8,7 +8,7 @@ use memtape_core::wal::{self, WalMatch};
 use memtape_core::{Entry, EntryId, Role, Scope};
 use memtape_store::Store;
 
-use crate::{Engine, Result, memory_scope};
+use crate::{Engine, Error, Result, memory_scope};
 
 /// A capture's change, computed on the memory it is recorded on.
 type Compute<'a> = Box<dyn FnMut(&MemoryView) -> Result<Option<Change>> + 'a>;
@@ -132,6 +132,129 @@ impl<S: Store> Engine<S> {
             .collect()
     }
 
+    /// Appends `entries` and records the WAL's captures of them in the same transaction
+    /// (`found[i]`: what the WAL found in `entries[i]`, [`scan_new_entry`]), so a batch
+    /// of messages and their captures cost one commit, and no crash can keep a message
+    /// without its capture. Each capture is a change of its own naming its message; the
+    /// captures of one memory are computed in turn on the memory as the ones before leave
+    /// it, the first appended only if nothing was written to that memory since it was read.
+    /// If something was (another process, or this one's writer), the messages are
+    /// appended alone and captured after ([`Engine::capture_scanned`]). A capture the
+    /// memory refuses is that message's error, not the others'. Returns the entries as
+    /// stored and, for each, what its capture did.
+    pub fn append_capturing(
+        &self,
+        entries: Vec<memtape_core::NewEntry>,
+        mut found: Vec<Vec<WalMatch>>,
+    ) -> Result<(Vec<Entry>, Vec<Result<Captured>>)> {
+        found.resize_with(entries.len(), Vec::new);
+        let mut results: Vec<Option<Result<Captured>>> = (0..entries.len()).map(|_| None).collect();
+        // Each capturing entry's memory, and each memory as read now.
+        struct Memory {
+            scope: Scope,
+            base: EntryId,
+            version: u64,
+            view: MemoryView,
+            changes: Vec<(usize, Change)>,
+        }
+        let mut memories: Vec<Memory> = Vec::new();
+        let mut of: Vec<Option<usize>> = vec![None; entries.len()];
+        for (i, entry) in entries.iter().enumerate() {
+            if found[i].is_empty() {
+                continue;
+            }
+            let scope = match memory_scope(&entry.scope) {
+                Ok(scope) => scope,
+                Err(e) => {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            if let Some(m) = memories.iter().position(|m| m.scope == scope) {
+                of[i] = Some(m);
+                continue;
+            }
+            let (log, base) = self.memory_log(&scope)?;
+            of[i] = Some(memories.len());
+            memories.push(Memory {
+                scope,
+                base,
+                version: log.version(),
+                view: log.view(),
+                changes: Vec::new(),
+            });
+        }
+        if memories.is_empty() {
+            let stored = self.append_entries(entries)?;
+            return Ok((stored, finish(results, found)));
+        }
+        let at = self.now();
+        let mut saved = vec![0; entries.len()];
+        let mut refused: Vec<(usize, Error)> = Vec::new();
+        let mut then = |stored: &[Entry]| -> Vec<memtape_core::NewEntry> {
+            let mut derived = Vec::new();
+            for (i, entry) in stored.iter().enumerate() {
+                let Some(m) = of.get(i).copied().flatten() else {
+                    continue;
+                };
+                let m = &mut memories[m];
+                let change =
+                    capture_change(&found[i], at, &m.view, &mut saved[i]).caused_by([entry.id]);
+                match m.view.admit(change) {
+                    Ok(change) => {
+                        let version = m.version + m.changes.len() as u64 + 1;
+                        m.view.record(version, EntryId(0), at, &change);
+                        let new =
+                            memtape_core::NewEntry::new(m.scope.clone(), change.to_payload(), at);
+                        derived.push(if m.changes.is_empty() {
+                            new.if_last(m.base)
+                        } else {
+                            new
+                        });
+                        m.changes.push((i, change));
+                    }
+                    Err(e) => refused.push((i, e.into())),
+                }
+            }
+            derived
+        };
+        let written = self.store.append_then(entries.clone(), &mut then);
+        let (stored, derived) = match written {
+            Ok(written) => written,
+            Err(memtape_store::Error::Conflict { .. }) => {
+                // A memory changed since it was read: the messages alone, then captured
+                // through the writer, which computes them again.
+                let stored = self.append_entries(entries)?;
+                let captured = self.capture_scanned(&stored, found);
+                return Ok((stored, captured));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.after_write(&stored);
+        self.after_write(&derived);
+        let mut derived = derived.into_iter();
+        for m in &memories {
+            let mine: Vec<Entry> = derived.by_ref().take(m.changes.len()).collect();
+            self.memory_logs.committed(&m.scope, m.version, &mine);
+            for (k, ((i, change), entry)) in m.changes.iter().zip(&mine).enumerate() {
+                results[*i] = Some(Ok(Captured {
+                    matches: found[*i].clone(),
+                    saved_long_term: saved[*i],
+                    recorded: Some(Recorded {
+                        version: m.version + k as u64 + 1,
+                        id: entry.id,
+                        at: entry.created_at,
+                        change: change.clone(),
+                    }),
+                }));
+            }
+        }
+        for (i, e) in refused {
+            results[i] = Some(Err(e));
+        }
+        Ok((stored, finish(results, found)))
+    }
+
     /// [`Engine::capture_entry`] of the entry `id` of `tenant` once: nothing is recorded
     /// if its memory already holds a WAL capture caused by it. A capture that failed (a
     /// full disk) is retried this way from the tape, where the message is kept, and a
@@ -202,6 +325,26 @@ impl<S: Store> Engine<S> {
             recorded,
         })
     }
+}
+
+/// Each entry's capture result: the one computed, or what the WAL found recording nothing.
+fn finish(
+    results: Vec<Option<Result<Captured>>>,
+    found: Vec<Vec<WalMatch>>,
+) -> Vec<Result<Captured>> {
+    results
+        .into_iter()
+        .zip(found)
+        .map(|(result, matches)| {
+            result.unwrap_or_else(|| {
+                Ok(Captured {
+                    matches,
+                    saved_long_term: 0,
+                    recorded: None,
+                })
+            })
+        })
+        .collect()
 }
 
 /// What the WAL finds in `entry`: the matches of a user message's text, nothing in any

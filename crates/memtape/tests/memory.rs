@@ -5,7 +5,7 @@ use std::cell::Cell;
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use memtape::memory::{Change, Op, paths};
-use memtape::{AppendOptions, Engine, Message, Scope};
+use memtape::{AppendOptions, Engine, Message, NewEntry, Payload, Scope, Store};
 
 fn noon(day: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 2, day, 12, 0, 0).unwrap()
@@ -477,6 +477,87 @@ fn wal_captures_from_two_processes_at_once_are_all_kept_once() {
         }
     }
     assert_eq!(engines[1].memory_log(&agent()).unwrap().0.version(), 128);
+}
+
+/// Issue 31, section 1: messages appended with their captures in one transaction
+/// (`append_capturing`, the server's path), from two processes at once and beside another
+/// thread's memory writes: every message is stored once and captured once, the captures
+/// that met a memory changed since it was read are made again after their messages, and
+/// the other writes are all kept.
+#[test]
+fn messages_and_their_captures_in_one_transaction_race_other_writers_and_keep_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let engines = [
+        Engine::init(dir.path()).unwrap(),
+        Engine::init(dir.path()).unwrap(),
+    ];
+    std::thread::scope(|s| {
+        for (e, engine) in engines.iter().enumerate() {
+            for t in 0..8 {
+                s.spawn(move || {
+                    let session = agent().with_session(format!("p{e}-{t}")).unwrap();
+                    for k in 0..4 {
+                        let messages: Vec<NewEntry> = (0..2)
+                            .map(|m| {
+                                let text = format!("call me at 555-{e}{t}{k}{m}");
+                                NewEntry::new(
+                                    session.clone(),
+                                    Payload::Message(Message::user(&text)),
+                                    engine.now(),
+                                )
+                            })
+                            .collect();
+                        let found = messages.iter().map(memtape::scan_new_entry).collect();
+                        let (stored, captured) = engine.append_capturing(messages, found).unwrap();
+                        assert_eq!(stored.len(), 2);
+                        for c in captured {
+                            assert!(c.unwrap().recorded.is_some());
+                        }
+                    }
+                });
+            }
+            s.spawn(move || {
+                for k in 0..8 {
+                    engine
+                        .append_daily(&agent(), &format!("note {e}-{k}"), None)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let view = engines[0].memory(&agent()).unwrap();
+    let state = view.content(paths::SESSION_STATE).unwrap();
+    for e in 0..2 {
+        for t in 0..8 {
+            for k in 0..4 {
+                for m in 0..2 {
+                    let number = format!("555-{e}{t}{k}{m}");
+                    assert_eq!(state.matches(&number).count(), 1, "{number} once");
+                }
+            }
+        }
+    }
+    let notes: String = view
+        .files
+        .iter()
+        .filter(|(path, _)| paths::daily_date(path).is_some())
+        .map(|(_, f)| f.content.clone())
+        .collect();
+    for e in 0..2 {
+        for k in 0..8 {
+            assert!(notes.contains(&format!("note {e}-{k}")), "note {e}-{k}");
+        }
+    }
+    for e in 0..2 {
+        for t in 0..8 {
+            let session = agent().with_session(format!("p{e}-{t}")).unwrap();
+            let stored = engines[1]
+                .store()
+                .scan(&session, &memtape::Filter::default())
+                .unwrap();
+            assert_eq!(stored.len(), 8, "p{e}-{t}: each message stored once");
+        }
+    }
 }
 
 /// Issue 31, section 1: a write that needs the whole log (a forget) during a burst of
