@@ -826,7 +826,14 @@ where
             }
         }
     }
+    // rmcp has ended (its input closed, or it stopped). The parse errors the reader had
+    // already found are answered too: `select!` may have seen rmcp's end before them.
     reader.abort();
+    let _ = reader.await;
+    while let Ok(line) = error_lines.try_recv() {
+        output.write_all(line.as_bytes()).await?;
+    }
+    output.flush().await?;
     Ok(())
 }
 
