@@ -117,19 +117,7 @@ impl<S: Store> Engine<S> {
                 }));
             }
         }
-        results
-            .into_iter()
-            .zip(found)
-            .map(|(result, matches)| {
-                result.unwrap_or_else(|| {
-                    Ok(Captured {
-                        matches,
-                        saved_long_term: 0,
-                        recorded: None,
-                    })
-                })
-            })
-            .collect()
+        finish(results, found)
     }
 
     /// Appends `entries` and records the WAL's captures of them in the same transaction
