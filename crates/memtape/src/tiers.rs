@@ -512,6 +512,22 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
+    /// Appends the line `- fact I` to the working state of `memory`.
+    fn add_fact<S: Store>(engine: &Engine<S>, memory: &Scope, i: usize) {
+        let change = Change {
+            ops: vec![Op::Append {
+                path: paths::SESSION_STATE.into(),
+                text: format!("- fact {i}\n"),
+                heading: None,
+            }],
+            source: "test".into(),
+            caused_by: Vec::new(),
+        };
+        engine
+            .change_memory(memory, |_| Ok(Some(change.clone())))
+            .unwrap();
+    }
+
     /// 64 threads reading one memory at once while it changes read its whole log once
     /// between them: the others wait for that read and then read only what changed since.
     #[test]
@@ -554,19 +570,7 @@ mod tests {
             threads.spawn(|| {
                 barrier.wait();
                 for i in 300..340 {
-                    engine
-                        .change_memory(&memory, |_| {
-                            Ok(Some(Change {
-                                ops: vec![Op::Append {
-                                    path: paths::SESSION_STATE.into(),
-                                    text: format!("- fact {i}\n"),
-                                    heading: None,
-                                }],
-                                source: "test".into(),
-                                caused_by: Vec::new(),
-                            }))
-                        })
-                        .unwrap();
+                    add_fact(&engine, &memory, i);
                 }
             });
         });
