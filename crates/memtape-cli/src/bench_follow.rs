@@ -127,11 +127,7 @@ pub fn run(ctx: &Ctx, a: &FollowBenchArgs, out: &mut impl Write) -> Result<()> {
         .map_or("none".into(), |v| v.get_name().to_owned());
     let server_a = Server::start(&model, &a.database)?;
     let server_b = Server::start(&model, &a.database)?;
-    let agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .new_agent();
+    let agent = memtape_bench::serve::http_agent();
     let finds = |mode: &str, word: &str| -> Result<bool> {
         let url = format!("{}/v1/search?q={word}&mode={mode}&limit=5", server_b.base);
         let body: Value = agent.get(&url).call()?.body_mut().read_json()?;

@@ -156,7 +156,10 @@ fn is_corrupt(e: &rusqlite::Error) -> bool {
 /// (a `LIMIT ?`, a `col = ?`) is prepared again every time rusqlite's statement cache
 /// takes it back. No plan here depends on the values (no `ANALYZE` statistics are kept).
 pub(super) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     Ok(())
 }
 
