@@ -52,6 +52,9 @@ pub(crate) struct Query {
     /// retriever, only the LoCoMo QA judge.
     pub(crate) answer: String,
     pub(crate) category: u8,
+    /// What the question tests, where the file says (BEAM's `ability`, such as
+    /// "temporal_reasoning"); never reaches the retriever.
+    pub(crate) ability: Option<String>,
     pub(crate) evidence: Vec<String>,
 }
 
@@ -142,6 +145,10 @@ pub struct AllMetrics {
     pub overall: Metrics,
     /// Per question category ("1" to "4").
     pub by_category: BTreeMap<String, Metrics>,
+    /// Per ability, for files whose questions name one (BEAM's `ability`); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_ability: BTreeMap<String, Metrics>,
 }
 
 /// Timings of the run.
@@ -182,7 +189,7 @@ impl Report {
     /// The one-line summary for stderr.
     pub fn summary(&self) -> String {
         let o = &self.metrics.overall;
-        format!(
+        let mut out = format!(
             "locomo {}: {} queries, R@5 {:.3} R@10 {:.3} NDCG@10 {:.3} sessR@5 {:.3} | ingest {:.1}s, query p50 {:.1}ms p95 {:.1}ms, peak RSS {:.0} MB ({})",
             self.split,
             self.n_queries,
@@ -195,7 +202,14 @@ impl Report {
             self.timing.query_ms_p95,
             self.timing.peak_rss_mb,
             self.settings["mode"].as_str().unwrap_or("?"),
-        )
+        );
+        for (ability, m) in &self.metrics.by_ability {
+            out.push_str(&format!(
+                "\n  {ability}: {} queries, R@5 {:.3} R@10 {:.3} NDCG@10 {:.3}",
+                m.n, m.recall_5, m.recall_10, m.ndcg_10
+            ));
+        }
+        out
     }
 }
 
@@ -312,6 +326,10 @@ pub(crate) fn load(path: &Path) -> Result<Vec<Conversation>, Error> {
                         other => other.to_string(),
                     },
                     category: category as u8,
+                    ability: qa["ability"]
+                        .as_str()
+                        .filter(|a| !a.trim().is_empty())
+                        .map(str::to_owned),
                     evidence,
                 });
             }
@@ -438,6 +456,7 @@ pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Repo
     let conversations = load(data)?;
     let mut overall = Metrics::default();
     let mut by_category: BTreeMap<String, Metrics> = BTreeMap::new();
+    let mut by_ability: BTreeMap<String, Metrics> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut ingest_s = 0.0;
     let unwritable = |path: &Path, e: std::io::Error| {
@@ -460,6 +479,7 @@ pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Repo
                 let line = serde_json::json!({
                     "conversation": conv.id,
                     "category": q.category,
+                    "ability": q.ability,
                     "question": q.question,
                     "evidence": q.evidence,
                     "ranking": scored,
@@ -473,6 +493,9 @@ pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Repo
                 .entry(q.category.to_string())
                 .or_default()
                 .add(&m);
+            if let Some(ability) = &q.ability {
+                by_ability.entry(ability.clone()).or_default().add(&m);
+            }
         }
     }
     if let Some((path, out)) = rankings.as_mut() {
@@ -490,6 +513,7 @@ pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Repo
                 .into_iter()
                 .map(|(k, v)| (k, v.mean()))
                 .collect(),
+            by_ability: by_ability.into_iter().map(|(k, v)| (k, v.mean())).collect(),
         },
         timing: Timing {
             ingest_s_total: ingest_s,

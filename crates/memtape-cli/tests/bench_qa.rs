@@ -407,3 +407,91 @@ fn locomo_rankings_hold_each_asked_question_and_give_the_reports_recall() {
     ]);
     assert!(err.contains("--rankings"), "{err}");
 }
+
+#[test]
+fn locomo_reports_metrics_per_ability_when_the_questions_name_one() {
+    let r = Run::new();
+    let bench = |file: &str, rankings: &str| -> Value {
+        serde_json::from_str(&r.ok(&[
+            "bench",
+            "locomo",
+            "--data",
+            file,
+            "--model",
+            "none",
+            "--mode",
+            "bm25",
+            "--rankings",
+            rankings,
+        ]))
+        .unwrap()
+    };
+    // Without abilities (LoCoMo itself): no per-ability table at all.
+    std::fs::write(r.path("plain.json"), locomo_file().to_string()).unwrap();
+    let plain = bench("plain.json", &r.path("plain.jsonl"));
+    assert!(plain["metrics"].get("by_ability").is_none(), "{plain}");
+    // BEAM's shape: an `ability` per question; one question of each file names none.
+    let mut file = locomo_file();
+    let abilities = [
+        ("qa-1", 0, "information_extraction"),
+        ("qa-1", 1, "temporal_reasoning"),
+        ("qa-1", 3, "information_extraction"),
+        ("qa-2", 0, "preference_following"),
+    ];
+    for conv in file.as_array_mut().unwrap() {
+        let id = conv["sample_id"].as_str().unwrap().to_owned();
+        for (i, qa) in conv["qa"].as_array_mut().unwrap().iter_mut().enumerate() {
+            if let Some((_, _, a)) = abilities.iter().find(|(c, n, _)| *c == id && *n == i) {
+                qa["ability"] = json!(a);
+            }
+        }
+    }
+    std::fs::write(r.path("beam.json"), file.to_string()).unwrap();
+    let out = r.path("beam.jsonl");
+    let report = bench("beam.json", &out);
+    let by = report["metrics"]["by_ability"].as_object().unwrap();
+    let names: Vec<&str> = by.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "information_extraction",
+            "preference_following",
+            "temporal_reasoning"
+        ]
+    );
+    // Each ability's figure is the mean over its own questions' rankings.
+    let lines: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (ability, metrics) in by {
+        let mine: Vec<&Value> = lines.iter().filter(|l| l["ability"] == *ability).collect();
+        assert!(!mine.is_empty(), "{ability}");
+        let recall_10: f64 = mine
+            .iter()
+            .map(|l| {
+                let ids: Vec<&str> = l["ranking"].as_array().unwrap()[..]
+                    .iter()
+                    .take(10)
+                    .map(|p| p[0].as_str().unwrap())
+                    .collect();
+                let evidence = l["evidence"].as_array().unwrap();
+                let found = evidence
+                    .iter()
+                    .filter(|e| ids.contains(&e.as_str().unwrap()))
+                    .count();
+                found as f64 / evidence.len() as f64
+            })
+            .sum::<f64>()
+            / mine.len() as f64;
+        let reported = metrics["recall@10"].as_f64().unwrap();
+        assert!(
+            (recall_10 - reported).abs() < 1e-9,
+            "{ability}: {recall_10} vs {reported}"
+        );
+    }
+    // A question without an ability counts overall only.
+    assert_eq!(report["n_queries"], 5);
+    assert!(lines.iter().any(|l| l["ability"].is_null()));
+}
