@@ -174,10 +174,10 @@ fn index(op: Op) -> usize {
 /// of a request (connect, send, wait for the answer, read it) has 30 s.
 ///
 /// Not one timeout for the whole call: with one, ureq resolves the host on a thread of its
-/// own, so it can give up on a slow resolver, and spawns that thread for every request — at
-/// thousands of requests a second that cost the load generator a third of this machine,
-/// taken from the server it measures. Without a deadline on resolving, an address such as
-/// `127.0.0.1:7077` is parsed in place.
+/// own, so it can give up on a slow resolver, and spawns that thread for every request: at
+/// thousands of requests a second the load generator took a third of this machine's CPU,
+/// most of it spawning threads, from the server it measures (half that now). Without a
+/// deadline on resolving, an address such as `127.0.0.1:7077` is parsed in place.
 pub fn http_agent() -> ureq::Agent {
     let phase = Some(Duration::from_secs(30));
     ureq::Agent::config_builder()
