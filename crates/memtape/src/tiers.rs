@@ -536,19 +536,7 @@ mod tests {
         let engine = Engine::init(dir.path()).unwrap();
         let memory = Scope::agent("default", "default").unwrap();
         for i in 0..300 {
-            engine
-                .change_memory(&memory, |_| {
-                    Ok(Some(Change {
-                        ops: vec![Op::Append {
-                            path: paths::SESSION_STATE.into(),
-                            text: format!("- fact {i}\n"),
-                            heading: None,
-                        }],
-                        source: "test".into(),
-                        caused_by: Vec::new(),
-                    }))
-                })
-                .unwrap();
+            add_fact(&engine, &memory, i);
         }
         // A second engine on the same directory: its cache is cold.
         let reader = Engine::open(dir.path()).unwrap();
