@@ -397,7 +397,7 @@ impl std::fmt::Debug for Index {
 fn open_reader(path: &Path) -> Result<Connection> {
     let reader = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     reader.busy_timeout(file::BUSY_TIMEOUT)?;
-    file::plan_once(&reader)?;
+    memtape_store::plan_once(&reader)?;
     reader.pragma_update(None, "mmap_size", file::MMAP_SIZE)?;
     Ok(reader)
 }

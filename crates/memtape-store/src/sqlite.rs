@@ -311,10 +311,11 @@ fn read_only_connection(path: &Path, immutable: bool) -> Result<Connection> {
 /// a `col = ?` it weighs as 0 or 1) and marks them to be planned again when those values
 /// change; and clearing the bindings — which rusqlite's statement cache does each time a
 /// statement goes back to it — re-prepares every statement so marked. Under load that was
-/// a tenth of the indexer's time, parsing the same scans over and over. Every plan here
-/// comes from the indexes whatever the values (no `ANALYZE` statistics are kept), so the
-/// query planner stability guarantee loses nothing.
-fn plan_once(c: &Connection) -> rusqlite::Result<()> {
+/// a fifth of the indexer thread's time, parsing the same scans over and over. Every plan
+/// in memtape's files (the store's and the search index's, whose connections call this
+/// too) comes from their indexes whatever the values, and no `ANALYZE` statistics are
+/// kept, so the query planner stability guarantee loses nothing.
+pub fn plan_once(c: &Connection) -> rusqlite::Result<()> {
     c.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,

@@ -151,22 +151,10 @@ fn is_corrupt(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// Makes SQLite plan each statement once, whatever values are bound to it later: without
-/// the query planner stability guarantee, a statement planned with a bound value in mind
-/// (a `LIMIT ?`, a `col = ?`) is prepared again every time rusqlite's statement cache
-/// takes it back. No plan here depends on the values (no `ANALYZE` statistics are kept).
-pub(super) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-        true,
-    )?;
-    Ok(())
-}
-
 fn try_open(path: &Path, embedder: &str) -> Result<Open> {
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    plan_once(&conn)?;
+    memtape_store::plan_once(&conn)?;
     // Identify the file before changing anything about it.
     // One read transaction, so another process creating the file is seen whole or not at all.
     let identity = (|| -> rusqlite::Result<(i64, i64, i64)> {
