@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -77,7 +77,7 @@ pub(crate) struct Ingested {
     /// Seconds the ingest took (appended, indexed and embedded).
     pub(crate) seconds: f64,
     /// The scratch directory, removed after the engine is dropped (fields drop in order).
-    _scratch: tempfile::TempDir,
+    scratch: tempfile::TempDir,
 }
 
 /// The metrics of the protocol, averaged over queries.
@@ -417,7 +417,7 @@ pub(crate) fn ingest(conv: &Conversation, config: &Config) -> Result<Ingested, E
         user,
         dia_ids,
         seconds: started.elapsed().as_secs_f64(),
-        _scratch: scratch,
+        scratch,
     })
 }
 
@@ -427,6 +427,31 @@ impl Ingested {
     pub(crate) fn rank(&self, question: &str, mode: Mode) -> Result<(Vec<String>, f64), Error> {
         let (ranked, ms) = self.rank_scored(question, mode)?;
         Ok((ranked.into_iter().map(|(id, _)| id).collect(), ms))
+    }
+
+    /// A ranking from `index`, another view of this conversation's index file, with each
+    /// dia_id's score, and the search's latency in ms.
+    fn rank_with(
+        &self,
+        index: &Index,
+        question: &str,
+        mode: Mode,
+    ) -> Result<(Vec<(String, f32)>, f64), Error> {
+        let request = SearchRequest {
+            text: question.to_owned(),
+            filter: SearchFilter::within(&self.user),
+            limit: DEPTH,
+            mode,
+            exact: false,
+        };
+        let started = Instant::now();
+        let hits = index.search(&request).map_err(memtape::Error::from)?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let ranking = hits
+            .iter()
+            .filter_map(|h| Some((self.dia_ids.get(&h.id)?.clone(), h.score)))
+            .collect();
+        Ok((ranking, ms))
     }
 
     /// [`Ingested::rank`] with each dia_id's score.
@@ -453,77 +478,167 @@ impl Ingested {
 /// each query's ranking there, one JSON line per query (conversation, category, question,
 /// evidence, and the ranked dia_ids with their scores), to study rankings offline.
 pub fn run(data: &Path, config: &Config, rankings: Option<&Path>) -> Result<Report, Error> {
-    let conversations = load(data)?;
-    let mut overall = Metrics::default();
-    let mut by_category: BTreeMap<String, Metrics> = BTreeMap::new();
-    let mut by_ability: BTreeMap<String, Metrics> = BTreeMap::new();
-    let mut latencies = Vec::new();
-    let mut ingest_s = 0.0;
-    let unwritable = |path: &Path, e: std::io::Error| {
-        Error::Data(format!("writing the rankings to {}: {e}", path.display()))
-    };
-    let mut rankings = match rankings {
-        Some(path) => {
-            let file = std::fs::File::create(path).map_err(|e| unwritable(path, e))?;
-            Some((path, std::io::BufWriter::new(file)))
+    let mut reports = sweep(data, config, &[], rankings)?;
+    Ok(reports.remove(0))
+}
+
+/// What one configuration of a run has gathered so far.
+#[derive(Default)]
+struct Tally {
+    overall: Metrics,
+    by_category: BTreeMap<String, Metrics>,
+    by_ability: BTreeMap<String, Metrics>,
+    latencies: Vec<f64>,
+    rankings: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+}
+
+fn unwritable(path: &Path, e: std::io::Error) -> Error {
+    Error::Data(format!("writing the rankings to {}: {e}", path.display()))
+}
+
+impl Tally {
+    fn new(rankings: Option<PathBuf>) -> Result<Tally, Error> {
+        let rankings = match rankings {
+            Some(path) => {
+                let file = std::fs::File::create(&path).map_err(|e| unwritable(&path, e))?;
+                Some((path, std::io::BufWriter::new(file)))
+            }
+            None => None,
+        };
+        Ok(Tally {
+            rankings,
+            ..Tally::default()
+        })
+    }
+
+    fn add(
+        &mut self,
+        conv: &Conversation,
+        q: &Query,
+        scored: Vec<(String, f32)>,
+        ms: f64,
+    ) -> Result<(), Error> {
+        self.latencies.push(ms);
+        if let Some((path, out)) = self.rankings.as_mut() {
+            let line = serde_json::json!({
+                "conversation": conv.id,
+                "category": q.category,
+                "ability": q.ability,
+                "question": q.question,
+                "evidence": q.evidence,
+                "ranking": scored,
+            });
+            writeln!(out, "{line}").map_err(|e| unwritable(path, e))?;
         }
-        None => None,
+        let ranking: Vec<String> = scored.into_iter().map(|(id, _)| id).collect();
+        let m = score(&ranking, &q.evidence);
+        self.overall.add(&m);
+        self.by_category
+            .entry(q.category.to_string())
+            .or_default()
+            .add(&m);
+        if let Some(ability) = &q.ability {
+            self.by_ability.entry(ability.clone()).or_default().add(&m);
+        }
+        Ok(())
+    }
+
+    fn report(
+        mut self,
+        config: &Config,
+        conversations: usize,
+        ingest_s: f64,
+    ) -> Result<Report, Error> {
+        if let Some((path, out)) = self.rankings.as_mut() {
+            out.flush().map_err(|e| unwritable(path, e))?;
+        }
+        let n_queries = self.overall.n;
+        Ok(Report {
+            system: "memtape".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            split: config.split.clone(),
+            n_queries,
+            metrics: AllMetrics {
+                overall: self.overall.mean(),
+                by_category: self
+                    .by_category
+                    .into_iter()
+                    .map(|(k, v)| (k, v.mean()))
+                    .collect(),
+                by_ability: self
+                    .by_ability
+                    .into_iter()
+                    .map(|(k, v)| (k, v.mean()))
+                    .collect(),
+            },
+            timing: Timing {
+                ingest_s_total: ingest_s,
+                query_ms_p50: quantile(&mut self.latencies.clone(), 0.5),
+                query_ms_p95: quantile(&mut self.latencies, 0.95),
+                peak_rss_mb: peak_rss_mb(),
+                threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
+            settings: settings(config, conversations),
+        })
+    }
+}
+
+/// [`run`] under `config` and then under each of `variants` (ranking settings that leave
+/// what is indexed alone: weights, fusion, BM25's parameters), ingesting each
+/// conversation once; one report each, `config`'s first. A variant searches the same index
+/// file opened again with its settings; its latencies leave out reading the entries back.
+/// Rankings go to `rankings` for `config` and to `rankings` with `.1`, `.2`, … appended
+/// for the variants.
+pub fn sweep(
+    data: &Path,
+    config: &Config,
+    variants: &[IndexConfig],
+    rankings: Option<&Path>,
+) -> Result<Vec<Report>, Error> {
+    let conversations = load(data)?;
+    let ranking_file = |i: usize| {
+        rankings.map(|path| match i {
+            0 => path.to_owned(),
+            i => {
+                let mut name = path.as_os_str().to_owned();
+                name.push(format!(".{i}"));
+                PathBuf::from(name)
+            }
+        })
     };
+    let mut tallies = (0..=variants.len())
+        .map(|i| Tally::new(ranking_file(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ingest_s = 0.0;
     for conv in &conversations {
         let ingested = ingest(conv, config)?;
         ingest_s += ingested.seconds;
         for q in &conv.queries {
             let (scored, ms) = ingested.rank_scored(&q.question, config.mode)?;
-            latencies.push(ms);
-            if let Some((path, out)) = rankings.as_mut() {
-                let line = serde_json::json!({
-                    "conversation": conv.id,
-                    "category": q.category,
-                    "ability": q.ability,
-                    "question": q.question,
-                    "evidence": q.evidence,
-                    "ranking": scored,
-                });
-                writeln!(out, "{line}").map_err(|e| unwritable(path, e))?;
-            }
-            let ranking: Vec<String> = scored.into_iter().map(|(id, _)| id).collect();
-            let m = score(&ranking, &q.evidence);
-            overall.add(&m);
-            by_category
-                .entry(q.category.to_string())
-                .or_default()
-                .add(&m);
-            if let Some(ability) = &q.ability {
-                by_ability.entry(ability.clone()).or_default().add(&m);
+            tallies[0].add(conv, q, scored, ms)?;
+        }
+        for (variant, tally) in variants.iter().zip(&mut tallies[1..]) {
+            let index = Index::open(
+                &ingested.scratch.path().join("index.db"),
+                config.embedder.clone(),
+                *variant,
+            )
+            .map_err(memtape::Error::from)?;
+            for q in &conv.queries {
+                let (scored, ms) = ingested.rank_with(&index, &q.question, config.mode)?;
+                tally.add(conv, q, scored, ms)?;
             }
         }
     }
-    if let Some((path, out)) = rankings.as_mut() {
-        out.flush().map_err(|e| unwritable(path, e))?;
-    }
-    let n_queries = overall.n;
-    Ok(Report {
-        system: "memtape".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        split: config.split.clone(),
-        n_queries,
-        metrics: AllMetrics {
-            overall: overall.mean(),
-            by_category: by_category
-                .into_iter()
-                .map(|(k, v)| (k, v.mean()))
-                .collect(),
-            by_ability: by_ability.into_iter().map(|(k, v)| (k, v.mean())).collect(),
-        },
-        timing: Timing {
-            ingest_s_total: ingest_s,
-            query_ms_p50: quantile(&mut latencies.clone(), 0.5),
-            query_ms_p95: quantile(&mut latencies, 0.95),
-            peak_rss_mb: peak_rss_mb(),
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        },
-        settings: settings(config, conversations.len()),
-    })
+    let configs = std::iter::once(config.clone()).chain(variants.iter().map(|v| Config {
+        index: *v,
+        ..config.clone()
+    }));
+    tallies
+        .into_iter()
+        .zip(configs)
+        .map(|(tally, config)| tally.report(&config, conversations.len(), ingest_s))
+        .collect()
 }
 
 /// The retrieval settings of a run over `conversations` conversations, for its report.
@@ -539,6 +654,8 @@ pub(crate) fn settings(config: &Config, conversations: usize) -> Value {
         "fusion": fusion,
         "candidates": config.index.candidates,
         "context_weight": config.index.context_weight,
+        "bm25_k1": config.index.bm25_k1,
+        "bm25_b": config.index.bm25_b,
         "embed_context": config.index.embed_context,
         "neighbour_weight": config.index.neighbour_weight,
         "scope_weight": config.index.scope_weight,
@@ -546,6 +663,7 @@ pub(crate) fn settings(config: &Config, conversations: usize) -> Value {
         "speaker_weight": config.index.speaker_weight,
         "when_weight": config.index.when_weight,
         "update_weight": config.index.update_weight,
+        "opener_weight": config.index.opener_weight,
         "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
         "conversations": conversations,
     })

@@ -93,6 +93,13 @@ pub struct LocomoBenchArgs {
     /// their scores, the evidence and the category), to study rankings offline.
     #[arg(long, value_name = "FILE")]
     rankings: Option<PathBuf>,
+    /// Also rank every question under other settings, each conversation ingested once:
+    /// `NAME=V1,V2,…` with NAME a ranking flag (bm25-weight, context-weight, bm25-b,
+    /// neighbour-weight, …); repeated, every combination. One summary line each; the
+    /// report becomes a list, the other flags' settings first. For tuning, not latency:
+    /// the variants' searches skip reading the entries back.
+    #[arg(long, value_name = "NAME=V1,V2")]
+    sweep: Vec<String>,
 }
 
 /// `memtape bench locomo-qa`.
@@ -180,18 +187,40 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
         BenchCommand::Locomo(LocomoBenchArgs {
             locomo: a,
             rankings,
+            sweep,
         }) => {
             let ctx = ctx.clone().models(&a.models);
             let config = locomo_config(&ctx, a)?;
+            let variants = a
+                .tuning
+                .sweep(sweep)
+                .map_err(|e| anyhow::anyhow!("--sweep: {e}"))?;
             let progress = Progress::spinner(
                 &ctx,
                 &format!("LoCoMo: indexing and querying {}", a.data.display()),
             );
-            let report = memtape_bench::locomo::run(&a.data, &config, rankings.as_deref())?;
+            if sweep.is_empty() {
+                let report = memtape_bench::locomo::run(&a.data, &config, rankings.as_deref())?;
+                progress.finish();
+                write_report(&report, a.out.as_deref(), out)?;
+                if !ctx.quiet {
+                    eprintln!("{}\n{LOCOMO_LEGEND}", report.summary());
+                }
+                return Ok(());
+            }
+            let configs: Vec<_> = variants.iter().map(|(_, c)| *c).collect();
+            let reports =
+                memtape_bench::locomo::sweep(&a.data, &config, &configs, rankings.as_deref())?;
             progress.finish();
-            write_report(&report, a.out.as_deref(), out)?;
-            if !ctx.quiet {
-                eprintln!("{}\n{LOCOMO_LEGEND}", report.summary());
+            write_report(&reports, a.out.as_deref(), out)?;
+            // The base settings first, then each variant with what it changed.
+            let labels = std::iter::once("(flags)").chain(variants.iter().map(|(l, _)| l.as_str()));
+            for (label, report) in labels.zip(&reports).filter(|_| !ctx.quiet) {
+                let o = &report.metrics.overall;
+                eprintln!(
+                    "{label}: R@5 {:.3} R@10 {:.3} NDCG@10 {:.3} sessR@5 {:.3}",
+                    o.recall_5, o.recall_10, o.ndcg_10, o.session_recall_5
+                );
             }
             Ok(())
         }

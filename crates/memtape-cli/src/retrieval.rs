@@ -46,6 +46,9 @@ pub enum FusionArg {
     Rrf,
     /// Weighted min-max score fusion.
     Weighted,
+    /// Weighted min-max score fusion, each list's weight scaled per query by how much its
+    /// best hits stand out.
+    Adaptive,
 }
 
 /// The model to load, or `None` for BM25 only.
@@ -113,6 +116,14 @@ fn rrf_k(text: &str) -> Result<f32, String> {
     Ok(k)
 }
 
+fn k1(text: &str) -> Result<f32, String> {
+    let k = in_range(text, 0.0, 10.0)?;
+    if k == 0.0 {
+        return Err(format!("must be more than 0, not {text}"));
+    }
+    Ok(k)
+}
+
 fn count(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
@@ -140,6 +151,12 @@ pub struct Tuning {
     /// 10).
     #[arg(long, value_parser = weight)]
     context_weight: Option<f32>,
+    /// BM25's term-frequency saturation k1 (more than 0, up to 10).
+    #[arg(long, value_parser = k1)]
+    bm25_k1: Option<f32>,
+    /// BM25's length normalisation b (0 = none to 1 = full).
+    #[arg(long, value_parser = share)]
+    bm25_b: Option<f32>,
     /// Embed each message together with the message before it.
     #[arg(long)]
     embed_context: Option<bool>,
@@ -162,6 +179,9 @@ pub struct Tuning {
     /// earlier, when the query asks about the past; 0 to 10).
     #[arg(long, value_parser = weight)]
     update_weight: Option<f32>,
+    /// How much a message that opens its session gains (0 to 10).
+    #[arg(long, value_parser = weight)]
+    opener_weight: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
     #[arg(long, value_parser = count)]
     exact_limit: Option<usize>,
@@ -172,23 +192,86 @@ pub struct Tuning {
 }
 
 impl Tuning {
+    /// Sets the flag `name` (its long name without dashes, e.g. `bm25-b`) to `value`,
+    /// checked as the flag itself would be.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        match name {
+            "bm25-weight" => self.bm25_weight = Some(share(value)?),
+            "rrf-k" => self.rrf_k = Some(rrf_k(value)?),
+            "candidates" => self.candidates = Some(count(value)?),
+            "context-weight" => self.context_weight = Some(weight(value)?),
+            "bm25-k1" => self.bm25_k1 = Some(k1(value)?),
+            "bm25-b" => self.bm25_b = Some(share(value)?),
+            "neighbour-weight" => self.neighbour_weight = Some(share(value)?),
+            "scope-weight" => self.scope_weight = Some(weight(value)?),
+            "time-weight" => self.time_weight = Some(weight(value)?),
+            "speaker-weight" => self.speaker_weight = Some(weight(value)?),
+            "when-weight" => self.when_weight = Some(weight(value)?),
+            "update-weight" => self.update_weight = Some(weight(value)?),
+            "opener-weight" => self.opener_weight = Some(weight(value)?),
+            "fusion" => {
+                self.fusion = Some(match value {
+                    "rrf" => FusionArg::Rrf,
+                    "weighted" => FusionArg::Weighted,
+                    "adaptive" => FusionArg::Adaptive,
+                    _ => {
+                        return Err(format!("fusion is rrf, weighted or adaptive, not {value}"));
+                    }
+                });
+            }
+            _ => {
+                return Err(format!(
+                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, fusion)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings of a sweep: these flags with every combination of the values `specs`
+    /// give (each `NAME=V1,V2,…`), in order, the last name varying fastest.
+    pub fn sweep(&self, specs: &[String]) -> Result<Vec<(String, IndexConfig)>, String> {
+        let mut out = vec![(String::new(), self.clone())];
+        for spec in specs {
+            let (name, values) = spec
+                .split_once('=')
+                .ok_or_else(|| format!("a sweep is NAME=V1,V2,…, not {spec}"))?;
+            let mut next = Vec::new();
+            for (label, tuning) in &out {
+                for value in values.split(',').map(str::trim) {
+                    let mut t = tuning.clone();
+                    t.set(name.trim(), value)?;
+                    let label = format!("{label} {}={value}", name.trim());
+                    next.push((label.trim().to_owned(), t));
+                }
+            }
+            out = next;
+        }
+        Ok(out
+            .into_iter()
+            .map(|(label, t)| (label, t.index_config()))
+            .collect())
+    }
+
     /// The index settings: the defaults with these flags applied.
     pub fn index_config(&self) -> IndexConfig {
         let base = IndexConfig::default();
-        let (k, weight, weighted) = match base.fusion {
-            Fusion::Rrf { k, bm25_weight } => (k, bm25_weight, false),
-            Fusion::Weighted { bm25_weight } => (60.0, bm25_weight, true),
+        let (k, weight, kind) = match base.fusion {
+            Fusion::Rrf { k, bm25_weight } => (k, bm25_weight, FusionArg::Rrf),
+            Fusion::Weighted { bm25_weight } => (60.0, bm25_weight, FusionArg::Weighted),
+            Fusion::Adaptive { bm25_weight } => (60.0, bm25_weight, FusionArg::Adaptive),
         };
         let (k, bm25_weight) = (self.rrf_k.unwrap_or(k), self.bm25_weight.unwrap_or(weight));
-        let weighted = self.fusion.map_or(weighted, |f| f == FusionArg::Weighted);
         IndexConfig {
-            fusion: if weighted {
-                Fusion::Weighted { bm25_weight }
-            } else {
-                Fusion::Rrf { k, bm25_weight }
+            fusion: match self.fusion.unwrap_or(kind) {
+                FusionArg::Rrf => Fusion::Rrf { k, bm25_weight },
+                FusionArg::Weighted => Fusion::Weighted { bm25_weight },
+                FusionArg::Adaptive => Fusion::Adaptive { bm25_weight },
             },
             candidates: self.candidates.unwrap_or(base.candidates),
             context_weight: self.context_weight.unwrap_or(base.context_weight),
+            bm25_k1: self.bm25_k1.unwrap_or(base.bm25_k1),
+            bm25_b: self.bm25_b.unwrap_or(base.bm25_b),
             embed_context: self.embed_context.unwrap_or(base.embed_context),
             neighbour_weight: self.neighbour_weight.unwrap_or(base.neighbour_weight),
             scope_weight: self.scope_weight.unwrap_or(base.scope_weight),
@@ -196,6 +279,7 @@ impl Tuning {
             speaker_weight: self.speaker_weight.unwrap_or(base.speaker_weight),
             when_weight: self.when_weight.unwrap_or(base.when_weight),
             update_weight: self.update_weight.unwrap_or(base.update_weight),
+            opener_weight: self.opener_weight.unwrap_or(base.opener_weight),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

@@ -257,7 +257,8 @@ impl memtape::Embedder for Letters {
 /// index. Whatever the text (FTS5 syntax included), both answer.
 pub fn search_query(data: &[u8]) {
     let Some(query) = text(data) else { return };
-    let _ = memtape_search::text::fts_query(query);
+    let _ = memtape_search::text::query_words(query);
+    let _ = memtape_search::text::cjk_query(query);
     let _ = memtape_search::text::terms(query);
     let _ = memtape_search::when::period(query);
     // Relative dates read at the edges of time and at an ordinary moment: no date

@@ -85,6 +85,21 @@ pub fn fuse(bm25: &List, vector: &List, fusion: Fusion, floor: f32) -> Vec<(usiz
         hits.entry(row).or_insert_with(|| blank(0.0)).vector = Some(Ranked { rank: i + 1, score });
     }
     let (nb, nv) = (normalised(bm25, 0.0), normalised(vector, floor));
+    // Adaptive fusion's weights for this query.
+    let adapted = match fusion {
+        Fusion::Adaptive { bm25_weight } => {
+            let (b, v) = (
+                bm25_weight * decisiveness(bm25, &nb),
+                (1.0 - bm25_weight) * decisiveness(vector, &nv),
+            );
+            if b + v > 0.0 {
+                b / (b + v)
+            } else {
+                bm25_weight
+            }
+        }
+        _ => 0.0,
+    };
     for hit in hits.values_mut() {
         hit.score = match fusion {
             Fusion::Rrf { k, bm25_weight } => {
@@ -95,11 +110,28 @@ pub fn fuse(bm25: &List, vector: &List, fusion: Fusion, floor: f32) -> Vec<(usiz
                 bm25_weight * hit.bm25.map_or(0.0, |r| nb(r.score))
                     + (1.0 - bm25_weight) * hit.vector.map_or(0.0, |r| nv(r.score))
             }
+            Fusion::Adaptive { .. } => {
+                adapted * hit.bm25.map_or(0.0, |r| nb(r.score))
+                    + (1.0 - adapted) * hit.vector.map_or(0.0, |r| nv(r.score))
+            }
         };
     }
     let mut out: Vec<(usize, Hit)> = hits.into_iter().collect();
     rank(&mut out);
     out
+}
+
+/// How much a list's best hit stands out: 1 minus the mean normalised score of its hits 2
+/// to 10 (1 for a list of one hit, 0 for an empty one).
+fn decisiveness(list: &List, normalise: &impl Fn(f32) -> f32) -> f32 {
+    match list.len() {
+        0 => 0.0,
+        1 => 1.0,
+        n => {
+            let rest = &list[1..n.min(10)];
+            1.0 - rest.iter().map(|(_, s)| normalise(*s)).sum::<f32>() / rest.len() as f32
+        }
+    }
 }
 
 /// Orders hits best first; equal scores keep row (tape) order.
@@ -136,5 +168,31 @@ mod tests {
         };
         assert_eq!(rows(0.8), [1, 2]);
         assert_eq!(rows(0.2), [2, 1]);
+    }
+
+    #[test]
+    fn adaptive_fusion_trusts_the_list_whose_best_hit_stands_out() {
+        // BM25's best hit stands out (the rest score 1 of 10); the vector list's ten hits
+        // score alike, so at equal weights BM25's choice wins, where weighted fusion ties
+        // it with the vector list's first.
+        let bm25: List = std::iter::once((1, 10.0))
+            .chain((2..11).map(|row| (row, 1.0)))
+            .collect();
+        let vector: List = std::iter::once((20, 0.9))
+            .chain((21..30).map(|row| (row, 0.89)))
+            .collect();
+        let score = |fusion, row| {
+            fuse(&bm25, &vector, fusion, 0.0)
+                .into_iter()
+                .find(|(r, _)| *r == row)
+                .map(|(_, hit)| hit.score)
+                .unwrap()
+        };
+        let adaptive = Fusion::Adaptive { bm25_weight: 0.5 };
+        assert!(score(adaptive, 1) > 2.0 * score(adaptive, 20));
+        let weighted = Fusion::Weighted { bm25_weight: 0.5 };
+        assert_eq!(score(weighted, 1), score(weighted, 20));
+        assert_eq!(decisiveness(&Vec::new(), &|s| s), 0.0);
+        assert_eq!(decisiveness(&vec![(1, 3.0)], &|s| s), 1.0);
     }
 }

@@ -12,6 +12,7 @@
 //! [`catch_up`] (following the tape, across threads and processes) and [`rank`] (queries,
 //! fusion and the ranking boosts).
 
+mod bm25;
 mod catch_up;
 pub use catch_up::PendingVectors;
 mod file;
@@ -52,8 +53,13 @@ pub struct IndexConfig {
     /// its tail matters little to the fused ranking.
     pub oversample: usize,
     /// The BM25 weight of a message's context (the message before it in its scope)
-    /// relative to its own text; 0 searches the message's own text only.
+    /// relative to its own text; 0 searches the message's own text only. BM25F: each field
+    /// is normalised by its own length.
     pub context_weight: f32,
+    /// BM25's term-frequency saturation, k1 (more than 0).
+    pub bm25_k1: f32,
+    /// BM25's length normalisation, b (0 = none, 1 = full), for both fields.
+    pub bm25_b: f32,
     /// Whether a message is embedded together with its context.
     pub embed_context: bool,
     /// How much of a hit's score flows to the messages just before and after it in its
@@ -80,13 +86,16 @@ pub struct IndexConfig {
     /// much the later one gains, or the earlier one when the query asks about the past
     /// ("before", "used to", "previously"; 0 = off).
     pub update_weight: f32,
+    /// How much a message that opens its scope (a session's first message) gains (0 =
+    /// off): a conversation's opening turn is where what is new gets said.
+    pub opener_weight: f32,
 }
 
 impl Default for IndexConfig {
-    /// The best settings measured on the development files (docs/benchmarks.md): weighted
-    /// fusion with BM25 and vectors weighed alike (0.6 for BM25 fitted LoCoMo alone; 0.5
-    /// gains 0.027 R@10 on BEAM-100K and is within noise on LoCoMo), the previous message
-    /// as context, neighbour spreading, a boost for hits in strongly matching sessions,
+    /// The best settings measured on both development files, LoCoMo dev and BEAM-100K
+    /// (docs/benchmarks.md): weighted fusion with BM25 and vectors weighed alike, BM25F
+    /// with the textbook k1 and b and the previous message as a context field, neighbour
+    /// spreading, a boost for hits in strongly matching sessions and for session openers,
     /// and time- and speaker-aware ranking.
     fn default() -> Self {
         IndexConfig {
@@ -95,20 +104,23 @@ impl Default for IndexConfig {
             exact_limit: 20_000,
             oversample: 100,
             context_weight: 0.2,
+            bm25_k1: 1.2,
+            bm25_b: 0.75,
             embed_context: false,
-            neighbour_weight: 0.4,
+            neighbour_weight: 0.2,
             scope_weight: 0.2,
             time_weight: 0.5,
             speaker_weight: 0.8,
             when_weight: 0.1,
             update_weight: 0.0,
+            opener_weight: 0.2,
         }
     }
 }
 
 impl IndexConfig {
     /// Each retriever on its own terms: a document matches only by its own text, with no
-    /// context, neighbours or session boost, and hybrid search is plain reciprocal rank
+    /// context, neighbours, session or opener boost, and hybrid search is plain reciprocal rank
     /// fusion. Results are exactly the entries that match.
     pub fn plain() -> Self {
         IndexConfig {
@@ -123,6 +135,7 @@ impl IndexConfig {
             speaker_weight: 0.0,
             when_weight: 0.0,
             update_weight: 0.0,
+            opener_weight: 0.0,
             ..IndexConfig::default()
         }
     }
@@ -137,6 +150,8 @@ struct DocMeta {
     at: DateTime<Utc>,
     /// The message's speaker, by its row in `Docs::speaker_rows`.
     speaker: Option<u32>,
+    /// How many tokens its text and its context have (BM25F's field lengths).
+    tokens: [u32; 2],
 }
 
 /// One document committed to the file, to be mirrored.
@@ -207,6 +222,9 @@ struct Docs {
     neighbours: Vec<[Option<u32>; 2]>,
     /// The latest conversational row of each scope row.
     scope_tail: HashMap<u32, u32>,
+    /// The tokens of every document's text and context, summed (for BM25F's average
+    /// field lengths).
+    field_tokens: [u64; 2],
 }
 
 impl Docs {
@@ -226,6 +244,7 @@ impl Docs {
             embedded: EntryId(0),
             neighbours: Vec::new(),
             scope_tail: HashMap::new(),
+            field_tokens: [0, 0],
         }
     }
 
@@ -275,6 +294,9 @@ impl Docs {
             self.neighbours[prev as usize][1] = Some(row);
         }
         self.neighbours.push(links);
+        for (total, n) in self.field_tokens.iter_mut().zip(meta.tokens) {
+            *total += u64::from(n);
+        }
         self.meta.push(meta);
         // Only while every row before has its vector: vectors stay a prefix of the rows.
         if let Some(v) = vector
@@ -399,6 +421,7 @@ fn open_reader(path: &Path) -> Result<Connection> {
     reader.busy_timeout(file::BUSY_TIMEOUT)?;
     memtape_store::plan_once(&reader)?;
     reader.pragma_update(None, "mmap_size", file::MMAP_SIZE)?;
+    bm25::prepare_reader(&reader)?;
     Ok(reader)
 }
 

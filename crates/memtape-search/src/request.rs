@@ -127,6 +127,15 @@ pub enum Fusion {
         /// The weight of the BM25 score, between 0 and 1.
         bm25_weight: f32,
     },
+    /// Weighted score fusion whose weights follow, per query, how decisive each list is:
+    /// a list whose best hits stand out from the rest of its top ten (normalised as in
+    /// [`Fusion::Weighted`]) counts for more than one whose top ten score alike. The
+    /// weights are `bm25_weight × d_bm25` and `(1 − bm25_weight) × d_vector`, rescaled to
+    /// sum to 1, where `d` is 1 minus the mean normalised score of a list's hits 2 to 10.
+    Adaptive {
+        /// The weight of the BM25 score before the lists' decisiveness, between 0 and 1.
+        bm25_weight: f32,
+    },
 }
 
 impl Default for Fusion {

@@ -1,5 +1,6 @@
 //! Query analysis for BM25: terms are lowercased words and numbers; English stop words are
-//! dropped unless nothing else is left; the result is an FTS5 OR-query.
+//! dropped unless nothing else is left ([`query_words`]); the index stems them with FTS5's
+//! tokenizer and scores them with BM25F.
 //!
 //! Documents are analysed by FTS5 itself (`porter unicode61`): lowercasing, diacritics
 //! removed, split on anything that is not a letter or digit, Porter-stemmed. Query terms go
@@ -177,22 +178,12 @@ pub fn terms(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The FTS5 query for `text`: its content terms OR-ed, each quoted so no word is read as an
-/// operator. Stop words are dropped unless the query has nothing else. `None` when the
-/// text has no terms at all.
-pub fn fts_query(text: &str) -> Option<String> {
+/// The words of `text` a BM25 search looks for: its distinct terms without stop words, or
+/// with them when the text has nothing else.
+pub fn query_words(text: &str) -> Vec<String> {
     let all = terms(text);
-    let content: Vec<&String> = all.iter().filter(|t| !is_stop_word(t)).collect();
-    let chosen: Vec<&String> = if content.is_empty() {
-        all.iter().collect()
-    } else {
-        content
-    };
-    if chosen.is_empty() {
-        return None;
-    }
-    let quoted: Vec<String> = chosen.iter().map(|t| format!("\"{t}\"")).collect();
-    Some(quoted.join(" OR "))
+    let content: Vec<String> = all.iter().filter(|t| !is_stop_word(t)).cloned().collect();
+    if content.is_empty() { all } else { content }
 }
 
 /// Whether `c` is written without spaces between words: Han, Hiragana, Katakana, Hangul.
@@ -257,26 +248,23 @@ mod tests {
     #[test]
     fn queries_keep_names_numbers_and_content_words() {
         assert_eq!(
-            fts_query("When did Caroline go to the LGBTQ support group in 2023?").as_deref(),
-            Some(r#""caroline" OR "go" OR "lgbtq" OR "support" OR "group" OR "2023""#)
+            query_words("When did Caroline go to the LGBTQ support group in 2023?"),
+            ["caroline", "go", "lgbtq", "support", "group", "2023"]
         );
     }
 
     #[test]
     fn operators_and_punctuation_are_plain_words() {
         assert_eq!(
-            fts_query(r#"NEAR("x" AND w*) OR -z"#).as_deref(),
-            Some(r#""near" OR "x" OR "w" OR "z""#)
+            query_words(r#"NEAR("x" AND w*) OR -z"#),
+            ["near", "x", "w", "z"]
         );
     }
 
     #[test]
     fn a_query_of_only_stop_words_still_searches() {
-        assert_eq!(
-            fts_query("Who was it?").as_deref(),
-            Some(r#""who" OR "was" OR "it""#)
-        );
-        assert_eq!(fts_query(" ?! "), None);
+        assert_eq!(query_words("Who was it?"), ["who", "was", "it"]);
+        assert!(query_words(" ?! ").is_empty());
     }
 
     #[test]

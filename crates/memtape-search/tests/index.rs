@@ -446,6 +446,87 @@ fn an_answer_is_found_through_the_question_before_it() {
     );
 }
 
+/// BM25F (issue 32): a message is normalised by its own length, not by its row's with the
+/// message before it. FTS5's `bm25()` scored a short reply after a long answer as a long
+/// document, so it ranked below a longer message that opens its session.
+#[test]
+fn a_short_reply_is_not_scored_as_long_as_the_answer_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "planning");
+    let filler = "we can split the work into phases with reviews and buffers between them ";
+    let answer = say(
+        &store,
+        &s,
+        Message::assistant(format!(
+            "Given your deadline, {} and the deadline stays safe.",
+            filler.repeat(8)
+        )),
+        0,
+    );
+    let reply = say(&store, &s, Message::user("My deadline is March 15."), 0);
+    let opener = say(
+        &store,
+        &session("ann", "later"),
+        Message::user("The deadline moved again, sadly, to some later date in the spring."),
+        0,
+    );
+    let request = SearchRequest::new("deadline", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    let index = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    index.catch_up(&store).unwrap();
+    assert_eq!(ids(&index, &request), [reply.0, opener.0, answer.0]);
+    // b is BM25's length normalisation: without it the answer, saying the word twice,
+    // comes first.
+    let unnormalised = with(
+        IndexConfig {
+            bm25_b: 0.0,
+            ..IndexConfig::plain()
+        },
+        &dir.path().join("b0.db"),
+    );
+    unnormalised.catch_up(&store).unwrap();
+    assert_eq!(ids(&unnormalised, &request)[0], answer.0);
+}
+
+/// A session's first message is where what is new gets said: with `opener_weight` it ranks
+/// above the same words said later in another session.
+#[test]
+fn a_session_opener_gains_the_opener_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let a = session("ann", "a");
+    say(&store, &a, Message::user("hello there"), 0);
+    let later = say(&store, &a, Message::user("we adopted a puppy"), 0);
+    let opener = say(
+        &store,
+        &session("ann", "b"),
+        Message::user("we adopted a puppy"),
+        0,
+    );
+    let request = SearchRequest::new("puppy", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    let plain = with(IndexConfig::plain(), &dir.path().join("plain.db"));
+    plain.catch_up(&store).unwrap();
+    assert_eq!(
+        ids(&plain, &request),
+        [later.0, opener.0],
+        "a tie: older first"
+    );
+    let boosted = with(
+        IndexConfig {
+            opener_weight: 0.1,
+            ..IndexConfig::plain()
+        },
+        &dir.path().join("boosted.db"),
+    );
+    boosted.catch_up(&store).unwrap();
+    let hits = boosted.search(&request).unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.id.0).collect::<Vec<_>>(),
+        [opener.0, later.0]
+    );
+    assert!((hits[0].score - hits[1].score - 0.1).abs() < 1e-6);
+}
+
 #[test]
 fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
     let dir = tempfile::tempdir().unwrap();

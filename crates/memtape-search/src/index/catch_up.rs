@@ -430,6 +430,7 @@ impl Index {
         let mut fts_stmt = tx.prepare_cached(
             "INSERT INTO fts (rowid, text, context, cjk) VALUES (?1, ?2, ?3, ?4)",
         )?;
+        let mut size_stmt = tx.prepare_cached("SELECT sz FROM fts_docsize WHERE id = ?1")?;
         for (i, doc) in docs.iter().enumerate() {
             let known = base
                 .scope_rows
@@ -471,12 +472,14 @@ impl Index {
                 event.map(|p| p.end.timestamp_millis())
             ])?;
             fts_stmt.execute(params![id, doc.text, doc.context, cjk_bigrams(&doc.text)])?;
+            let tokens: Vec<u8> = size_stmt.query_row([id], |r| r.get(0))?;
             let meta = DocMeta {
                 scope: scope_row,
                 kind: doc.kind,
                 role: doc.role,
                 at: doc.at,
                 speaker: None,
+                tokens: super::bm25::field_tokens(&tokens),
             };
             out.docs.push(AddedDoc {
                 id: doc.id,

@@ -34,7 +34,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 /// length for every match, and mapped pages skip SQLite's page cache and a copy per read.
 pub(crate) const MMAP_SIZE: i64 = 1 << 30;
 
-const SCHEMA: &str = "
+pub(super) const SCHEMA: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE scopes (
     id INTEGER PRIMARY KEY,
@@ -300,7 +300,9 @@ pub(crate) fn load_after(
             .push(scope.map_err(|e| bad(path, e.to_string()))?);
     }
     let mut stmt = conn.prepare_cached(
-        "SELECT id, scope, kind, role, at, vec, speaker, event_start, event_end FROM docs WHERE id > ?1 AND id <= ?2 ORDER BY id",
+        "SELECT docs.id, scope, kind, role, at, vec, speaker, event_start, event_end, sz
+         FROM docs LEFT JOIN fts_docsize ON fts_docsize.id = docs.id
+         WHERE docs.id > ?1 AND docs.id <= ?2 ORDER BY docs.id",
     )?;
     let mut rows = stmt.query([docs.covered.0 as i64, covered.0 as i64])?;
     let dim = docs.vectors.dim();
@@ -321,6 +323,11 @@ pub(crate) fn load_after(
                 .map_err(|e: memtape_core::Error| bad(path, e.to_string()))?,
             at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
             speaker: None,
+            tokens: super::bm25::field_tokens(
+                r.get::<_, Option<Vec<u8>>>(9)?
+                    .as_deref()
+                    .unwrap_or_default(),
+            ),
         };
         if meta.scope as usize >= scope_count {
             return Err(bad(path, format!("document {id} names no known scope")));

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use memtape_core::EntryId;
 use memtape_store::Store;
 
+use super::bm25::{self, Postings};
 use super::{Docs, Index, lock};
 use crate::fusion::{self, List};
-use crate::text::{cjk_query, fts_query, terms};
+use crate::text::terms;
 use crate::when::{self, Period};
 use crate::{Error, Hit, Mode, Result, SearchRequest};
 
@@ -96,31 +97,21 @@ impl Index {
             }
             Ok(vector)
         };
-        let sql = match request.mode {
-            Mode::Vector => None,
-            Mode::Bm25 | Mode::Hybrid => self.bm25_query(&request.text),
-        };
-        let Some((sql, query)) = sql else {
-            before()?;
-            let query_vector = if wants_vector { embed_query()? } else { None };
-            return self.rank(request, query_vector, None);
-        };
         let bm25_then_rank = |query_vector: &dyn Fn() -> Result<Option<Vec<f32>>>| {
             before()?;
-            self.with_reader(|conn| {
-                let mut stmt = conn.prepare_cached(&sql)?;
-                let mut rows = stmt.query([query.as_str()])?;
-                // The first step ranks every match (FTS5 sorts them all): done before the
-                // mirror is read-locked, so a catch-up's commit never waits behind it, and
-                // searches never queue behind that commit.
-                let mut matches = Matches {
-                    read: Vec::new(),
-                    rows: Some(&mut rows),
-                };
-                matches.get(0)?;
-                self.rank(request, query_vector()?, Some(&mut matches))
-            })
+            // The postings are read before the mirror is read-locked, so a catch-up's
+            // commit never waits behind them, and searches never queue behind that commit.
+            let postings = match request.mode {
+                Mode::Vector => None,
+                Mode::Bm25 | Mode::Hybrid => {
+                    self.with_reader(|conn| Postings::read(conn, &request.text))?
+                }
+            };
+            self.rank(request, query_vector()?, postings.as_ref())
         };
+        if request.mode == Mode::Vector {
+            return bm25_then_rank(&embed_query);
+        }
         if !wants_vector {
             return bm25_then_rank(&|| Ok(None));
         }
@@ -153,13 +144,23 @@ impl Index {
         &self,
         request: &SearchRequest,
         query_vector: Option<Vec<f32>>,
-        mut matches: Option<&mut Matches<'_, '_>>,
+        postings: Option<&Postings>,
     ) -> Result<Vec<Hit>> {
         // Every mode looks at the same number of candidates, so the boosts below can lift a
         // document into a short list from below it.
         let depth = self.config.candidates.max(request.limit);
         let floor = self.min_similarity();
         let docs = self.read_docs();
+        let matches = postings.map(|p| {
+            p.scores(
+                &docs,
+                bm25::Params {
+                    k1: self.config.bm25_k1,
+                    b: self.config.bm25_b,
+                    context: self.config.context_weight,
+                },
+            )
+        });
         let scopes = docs.admitted_scopes(&request.filter);
         let allowed = |row: usize| {
             let m = &docs.meta[row];
@@ -198,8 +199,8 @@ impl Index {
         let mut bm25 = List::new();
         let mut vector = List::new();
         for pass in passes {
-            if let Some(matches) = matches.as_deref_mut() {
-                bm25 = fusion::union(bm25, bm25_best(&docs, matches, depth, pass)?);
+            if let Some(matches) = &matches {
+                bm25 = fusion::union(bm25, bm25_best(matches, depth, pass));
             }
             if let Some(q) = &query_vector {
                 let mut found = docs.vectors.search(
@@ -228,6 +229,13 @@ impl Index {
         }
         if self.config.scope_weight > 0.0 {
             hits = by_scope(&docs, hits, self.config.scope_weight);
+        }
+        if self.config.opener_weight > 0.0 {
+            for (row, hit) in hits.iter_mut() {
+                if docs.meta[*row].kind.is_conversational() && docs.neighbours[*row][0].is_none() {
+                    hit.score += self.config.opener_weight;
+                }
+            }
         }
         // The query's words, for the boosts that read them.
         let words = terms(&request.text);
@@ -315,80 +323,17 @@ impl Index {
     pub fn min_similarity(&self) -> f32 {
         self.embedder.as_ref().map_or(0.0, |e| e.min_similarity())
     }
-
-    /// The FTS5 query for `text` (and its parameter), or `None` when it has no words to
-    /// search for.
-    fn bm25_query(&self, text: &str) -> Option<(String, String)> {
-        let words = fts_query(text);
-        let cjk = cjk_query(text).map(|q| format!("cjk : ({q})"));
-        let weight = self.config.context_weight;
-        // A message's own words, and with a context weight the words of the message before
-        // it; CJK runs in their own column.
-        let columns = if weight > 0.0 {
-            "{text context}"
-        } else {
-            "text"
-        };
-        let words = words.map(|q| format!("{columns} : ({q})"));
-        let query = match (words, cjk) {
-            (Some(w), Some(c)) => format!("{w} OR {c}"),
-            (Some(q), None) | (None, Some(q)) => q,
-            (None, None) => return None,
-        };
-        let sql = format!(
-            "SELECT rowid, bm25(fts, 1.0, {weight}, 1.0) AS s FROM fts WHERE fts MATCH ?1 ORDER BY s"
-        );
-        Some((sql, query))
-    }
 }
 
-/// The BM25 matches of a query, best first, read from the statement as far as needed.
-struct Matches<'s, 'c> {
-    /// `(rowid, score)` of the matches read so far.
-    read: Vec<(i64, f64)>,
-    /// The rest, until they run out.
-    rows: Option<&'s mut rusqlite::Rows<'c>>,
-}
-
-impl Matches<'_, '_> {
-    /// The `i`th best match, if there are that many.
-    fn get(&mut self, i: usize) -> Result<Option<(i64, f64)>> {
-        while self.read.len() <= i {
-            let Some(rows) = self.rows.as_mut() else {
-                return Ok(None);
-            };
-            match rows.next()? {
-                Some(r) => self.read.push((r.get(0)?, r.get(1)?)),
-                None => self.rows = None,
-            }
-        }
-        Ok(Some(self.read[i]))
-    }
-}
-
-/// The best `depth` BM25 matches that pass `allowed`, as `(row, score)` with higher scores
-/// better.
-fn bm25_best(
-    docs: &Docs,
-    matches: &mut Matches<'_, '_>,
-    depth: usize,
-    allowed: &impl Fn(usize) -> bool,
-) -> Result<List> {
-    let mut out = List::new();
-    let mut i = 0;
-    while out.len() < depth {
-        let Some((id, score)) = matches.get(i)? else {
-            break;
-        };
-        i += 1;
-        // A document committed after the mirror was last updated is skipped.
-        if let Some(row) = docs.row_of(id as u64)
-            && allowed(row)
-        {
-            out.push((row, -score as f32));
-        }
-    }
-    Ok(out)
+/// The best `depth` of the BM25 `matches` (best first) that pass `allowed`, as `(row,
+/// score)`.
+fn bm25_best(matches: &[(usize, f32)], depth: usize, allowed: &impl Fn(usize) -> bool) -> List {
+    matches
+        .iter()
+        .filter(|(row, _)| allowed(*row))
+        .take(depth)
+        .copied()
+        .collect()
 }
 
 /// The time of the newest conversational document in the scopes a search admits (no
