@@ -160,8 +160,11 @@ impl Postings {
     }
 }
 
-/// The distinct terms FTS5's tokenizer makes of `text`, in order.
+/// The distinct terms FTS5's tokenizer makes of `text`, in order. The temporary table is
+/// emptied first too, so a query that failed halfway never breaks the next.
 fn stems(conn: &Connection, text: &str) -> Result<Vec<String>> {
+    conn.prepare_cached("DELETE FROM temp.query_text")?
+        .execute([])?;
     conn.prepare_cached("INSERT INTO temp.query_text (rowid, text) VALUES (1, ?1)")?
         .execute([text])?;
     let terms = conn
@@ -236,7 +239,14 @@ mod tests {
             stems(&conn, "Running runs São Paulo running").unwrap(),
             ["run", "sao", "paulo"]
         );
-        // The temporary table is left empty for the next query.
+        // The temporary table is left empty for the next query, and a leftover row (a
+        // query that failed halfway) does not stop it.
         assert_eq!(stems(&conn, "dogs").unwrap(), ["dog"]);
+        conn.execute(
+            "INSERT INTO temp.query_text (rowid, text) VALUES (1, 'cats')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(stems(&conn, "birds").unwrap(), ["bird"]);
     }
 }
