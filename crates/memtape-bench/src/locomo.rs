@@ -664,6 +664,7 @@ pub(crate) fn settings(config: &Config, conversations: usize) -> Value {
         "when_weight": config.index.when_weight,
         "update_weight": config.index.update_weight,
         "opener_weight": config.index.opener_weight,
+        "neighbour_length": config.index.neighbour_length,
         "document": "one turn: \"{speaker}: {text}\" (+ image caption), timestamped with its session date; each LoCoMo session a memtape session, the conversation a user",
         "conversations": conversations,
     })

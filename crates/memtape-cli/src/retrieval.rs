@@ -182,6 +182,11 @@ pub struct Tuning {
     /// How much a message that opens its session gains (0 to 10).
     #[arg(long, value_parser = weight)]
     opener_weight: Option<f32>,
+    /// How much a message's length limits what it gains from a shorter neighbour: the
+    /// neighbour's share times (its length / the message's)^this (0 = not at all, up to
+    /// 10).
+    #[arg(long, value_parser = weight)]
+    neighbour_length: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
     #[arg(long, value_parser = count)]
     exact_limit: Option<usize>,
@@ -209,6 +214,7 @@ impl Tuning {
             "when-weight" => self.when_weight = Some(weight(value)?),
             "update-weight" => self.update_weight = Some(weight(value)?),
             "opener-weight" => self.opener_weight = Some(weight(value)?),
+            "neighbour-length" => self.neighbour_length = Some(weight(value)?),
             "fusion" => {
                 self.fusion = Some(match value {
                     "rrf" => FusionArg::Rrf,
@@ -221,7 +227,7 @@ impl Tuning {
             }
             _ => {
                 return Err(format!(
-                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, fusion)"
+                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, neighbour-length, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, fusion)"
                 ));
             }
         }
@@ -280,6 +286,7 @@ impl Tuning {
             when_weight: self.when_weight.unwrap_or(base.when_weight),
             update_weight: self.update_weight.unwrap_or(base.update_weight),
             opener_weight: self.opener_weight.unwrap_or(base.opener_weight),
+            neighbour_length: self.neighbour_length.unwrap_or(base.neighbour_length),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
         }

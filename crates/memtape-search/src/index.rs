@@ -89,17 +89,23 @@ pub struct IndexConfig {
     /// How much a message that opens its scope (a session's first message) gains (0 =
     /// off): a conversation's opening turn is where what is new gets said.
     pub opener_weight: f32,
+    /// How much a message's length limits what it gains from a shorter neighbour (0 =
+    /// not at all): a neighbour's share is scaled by (its length / the message's
+    /// length)^this, at most 1. A long answer after a short turn that matches is mostly
+    /// about other things; a short reply to it is about little else.
+    pub neighbour_length: f32,
 }
 
 impl Default for IndexConfig {
     /// The best settings measured on both development files, LoCoMo dev and BEAM-100K
-    /// (docs/benchmarks.md): weighted fusion with BM25 and vectors weighed alike, BM25F
+    /// (docs/benchmarks.md): adaptive fusion (BM25 at 0.6 before each list's weight is
+    /// scaled by how decisive it is for the query), BM25F
     /// with the textbook k1 and b and the previous message as a context field, neighbour
-    /// spreading, a boost for hits in strongly matching sessions and for session openers,
+    /// spreading that a long message gains less from, a boost for hits in strongly matching sessions and for session openers,
     /// and time- and speaker-aware ranking.
     fn default() -> Self {
         IndexConfig {
-            fusion: Fusion::Weighted { bm25_weight: 0.5 },
+            fusion: Fusion::Adaptive { bm25_weight: 0.6 },
             candidates: 100,
             exact_limit: 20_000,
             oversample: 100,
@@ -114,6 +120,7 @@ impl Default for IndexConfig {
             when_weight: 0.1,
             update_weight: 0.0,
             opener_weight: 0.2,
+            neighbour_length: 0.5,
         }
     }
 }
@@ -136,6 +143,7 @@ impl IndexConfig {
             when_weight: 0.0,
             update_weight: 0.0,
             opener_weight: 0.0,
+            neighbour_length: 0.0,
             ..IndexConfig::default()
         }
     }

@@ -527,6 +527,56 @@ fn a_session_opener_gains_the_opener_weight() {
     assert!((hits[0].score - hits[1].score - 0.1).abs() < 1e-6);
 }
 
+/// A long answer after a short turn that matches gains less from it than a short reply
+/// does: with `neighbour_length` 0.5 a neighbour's share is scaled by the square root of
+/// how much shorter it is than the message it flows to (never above 1). Without it, both
+/// replies gain alike.
+#[test]
+fn a_long_reply_gains_less_from_a_short_match_than_a_short_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let a = session("ann", "a");
+    say(&store, &a, Message::user("we adopted a puppy"), 0);
+    // 64 words, none of them the query's: 16 times the four words before it.
+    let long = say(
+        &store,
+        &a,
+        Message::assistant("here is a list of things to buy ".repeat(8)),
+        0,
+    );
+    let b = session("ann", "b");
+    say(&store, &b, Message::user("we adopted a puppy"), 0);
+    let short = say(&store, &b, Message::assistant("how lovely"), 0);
+    let request = SearchRequest::new("puppy", SearchFilter::tenant("acme")).mode(Mode::Bm25);
+    let score = |index: &Index, id: EntryId| {
+        index
+            .search(&request)
+            .unwrap()
+            .iter()
+            .find(|h| h.id == id)
+            .map(|h| h.score)
+            .expect("the reply is a hit through its neighbour")
+    };
+    let spread = IndexConfig {
+        neighbour_weight: 0.2,
+        ..IndexConfig::plain()
+    };
+    let alike = with(spread, &dir.path().join("alike.db"));
+    alike.catch_up(&store).unwrap();
+    assert!((score(&alike, long) - score(&alike, short)).abs() < 1e-6);
+    let by_length = with(
+        IndexConfig {
+            neighbour_length: 0.5,
+            ..spread
+        },
+        &dir.path().join("by_length.db"),
+    );
+    by_length.catch_up(&store).unwrap();
+    assert!((score(&by_length, short) - score(&alike, short)).abs() < 1e-6);
+    let ratio = score(&by_length, long) / score(&by_length, short);
+    assert!((ratio - 0.25).abs() < 1e-3, "sqrt(4 / 64), not {ratio}");
+}
+
 #[test]
 fn indexing_in_pieces_and_rebuilding_give_the_same_index() {
     let dir = tempfile::tempdir().unwrap();

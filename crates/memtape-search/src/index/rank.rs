@@ -225,7 +225,13 @@ impl Index {
             Mode::Hybrid => fusion::fuse(&bm25, &vector, self.config.fusion, floor),
         };
         if self.config.neighbour_weight > 0.0 {
-            hits = spread(&docs, hits, self.config.neighbour_weight, &allowed);
+            hits = spread(
+                &docs,
+                hits,
+                self.config.neighbour_weight,
+                self.config.neighbour_length,
+                &allowed,
+            );
         }
         if self.config.scope_weight > 0.0 {
             hits = by_scope(&docs, hits, self.config.scope_weight);
@@ -469,13 +475,17 @@ fn by_scope(docs: &Docs, mut hits: Vec<(usize, Hit)>, weight: f32) -> Vec<(usize
 }
 
 /// Lets each hit pass `weight` of its score to the conversational entries just before
-/// and after it (which become candidates if they pass the filter).
+/// and after it (which become candidates if they pass the filter). What flows to a message
+/// longer than the hit is scaled by (hit's length / message's length)^`by_length`: a long
+/// answer gains little from the short turn before it that matched.
 fn spread(
     docs: &Docs,
     hits: Vec<(usize, Hit)>,
     weight: f32,
+    by_length: f32,
     allowed: &impl Fn(usize) -> bool,
 ) -> Vec<(usize, Hit)> {
+    let length = |row: usize| docs.meta[row].tokens[0].max(1) as f32;
     let base: HashMap<usize, f32> = hits.iter().map(|(r, h)| (*r, h.score)).collect();
     let near = |row: usize| {
         docs.neighbours[row]
@@ -495,7 +505,16 @@ fn spread(
         }
     }
     for (row, hit) in all.iter_mut() {
-        let from_neighbours: f32 = near(*row).filter_map(|n| base.get(&n)).sum();
+        let from_neighbours: f32 = near(*row)
+            .filter_map(|n| {
+                let share = if by_length > 0.0 {
+                    (length(n) / length(*row)).min(1.0).powf(by_length)
+                } else {
+                    1.0
+                };
+                base.get(&n).map(|s| s * share)
+            })
+            .sum();
         hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
     }
     all.into_iter().collect()
