@@ -99,10 +99,10 @@ pub struct IndexConfig {
 impl Default for IndexConfig {
     /// The best settings measured on both development files, LoCoMo dev and BEAM-100K
     /// (docs/benchmarks.md): adaptive fusion (BM25 at 0.6 before each list's weight is
-    /// scaled by how decisive it is for the query), BM25F
-    /// with the textbook k1 and b and the previous message as a context field, neighbour
-    /// spreading that a long message gains less from, a boost for hits in strongly matching sessions and for session openers,
-    /// and time- and speaker-aware ranking.
+    /// scaled by how decisive it is for the query), BM25F with the textbook k1 and b and
+    /// the previous message as a context field, neighbour spreading that a long message
+    /// gains less from, a boost for hits in strongly matching sessions and for session
+    /// openers, and time- and speaker-aware ranking.
     fn default() -> Self {
         IndexConfig {
             fusion: Fusion::Adaptive { bm25_weight: 0.6 },
