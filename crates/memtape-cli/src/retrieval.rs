@@ -131,8 +131,8 @@ fn count(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Retrieval settings. Unset flags take the library's defaults, the best measured on the
-/// LoCoMo dev file (see docs/benchmarks.md).
+/// Retrieval settings. Unset flags take the library's defaults, the best measured on both
+/// development files, LoCoMo dev and BEAM-100K (see docs/benchmarks.md).
 #[derive(Args, Clone, Debug, Default)]
 pub struct Tuning {
     /// How hybrid search fuses the BM25 and vector lists.
