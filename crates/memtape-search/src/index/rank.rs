@@ -486,6 +486,8 @@ fn spread(
     allowed: &impl Fn(usize) -> bool,
 ) -> Vec<(usize, Hit)> {
     let length = |row: usize| docs.meta[row].tokens[0].max(1) as f32;
+    // x^0 is 1, so `by_length` 0 passes every score whole.
+    let share = |from: usize, to: usize| (length(from) / length(to)).min(1.0).powf(by_length);
     let base: HashMap<usize, f32> = hits.iter().map(|(r, h)| (*r, h.score)).collect();
     let near = |row: usize| {
         docs.neighbours[row]
@@ -506,14 +508,7 @@ fn spread(
     }
     for (row, hit) in all.iter_mut() {
         let from_neighbours: f32 = near(*row)
-            .filter_map(|n| {
-                let share = if by_length > 0.0 {
-                    (length(n) / length(*row)).min(1.0).powf(by_length)
-                } else {
-                    1.0
-                };
-                base.get(&n).map(|s| s * share)
-            })
+            .filter_map(|n| base.get(&n).map(|s| s * share(n, *row)))
             .sum();
         hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
     }
