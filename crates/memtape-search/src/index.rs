@@ -99,8 +99,8 @@ pub struct IndexConfig {
 impl Default for IndexConfig {
     /// The best settings measured on both development files, LoCoMo dev and BEAM-100K
     /// (docs/benchmarks.md): adaptive fusion (BM25 at 0.6 before each list's weight is
-    /// scaled by how decisive it is for the query), BM25F with the textbook k1 and b and
-    /// the previous message as a context field, neighbour spreading that a long message
+    /// scaled by how decisive it is for the query), BM25F with the textbook k1, a length
+    /// normalisation b of 0.9 and the previous message as a context field, neighbour spreading that a long message
     /// gains less from, a boost for hits in strongly matching sessions and for session
     /// openers, and time- and speaker-aware ranking.
     fn default() -> Self {
@@ -111,7 +111,7 @@ impl Default for IndexConfig {
             oversample: 100,
             context_weight: 0.2,
             bm25_k1: 1.2,
-            bm25_b: 0.75,
+            bm25_b: 0.9,
             embed_context: false,
             neighbour_weight: 0.2,
             scope_weight: 0.2,
@@ -127,8 +127,9 @@ impl Default for IndexConfig {
 
 impl IndexConfig {
     /// Each retriever on its own terms: a document matches only by its own text, with no
-    /// context, neighbours, session or opener boost, and hybrid search is plain reciprocal rank
-    /// fusion. Results are exactly the entries that match.
+    /// context, neighbours, session or opener boost, BM25 has the textbook k1 1.2 and b 0.75,
+    /// and hybrid search is plain reciprocal rank fusion. Results are exactly the entries
+    /// that match.
     pub fn plain() -> Self {
         IndexConfig {
             fusion: Fusion::Rrf {
@@ -144,6 +145,8 @@ impl IndexConfig {
             update_weight: 0.0,
             opener_weight: 0.0,
             neighbour_length: 0.0,
+            bm25_k1: 1.2,
+            bm25_b: 0.75,
             ..IndexConfig::default()
         }
     }
