@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::erasure::{Erasure, TOMBSTONE};
 use crate::events::BuiltinEvent;
 use crate::{Error, Result, Scope};
 
@@ -558,6 +559,12 @@ impl Payload {
                     self.kind()
                 )));
             }
+            if name == TOMBSTONE {
+                return Err(Error::InvalidEntry(format!(
+                    "{} name {TOMBSTONE:?} is what an erasure leaves; no entry may be written with it",
+                    self.kind()
+                )));
+            }
             if name.len() > MAX_PAYLOAD_NAME_BYTES {
                 return Err(Error::InvalidEntry(format!(
                     "{} name of {} bytes is longer than the {MAX_PAYLOAD_NAME_BYTES} bytes a name may have",
@@ -643,12 +650,20 @@ pub struct Entry {
     pub created_at: DateTime<Utc>,
     /// For conversational entries: the message this one follows in its thread.
     pub parent: Option<EntryId>,
+    /// Set when an erasure changed the entry: which one, and whether it left a tombstone
+    /// or redacted a piece of text.
+    pub erased: Option<Erasure>,
 }
 
 impl Entry {
     /// The entry's kind.
     pub fn kind(&self) -> Kind {
         self.payload.kind()
+    }
+
+    /// Whether the entry is a tombstone: an erasure took all its content.
+    pub fn is_tombstone(&self) -> bool {
+        self.erased.is_some_and(|e| e.is_whole())
     }
 
     /// The message, if this entry is one.
@@ -670,6 +685,8 @@ struct RawEntry {
     payload: Value,
     #[serde(default)]
     meta: Meta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    erased: Option<Erasure>,
 }
 
 impl Serialize for Entry {
@@ -682,6 +699,7 @@ impl Serialize for Entry {
             created_at: self.created_at,
             payload: self.payload.to_json(),
             meta: self.meta.clone(),
+            erased: self.erased,
         }
         .serialize(s)
     }
@@ -697,7 +715,10 @@ impl<'de> Deserialize<'de> for Entry {
         }
         let payload =
             Payload::from_json(raw.kind, raw.payload).map_err(serde::de::Error::custom)?;
-        payload.validate().map_err(serde::de::Error::custom)?;
+        // A tombstone is read as the erasure left it; anything else as a new entry is.
+        if !raw.erased.is_some_and(|e| e.is_whole()) {
+            payload.validate().map_err(serde::de::Error::custom)?;
+        }
         Ok(Entry {
             id: raw.id,
             scope: raw.scope,
@@ -705,6 +726,7 @@ impl<'de> Deserialize<'de> for Entry {
             meta: raw.meta,
             created_at: raw.created_at,
             parent: raw.parent,
+            erased: raw.erased,
         })
     }
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::context::Compaction;
+use crate::erasure::Erased;
 use crate::memory::{Change, Op};
 use crate::{EntryId, Error, Event, HistoryView, Payload, Result};
 
@@ -54,6 +55,10 @@ pub const LLM_CALL: &str = "llm.call";
 /// memory's own tape right after the change that dropped it: `data` is a [`Dropped`].
 /// Its text stays searchable, and it can be put back (`memtape memory dropped`).
 pub const MEMORY_DROPPED: &str = "memory.dropped";
+
+/// An erasure's receipt, in the scope it erased (or the caller's, for a user): `data` is an
+/// [`Erased`]. It holds no erased content.
+pub const TAPE_ERASED: &str = "tape.erased";
 
 /// The longest fact line a `memory.dropped` event holds (a line of a memory file).
 pub const DROPPED_TEXT_MAX: usize = 16 * 1024;
@@ -254,6 +259,8 @@ pub enum BuiltinEvent {
     LlmCall(LlmCall),
     /// `memory.dropped`: a fact a rewrite left out.
     Dropped(Dropped),
+    /// `tape.erased`: an erasure's receipt.
+    Erased(Erased),
 }
 
 impl BuiltinEvent {
@@ -279,6 +286,7 @@ impl BuiltinEvent {
             BuiltinEvent::NodeTurn(_) => NODE_TURN,
             BuiltinEvent::LlmCall(_) => LLM_CALL,
             BuiltinEvent::Dropped(_) => MEMORY_DROPPED,
+            BuiltinEvent::Erased(_) => TAPE_ERASED,
         }
     }
 
@@ -294,6 +302,7 @@ impl BuiltinEvent {
             NODE_TURN,
             LLM_CALL,
             MEMORY_DROPPED,
+            TAPE_ERASED,
         ]
         .contains(&name)
     }
@@ -344,6 +353,11 @@ impl BuiltinEvent {
                 dropped.validate()?;
                 BuiltinEvent::Dropped(dropped)
             }
+            TAPE_ERASED => {
+                let erased: Erased = typed(&event.name, data)?;
+                erased.validate()?;
+                BuiltinEvent::Erased(erased)
+            }
             _ => return Ok(None),
         };
         Ok(Some(decoded))
@@ -370,6 +384,7 @@ impl BuiltinEvent {
             BuiltinEvent::NodeTurn(m) => serde_json::to_value(m),
             BuiltinEvent::LlmCall(c) => serde_json::to_value(c),
             BuiltinEvent::Dropped(d) => serde_json::to_value(d),
+            BuiltinEvent::Erased(e) => serde_json::to_value(e),
         };
         Event {
             name: self.name().to_owned(),
@@ -406,6 +421,9 @@ impl BuiltinEvent {
             | BuiltinEvent::NodeTurn(_)
             | BuiltinEvent::LlmCall(_)
             | BuiltinEvent::Dropped(_) => Vec::new(),
+            // Not yet: a receipt's ranges are not renumbered (a renumbered range could take
+            // in entries it never named), so a restore that renumbers refuses receipts.
+            BuiltinEvent::Erased(_) => Vec::new(),
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()

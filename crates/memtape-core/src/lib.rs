@@ -16,6 +16,7 @@ mod as_of;
 pub mod context;
 pub mod dify;
 mod entry;
+pub mod erasure;
 mod error;
 pub mod events;
 pub mod formats;
@@ -34,6 +35,7 @@ pub use entry::{
     Anchor, Content, ContentPart, Entry, EntryId, Event, FileOwner, FileRef, FileSource, FileType,
     FunctionCall, Kind, MAX_PAYLOAD_NAME_BYTES, Message, Meta, NewEntry, Payload, Role, ToolCall,
 };
+pub use erasure::{ErasedHow, Erasure};
 pub use error::Error;
 pub use history::{HistoryLimits, HistoryView, select_history};
 pub use query::{AnchorRange, Filter, Order, TapeQuery};

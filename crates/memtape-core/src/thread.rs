@@ -50,6 +50,7 @@ mod tests {
             meta: Meta::new(),
             created_at: chrono::DateTime::UNIX_EPOCH,
             parent: parent.map(EntryId),
+            erased: None,
         }
     }
 

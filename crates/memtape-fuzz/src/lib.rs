@@ -213,6 +213,7 @@ pub fn markdown_sync(data: &[u8]) {
         meta: Default::default(),
         created_at: now(),
         parent: None,
+        erased: None,
     };
     entry
         .payload

@@ -43,7 +43,9 @@ use memtape_store::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
 use memtape_store::rules::{Transaction, append_in, restore_in};
-use memtape_store::{Claim, Error, Restored, ScopeInfo, Store, StoreLock, Wait};
+use memtape_store::{
+    Claim, EraseOutcome, EraseRequest, Error, Restored, ScopeInfo, Store, StoreLock, Wait,
+};
 use postgres::Row;
 use postgres::types::ToSql;
 use sha2::{Digest, Sha256};
@@ -319,6 +321,8 @@ fn entry_in(scope: &Scope, r: &Row, at: usize) -> Result<Entry> {
         r.get(at + 4),
         r.get(at + 5),
     )
+    // Not yet: PostgreSQL stores no erasure marks (erasure is built on SQLite first;
+    // `erase` and restoring an erased entry are refused here).
 }
 
 impl Transaction for Tx<'_> {
@@ -371,6 +375,12 @@ impl Transaction for Tx<'_> {
 
     /// Queues `entry` (already checked) for insertion and folds it into its scope.
     fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
+        if entry.erased.is_some() {
+            return Err(Error::Unsupported(format!(
+                "entry {} is erased, and erased entries cannot be restored into PostgreSQL yet",
+                entry.id
+            )));
+        }
         let row = EntryRow::encode(entry)?;
         self.rows
             .push((scope_id, row, entry.scope.tenant().to_owned()));
@@ -575,6 +585,14 @@ fn filter_clauses(
 impl Store for PostgresStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         self.write(|tx| append_in(tx, entries))
+    }
+
+    fn erase(&self, _request: &EraseRequest) -> Result<EraseOutcome> {
+        // Not yet: issue 33 builds erasure on SQLite first; PostgreSQL (rewriting rows
+        // past its append-only trigger, and other servers applying receipts) follows.
+        Err(Error::Unsupported(
+            "erasure is not built for PostgreSQL stores yet; it works on SQLite".into(),
+        ))
     }
 
     fn append_then(

@@ -67,6 +67,9 @@ pub enum Error {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// This store cannot do what was asked yet (said where it is not built).
+    #[error("{0}")]
+    Unsupported(String),
     /// The store was opened read-only and cannot take writes.
     #[error("the store at {0} is open read-only: this command cannot write")]
     ReadOnly(String),

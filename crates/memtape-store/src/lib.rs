@@ -16,6 +16,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod erase;
 mod error;
 mod locks;
 mod memory;
@@ -27,6 +28,7 @@ mod sqlite;
 use chrono::{DateTime, Utc};
 use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
 
+pub use erase::{EraseMode, EraseOutcome, EraseRequest, EraseTarget};
 pub use error::Error;
 pub use locks::{StoreLock, Wait, lock_serving, lock_unserved};
 pub use memory::MemoryStore;
@@ -98,6 +100,11 @@ pub trait Store: Send + Sync {
     /// Writes whole entries back (an import of memtape's own format) in one transaction:
     /// with their ids when they all come after the store's last id, else renumbered.
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored>;
+
+    /// Erases what `request` selects, in one transaction with its `tape.erased` receipt
+    /// ([`erase`]): each entry keeps its id, scope, kind, time and parent, and loses its
+    /// content (or the text asked). The only change a store makes to a written entry.
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome>;
 
     /// The entry with `id`, if it exists and belongs to `tenant`.
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>>;
@@ -188,6 +195,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         (**self).restore(entries)
+    }
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
+        (**self).erase(request)
     }
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
         (**self).get(tenant, id)

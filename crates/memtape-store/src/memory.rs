@@ -3,11 +3,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
+use memtape_core::{Entry, EntryId, Erasure, Filter, Kind, NewEntry, Order, Scope};
 
+use crate::erase::{EraseTransaction, Rewrite, erase_in};
 use crate::locks::MemoryLocks;
 use crate::rules::{check_restored, plan_restore, prepare};
-use crate::{Claim, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
+use crate::{
+    Claim, EraseOutcome, EraseRequest, Restored, Result, ScopeInfo, Store, StoreLock, Wait,
+};
 
 /// A store held in memory.
 #[derive(Debug)]
@@ -103,6 +106,60 @@ fn append_to(inner: &mut Inner, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// An erasure inside `inner`: rewrites wait in `pending` until the whole erasure has
+/// succeeded (the receipt included), so a failure leaves every entry as it was.
+struct Erasing<'a> {
+    inner: &'a mut Inner,
+    pending: Vec<(Rewrite, Erasure)>,
+}
+
+impl EraseTransaction for Erasing<'_> {
+    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
+        Ok(self
+            .inner
+            .scopes
+            .keys()
+            .filter(|s| s.tenant() == tenant)
+            .cloned()
+            .collect())
+    }
+
+    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
+        Ok(self
+            .inner
+            .entries
+            .values()
+            .filter(|e| &e.scope == scope)
+            .cloned()
+            .collect())
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn rewrite(&mut self, rewrite: &Rewrite, by: Erasure) -> Result<()> {
+        self.pending.push((rewrite.clone(), by));
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry> {
+        let mut stored = append_to(self.inner, vec![receipt])?;
+        stored.pop().ok_or_else(|| crate::Error::Corrupt {
+            id: 0,
+            why: "an erasure's receipt was not written".into(),
+        })
+    }
+
+    fn last_id(&mut self) -> Result<EntryId> {
+        Ok(self.inner.last_id())
+    }
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -149,6 +206,25 @@ impl Store for MemoryStore {
                 inner.push(entry.clone());
             }
             Ok(Restored { placement, entries })
+        })
+    }
+
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
+        self.data().atomically(|inner| {
+            let mut tx = Erasing {
+                inner,
+                pending: Vec::new(),
+            };
+            let outcome = erase_in(&mut tx, request)?;
+            let Erasing { inner, pending } = tx;
+            for (rewrite, by) in pending {
+                if let Some(entry) = inner.entries.get_mut(&rewrite.id.0) {
+                    entry.payload = rewrite.payload;
+                    entry.meta = rewrite.meta;
+                    entry.erased = Some(by);
+                }
+            }
+            Ok(outcome)
         })
     }
 

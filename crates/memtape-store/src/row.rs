@@ -3,7 +3,7 @@
 //! reads back the same, byte for byte, whichever database holds it.
 
 use chrono::{DateTime, Utc};
-use memtape_core::{Entry, EntryId, Kind, Meta, Payload, Scope};
+use memtape_core::{Entry, EntryId, Erasure, Kind, Meta, Payload, Scope};
 
 use crate::{Error, Result};
 
@@ -89,6 +89,10 @@ pub struct EntryRow {
     pub payload: String,
     /// The metadata as JSON text.
     pub meta: String,
+    /// The erasure that last changed it (its receipt's id), if one did.
+    pub erased_by: Option<i64>,
+    /// How it was erased ([`memtape_core::ErasedHow::as_str`]).
+    pub erased_how: Option<&'static str>,
 }
 
 impl EntryRow {
@@ -108,7 +112,29 @@ impl EntryRow {
             created_at: to_nanos(entry.created_at)?,
             payload,
             meta,
+            erased_by: entry.erased.map(|e| sql_id(e.by)),
+            erased_how: entry.erased.map(|e| e.how.as_str()),
         })
+    }
+}
+
+/// The erasure mark stored as these columns, if any.
+pub fn erasure(id: i64, by: Option<i64>, how: Option<&str>) -> Result<Option<Erasure>> {
+    match (by, how) {
+        (None, None) => Ok(None),
+        (Some(by), Some(how)) => Ok(Some(Erasure {
+            by: unsql(by),
+            how: how
+                .parse()
+                .map_err(|e: memtape_core::Error| Error::Corrupt {
+                    id,
+                    why: e.to_string(),
+                })?,
+        })),
+        _ => Err(Error::Corrupt {
+            id,
+            why: "half an erasure mark".into(),
+        }),
     }
 }
 
@@ -137,6 +163,8 @@ pub fn decode(
         meta,
         created_at: from_nanos(created_at),
         parent: parent.map(unsql),
+        // Set by the store that keeps erasure marks ([`erasure`]).
+        erased: None,
     })
 }
 

@@ -2,7 +2,7 @@
 //! parent linking, the scope projection and the consolidation pointer. Stores supply
 //! lookups; the decisions are made here, once.
 
-use memtape_core::events::{self, BuiltinEvent};
+use memtape_core::events::{self, BuiltinEvent, TAPE_ERASED};
 use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope};
 
 use crate::{Error, Placement, Result, ScopeInfo};
@@ -119,6 +119,7 @@ pub fn prepare(
         meta: new.meta,
         created_at: new.created_at,
         parent,
+        erased: None,
     })
 }
 
@@ -220,6 +221,18 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
     if keep {
         return Ok((entries, Placement::KeptIds));
     }
+    // Not yet: an erasure's receipt names its entries by id ranges, which renumbering could
+    // stretch over entries it never named, so erased entries and receipts keep their ids
+    // or are not restored.
+    if let Some(e) = entries
+        .iter()
+        .find(|e| e.erased.is_some() || e.payload.name() == Some(TAPE_ERASED))
+    {
+        return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+            "entry {} is erased or records an erasure, and such entries are only restored with their own ids (into a store whose last id is below the file's first)",
+            e.id
+        ))));
+    }
     let map: std::collections::HashMap<EntryId, EntryId> = entries
         .iter()
         .enumerate()
@@ -260,7 +273,19 @@ pub fn plan_restore(mut entries: Vec<Entry>, last_id: EntryId) -> Result<(Vec<En
 /// is an earlier message of its scope, a pointer target in its scope. The entry itself is
 /// stored unchanged.
 pub fn check_restored(entry: &Entry, info: &ScopeInfo, lookup: &mut Lookup<'_>) -> Result<()> {
-    entry.payload.validate()?;
+    match entry.erased {
+        // A tombstone is checked as the erasure left it: its structure only.
+        Some(erased) if erased.is_whole() => {}
+        _ => entry.payload.validate()?,
+    }
+    if let Some(erased) = entry.erased
+        && erased.by <= entry.id
+    {
+        return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+            "entry {} is marked erased by {}, which is not a later entry",
+            entry.id, erased.by
+        ))));
+    }
     check_placement(&entry.payload, &entry.scope)?;
     if let Some(p) = entry.parent {
         if !entry.kind().is_conversational() {

@@ -6,21 +6,24 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
+use memtape_core::{Entry, EntryId, Erasure, Filter, Kind, NewEntry, Order, Scope};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 
+use crate::erase::{EraseTransaction, Rewrite, erase_in};
 use crate::locks::{file_lock, lock_dir};
 use crate::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
 };
 use crate::rules::{Transaction, append_in, restore_in};
-use crate::{Claim, Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait};
+use crate::{
+    Claim, EraseOutcome, EraseRequest, Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait,
+};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
@@ -81,6 +84,21 @@ CREATE TABLE request_keys (
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
 CREATE INDEX request_keys_by_time ON request_keys(created_at);
+"#,
+    // Erasure: an entry may have its content replaced (never its id, scope, kind, parent or
+    // time), only inside an erasure's transaction, which fills `erasing` while it rewrites
+    // and empties it before it commits; every other UPDATE still aborts.
+    r#"
+ALTER TABLE entries ADD COLUMN erased_by INTEGER;
+ALTER TABLE entries ADD COLUMN erased_how TEXT;
+CREATE TABLE erasing (only INTEGER PRIMARY KEY CHECK (only = 1));
+DROP TRIGGER entries_append_only_update;
+CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
+    WHEN NOT EXISTS (SELECT 1 FROM erasing)
+      OR NEW.id IS NOT OLD.id OR NEW.scope_id IS NOT OLD.scope_id OR NEW.kind IS NOT OLD.kind
+      OR NEW.parent IS NOT OLD.parent OR NEW.created_at IS NOT OLD.created_at
+      OR NEW.erased_by IS NULL OR NEW.erased_how IS NULL OR NEW.erased_how NOT IN ('whole', 'text')
+    BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only (an erasure only replaces content)'); END;
 "#,
 ];
 
@@ -206,6 +224,35 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Takes what an erasure left in the write-ahead log out of the files: copies the log
+    /// into the database and truncates it to nothing (the freed space in the database's
+    /// pages was zeroed as it was freed: the writer runs with `secure_delete`). A reader in
+    /// this or another process that still holds an older snapshot keeps the log in use;
+    /// this waits up to 10 seconds for it, then says `false`, and the next checkpoint (at
+    /// the latest, the writer's close) finishes the job.
+    fn wipe(&self) -> Result<bool> {
+        let Some(writer) = self.writer.as_ref() else {
+            return Ok(false);
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // (busy, frames in the log, frames copied); busy = 1 when a reader held on.
+            // The writer is taken for each try only, so appends go on between them.
+            let (busy, _, _): (i64, i64, i64) = lock(writer)
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .map_err(|e| diagnose(e.into(), &self.path))?;
+            if busy == 0 {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Runs SQLite's integrity check; `"ok"` when the file is sound.
     pub fn integrity_check(&self) -> Result<String> {
         self.read(|c| Ok(c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?))
@@ -302,7 +349,25 @@ fn read_only_connection(path: &Path, immutable: bool) -> Result<Connection> {
     };
     c.busy_timeout(std::time::Duration::from_secs(10))?;
     plan_once(&c)?;
+    before_erasure(&c)?;
     Ok(c)
+}
+
+/// On a store of a schema before erasure (version 3, read where it cannot be migrated),
+/// a temporary view in this connection's own `temp` schema, which is searched before
+/// `main`, gives `entries` the erasure columns as NULL: such a store has no erased entry.
+fn before_erasure(c: &Connection) -> Result<()> {
+    // A file that is not a database fails here; the identity check names that.
+    let Ok(version) = c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)) else {
+        return Ok(());
+    };
+    if (1..4).contains(&version) {
+        c.execute_batch(
+            "CREATE TEMP VIEW IF NOT EXISTS entries AS
+             SELECT *, NULL AS erased_by, NULL AS erased_how FROM main.entries",
+        )?;
+    }
+    Ok(())
 }
 
 /// Makes SQLite plan each statement once, whatever values are bound to it later.
@@ -391,7 +456,11 @@ fn configure(conn: &Connection, path: &Path) -> Result<()> {
             mode,
         });
     }
-    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    // secure_delete: whatever a write frees (an erased entry's old content) is zeroed, not
+    // left in the file's free space.
+    conn.execute_batch(
+        "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA secure_delete=ON;",
+    )?;
     Ok(())
 }
 
@@ -466,8 +535,8 @@ impl Transaction for Writer<'_> {
         let row = EntryRow::encode(entry)?;
         self.tx
             .prepare_cached(
-                "INSERT INTO entries (id, scope_id, kind, name, parent, created_at, payload, meta)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO entries (id, scope_id, kind, name, parent, created_at, payload, meta, erased_by, erased_how)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?
             .execute(params![
                 row.id,
@@ -478,6 +547,8 @@ impl Transaction for Writer<'_> {
                 row.created_at,
                 row.payload,
                 row.meta,
+                row.erased_by,
+                row.erased_how,
             ])?;
         let (_, info) = self
             .scopes
@@ -488,6 +559,66 @@ impl Transaction for Writer<'_> {
             })?;
         info.apply(entry);
         Ok(())
+    }
+}
+
+impl EraseTransaction for Writer<'_> {
+    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
+        let sql = format!("SELECT {SCOPE_COLUMNS} FROM scopes WHERE tenant = ?1 ORDER BY scope_id");
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([tenant], info_from_row)?;
+        rows.map(|r| Ok(r??.1.scope)).collect()
+    }
+
+    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
+        let (scope_id, _) = Transaction::scope(self, scope)?;
+        let sql = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE scope_id = ?1 ORDER BY id");
+        let mut stmt = self.tx.prepare_cached(&sql)?;
+        let rows = stmt.query_map([scope_id], |r| entry_from_row(scope, r, 0))?;
+        rows.map(|r| r?).collect()
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.tx.execute("INSERT INTO erasing VALUES (1)", [])?;
+        Ok(())
+    }
+
+    fn rewrite(&mut self, rewrite: &Rewrite, by: Erasure) -> Result<()> {
+        let meta = serde_json::to_string(&rewrite.meta).map_err(|e| Error::Corrupt {
+            id: sql_id(rewrite.id),
+            why: e.to_string(),
+        })?;
+        self.tx
+            .prepare_cached(
+                "UPDATE entries SET payload = ?2, meta = ?3, name = ?4, erased_by = ?5, erased_how = ?6
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                sql_id(rewrite.id),
+                rewrite.payload.to_json().to_string(),
+                meta,
+                rewrite.payload.name(),
+                sql_id(by.by),
+                by.how.as_str(),
+            ])?;
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.tx.execute("DELETE FROM erasing", [])?;
+        Ok(())
+    }
+
+    fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry> {
+        let mut stored = append_in(self, vec![receipt])?;
+        stored.pop().ok_or_else(|| Error::Corrupt {
+            id: 0,
+            why: "an erasure's receipt was not written".into(),
+        })
+    }
+
+    fn last_id(&mut self) -> Result<EntryId> {
+        last_id(self.tx)
     }
 }
 
@@ -558,7 +689,7 @@ fn save_scope(conn: &Connection, scope_id: i64, info: &ScopeInfo) -> Result<()> 
     Ok(())
 }
 
-const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta";
+const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta, erased_by, erased_how";
 
 /// [`ENTRY_COLUMNS`] qualified with the `e.` table alias.
 fn prefixed_entry_columns() -> String {
@@ -630,15 +761,22 @@ fn entry_from_row(scope: &Scope, r: &Row<'_>, at: usize) -> rusqlite::Result<Res
     let kind: String = r.get(at + 1)?;
     let payload: String = r.get(at + 4)?;
     let meta: String = r.get(at + 5)?;
+    let id: i64 = r.get(at)?;
+    let how: Option<String> = r.get(at + 7)?;
+    let erased = match crate::row::erasure(id, r.get(at + 6)?, how.as_deref()) {
+        Ok(erased) => erased,
+        Err(e) => return Ok(Err(e)),
+    };
     Ok(decode(
-        r.get(at)?,
+        id,
         scope,
         &kind,
         r.get(at + 2)?,
         r.get(at + 3)?,
         &payload,
         &meta,
-    ))
+    )
+    .map(|entry| Entry { erased, ..entry }))
 }
 
 impl Store for SqliteStore {
@@ -661,6 +799,14 @@ impl Store for SqliteStore {
 
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         self.write(|w| restore_in(w, entries))
+    }
+
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
+        let mut outcome = self.write(|w| erase_in(w, request))?;
+        if outcome.receipt.is_some() {
+            outcome.wiped = self.wipe()?;
+        }
+        Ok(outcome)
     }
 
     fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {

@@ -315,6 +315,7 @@ impl Chain {
             payload: item.payload,
             meta: item.meta,
             created_at: item.created_at,
+            erased: None,
         });
         if conversational {
             self.head = Some(id);

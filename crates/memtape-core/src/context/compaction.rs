@@ -172,6 +172,7 @@ mod tests {
                 meta: Meta::new(),
                 created_at: chrono::DateTime::UNIX_EPOCH,
                 parent: None,
+                erased: None,
             };
             assert_eq!(Compaction::from_entry(&entry).unwrap().unwrap(), c);
             assert_eq!(c.through(), EntryId(9));

@@ -957,6 +957,7 @@ mod tests {
             payload,
             meta: Meta::new(),
             created_at: DateTime::UNIX_EPOCH,
+            erased: None,
         }
     }
 

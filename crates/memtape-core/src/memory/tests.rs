@@ -21,6 +21,7 @@ fn log(changes: &[Change]) -> MemoryLog {
             meta: Meta::new(),
             created_at: at(i as i64),
             parent: None,
+            erased: None,
         })
         .collect();
     MemoryLog::from_entries(&entries).unwrap()
@@ -454,6 +455,7 @@ fn a_log_extended_change_by_change_has_the_view_of_a_full_fold() {
             meta: Meta::new(),
             created_at: at(i as i64),
             parent: None,
+            erased: None,
         };
         grown.extend(std::iter::once(&entry)).unwrap();
         assert_eq!(

@@ -1,0 +1,277 @@
+//! Erasure in a store: what a request selects, how each selected entry is rewritten (a
+//! tombstone, or its text redacted), and the `tape.erased` receipt written in the same
+//! transaction. One plan for every store, so an erasure means the same everywhere.
+
+use chrono::{DateTime, Utc};
+use memtape_core::erasure::{
+    Erased, ErasedHow, Erasure, Selector, check_erase_text, id_ranges, redact_meta,
+};
+use memtape_core::events::{BuiltinEvent, TAPE_ERASED};
+use memtape_core::{Entry, EntryId, Meta, NewEntry, Payload, Scope};
+
+use crate::Result;
+
+/// Which entries an erasure takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EraseTarget {
+    /// Every entry of every scope that `scope` contains (a session and its nodes, an agent's
+    /// user, …): [`Scope::contains`].
+    Within(Scope),
+    /// Every entry of `user` in `tenant`, in every agent: their sessions, nodes and
+    /// memory.
+    User {
+        /// The tenant.
+        tenant: String,
+        /// The user.
+        user: String,
+    },
+    /// These entries, where `within` contains them; ids elsewhere (another tenant's,
+    /// another user's, none at all) are passed over alike.
+    Entries {
+        /// The caller's scope.
+        within: Scope,
+        /// The ids.
+        ids: Vec<EntryId>,
+    },
+}
+
+impl EraseTarget {
+    /// The tenant the target lies in.
+    pub fn tenant(&self) -> &str {
+        match self {
+            EraseTarget::Within(s) | EraseTarget::Entries { within: s, .. } => s.tenant(),
+            EraseTarget::User { tenant, .. } => tenant,
+        }
+    }
+
+    /// Whether entries of `scope` can be selected.
+    pub fn takes_scope(&self, scope: &Scope) -> bool {
+        match self {
+            EraseTarget::Within(s) | EraseTarget::Entries { within: s, .. } => s.contains(scope),
+            EraseTarget::User { tenant, user } => {
+                scope.tenant() == tenant && scope.user() == Some(user.as_str())
+            }
+        }
+    }
+
+    /// Whether the entry with `id` (of a scope [`EraseTarget::takes_scope`] takes) is
+    /// selected.
+    pub fn takes_id(&self, id: EntryId) -> bool {
+        match self {
+            EraseTarget::Entries { ids, .. } => ids.contains(&id),
+            _ => true,
+        }
+    }
+}
+
+/// What an erasure does to what it selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EraseMode {
+    /// Each entry becomes a tombstone.
+    Whole,
+    /// Every occurrence of this text becomes `[erased]`; entries without it are left.
+    Text(String),
+}
+
+/// One erasure, as a store runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EraseRequest {
+    /// What to take.
+    pub target: EraseTarget,
+    /// What to do to it.
+    pub mode: EraseMode,
+    /// Where the receipt goes.
+    pub receipt_scope: Scope,
+    /// What the receipt says was selected.
+    pub selector: Selector,
+    /// Who erases (`cli`, a key's name).
+    pub by: String,
+    /// Why, as the caller says.
+    pub reason: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Count what would be erased and change nothing.
+    pub dry_run: bool,
+}
+
+impl EraseRequest {
+    /// Checks the request: the text (for an erasure by text), the receipt's scope in the
+    /// target's tenant, and the receipt's fields.
+    pub fn validate(&self) -> Result<()> {
+        if let EraseMode::Text(text) = &self.mode {
+            check_erase_text(text)?;
+        }
+        if self.receipt_scope.tenant() != self.target.tenant() {
+            return Err(memtape_core::Error::InvalidEntry(
+                "an erasure's receipt belongs in the tenant it erases".into(),
+            )
+            .into());
+        }
+        self.receipt(0, 0, &[]).payload.validate()?;
+        Ok(())
+    }
+
+    /// The receipt of this erasure, having erased `whole` entries and redacted `text` in
+    /// `ids`.
+    fn receipt(&self, whole: u64, text: u64, ids: &[EntryId]) -> NewEntry {
+        let erased = Erased {
+            by: self.by.clone(),
+            selector: self.selector.clone(),
+            entries: whole,
+            redacted: text,
+            ids: id_ranges(ids),
+            reason: self.reason.clone(),
+        };
+        NewEntry::new(
+            self.receipt_scope.clone(),
+            BuiltinEvent::Erased(erased).to_payload(),
+            self.at,
+        )
+    }
+}
+
+/// What an erasure did (or, in a dry run, would do).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EraseOutcome {
+    /// The receipt as stored (`None` in a dry run).
+    pub receipt: Option<Entry>,
+    /// How many entries became tombstones.
+    pub entries: u64,
+    /// How many had text redacted.
+    pub redacted: u64,
+    /// The entries changed, in id order.
+    pub ids: Vec<EntryId>,
+    /// Whether the old bytes are gone from the store's files too (SQLite: the write-ahead
+    /// log was checkpointed and truncated; `false` while a reader held an old snapshot,
+    /// and the next checkpoint finishes it). Always `true` in memory.
+    pub wiped: bool,
+}
+
+/// One entry's new content.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rewrite {
+    /// The entry.
+    pub id: EntryId,
+    /// Its new payload.
+    pub payload: Payload,
+    /// Its new meta.
+    pub meta: Meta,
+    /// How it was erased.
+    pub how: ErasedHow,
+}
+
+/// What `mode` makes of `entry`, or `None` when it leaves it as it is: tombstones stay
+/// tombstones, receipts are never erased (they are the proof), and an erasure by text
+/// leaves entries without the text.
+pub fn rewrite(entry: &Entry, mode: &EraseMode) -> Option<Rewrite> {
+    if entry.is_tombstone() || entry.payload.name() == Some(TAPE_ERASED) {
+        return None;
+    }
+    match mode {
+        EraseMode::Whole => Some(Rewrite {
+            id: entry.id,
+            payload: entry.payload.tombstone(),
+            meta: Meta::new(),
+            how: ErasedHow::Whole,
+        }),
+        EraseMode::Text(text) => {
+            let payload = entry.payload.redact(text);
+            let meta = redact_meta(&entry.meta, text);
+            if payload.is_none() && meta.is_none() {
+                return None;
+            }
+            let payload = payload.unwrap_or_else(|| entry.payload.clone());
+            // Redacting a name makes a tombstone: the entry is then erased whole.
+            let how = if payload.name() == Some(memtape_core::erasure::TOMBSTONE) {
+                ErasedHow::Whole
+            } else {
+                ErasedHow::Text
+            };
+            Some(Rewrite {
+                id: entry.id,
+                payload,
+                meta: meta.unwrap_or_else(|| entry.meta.clone()),
+                how,
+            })
+        }
+    }
+}
+
+/// The store's side of an erasure: the entries of a scope, and rewriting one.
+pub trait EraseTransaction {
+    /// Every scope of `tenant` with entries.
+    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>>;
+    /// Every entry of `scope`, in id order.
+    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>>;
+    /// Lets rewrites through (SQLite: the guard its trigger checks).
+    fn begin(&mut self) -> Result<()>;
+    /// Writes `rewrite`, marked as erased by `by`.
+    fn rewrite(&mut self, rewrite: &Rewrite, by: Erasure) -> Result<()>;
+    /// Closes the gate [`EraseTransaction::begin`] opened.
+    fn end(&mut self) -> Result<()>;
+    /// Appends the receipt.
+    fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry>;
+    /// The last id given so far.
+    fn last_id(&mut self) -> Result<EntryId>;
+}
+
+/// Runs `request` inside `tx`: selects, rewrites each entry, appends the receipt.
+pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result<EraseOutcome> {
+    request.validate()?;
+    let mut rewrites = Vec::new();
+    for scope in tx.scopes(request.target.tenant())? {
+        if !request.target.takes_scope(&scope) {
+            continue;
+        }
+        for entry in tx.entries(&scope)? {
+            if request.target.takes_id(entry.id) {
+                rewrites.extend(rewrite(&entry, &request.mode));
+            }
+        }
+    }
+    rewrites.sort_by_key(|r| r.id);
+    let whole = rewrites
+        .iter()
+        .filter(|r| r.how == ErasedHow::Whole)
+        .count() as u64;
+    let text = rewrites.len() as u64 - whole;
+    let ids: Vec<EntryId> = rewrites.iter().map(|r| r.id).collect();
+    if request.dry_run {
+        return Ok(EraseOutcome {
+            receipt: None,
+            entries: whole,
+            redacted: text,
+            ids,
+            wiped: true,
+        });
+    }
+    let receipt_id = crate::rules::next_id(tx.last_id()?)?;
+    tx.begin()?;
+    for r in &rewrites {
+        tx.rewrite(
+            r,
+            Erasure {
+                by: receipt_id,
+                how: r.how,
+            },
+        )?;
+    }
+    tx.end()?;
+    let receipt = tx.append_receipt(request.receipt(whole, text, &ids))?;
+    if receipt.id != receipt_id {
+        return Err(crate::Error::Corrupt {
+            id: crate::row::sql_id(receipt.id),
+            why: format!(
+                "an erasure's receipt took id {} instead of {receipt_id}",
+                receipt.id
+            ),
+        });
+    }
+    Ok(EraseOutcome {
+        receipt: Some(receipt),
+        entries: whole,
+        redacted: text,
+        ids,
+        wiped: true,
+    })
+}
