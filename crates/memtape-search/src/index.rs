@@ -564,6 +564,18 @@ impl Index {
             .store(behind, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Copies the index file's write-ahead log into it and truncates the log (a catch-up
+    /// that applies an erasure does this itself): `false` when a reader in another
+    /// process held an older snapshot for two seconds.
+    pub fn truncate_wal(&self) -> Result<bool> {
+        file::truncate_wal(&lock(&self.writer))
+    }
+
+    /// Drops every cached query vector (a query may have held erased text).
+    fn forget_queries(&self) {
+        *lock(&self.query_vectors) = QueryVectors::default();
+    }
+
     fn vectors_behind(&self) -> bool {
         self.embedder.is_some()
             && self

@@ -427,7 +427,7 @@ fn an_index_from_before_the_tape_binding_is_rebuilt_not_refused() {
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
     assert_eq!(
-        version, 6,
-        "rebuilt in the current format (6: vectors of speakers' own words)"
+        version, 7,
+        "rebuilt in the current format (7: rows deletable for erasure)"
     );
 }

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::sync_channel;
 
 use chrono::{DateTime, Utc};
+use memtape_core::events::BuiltinEvent;
 use memtape_core::{Entry, EntryId, Kind, Role, Scope};
 use memtape_store::Store;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
@@ -236,6 +237,8 @@ impl Index {
             let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
             let fresh = file::load(&tx, dim, &self.path)?;
             *self.write_docs() = fresh;
+            // A new build may be an erasure's: no query vector outlives it.
+            self.forget_queries();
         } else if meta.covered > docs.covered || meta.embedded > docs.embedded {
             let mut added = file::load_after(&tx, &docs, &meta, &self.path)?;
             added.filled = file::load_vectors(&tx, &docs, meta.embedded, &self.path)?;
@@ -337,10 +340,12 @@ impl Index {
         // Vectors go in with the text only while none are behind: the documents with
         // vectors stay a prefix of the file's documents.
         let embed = !self.vectors_behind() && meta.embedded >= meta.covered;
+        let mut erased = false;
         if let Some(last) = fresh.last().map(|e| e.id) {
             let batch = self.write_batch(store, &tx, &docs, &pending, fresh, embed)?;
             count = batch.docs.len();
             pending.append(batch);
+            erased = self.apply_erasures(store, &tx, &docs, &pending, fresh, last)?;
             file::set_meta(&tx, "covered", &last.0.to_string())?;
             // Written either way: a file without the key counts everything covered as
             // embedded.
@@ -349,8 +354,96 @@ impl Index {
         }
         drop(docs);
         tx.commit()?;
-        self.write_docs().extend(pending);
+        if erased {
+            // Documents went and came back under their own ids: the mirror is read again
+            // from the file (as every other process does, seeing the new build id), and
+            // no cached query vector outlives the erasure.
+            let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
+            *self.write_docs() = file::load(conn, dim, &self.path)?;
+            self.forget_queries();
+            if !file::truncate_wal(conn)? {
+                tracing::warn!(
+                    "search index {}: a reader held the write-ahead log; erased documents leave it at the next checkpoint",
+                    self.path.display()
+                );
+            }
+        } else {
+            self.write_docs().extend(pending);
+        }
         Ok(Outcome::Done(count))
+    }
+
+    /// Applies the erasures whose receipts (`tape.erased`) are among `entries` to the
+    /// file inside `tx`, before the covered mark passes them: every entry a receipt names
+    /// that the store holds as erased loses its document (its FTS5 row, deleted with
+    /// nothing left in the pages, and its row with the vector); so does the next message
+    /// of its scope, whose context field held its text. Those that still have text (a
+    /// redaction, the next message) are written again as a rebuild would write them,
+    /// under their own ids, and the file gets a new build id so every process reloads.
+    /// A receipt naming entries no erasure changed (a forged one) changes nothing.
+    /// Returns whether anything was applied.
+    fn apply_erasures(
+        &self,
+        store: &dyn Store,
+        tx: &Transaction<'_>,
+        base: &Docs,
+        pending: &Added,
+        entries: &[Entry],
+        last: EntryId,
+    ) -> Result<bool> {
+        let mut affected: std::collections::BTreeMap<EntryId, Entry> = Default::default();
+        let mut any = false;
+        for receipt in entries {
+            let Ok(Some(BuiltinEvent::Erased(erased))) =
+                BuiltinEvent::from_payload(&receipt.payload)
+            else {
+                continue;
+            };
+            any = true;
+            let ids: Vec<EntryId> = erased.each_id().filter(|id| *id < receipt.id).collect();
+            for chunk in ids.chunks(500) {
+                for entry in store.get_many(receipt.scope.tenant(), chunk)? {
+                    if entry.erased.is_none() {
+                        continue;
+                    }
+                    if entry.kind().is_conversational() {
+                        let next = memtape_core::Filter {
+                            after: Some(entry.id),
+                            kinds: Kind::ALL
+                                .into_iter()
+                                .filter(|k| k.is_conversational())
+                                .collect(),
+                            limit: Some(1),
+                            ..Default::default()
+                        };
+                        for n in store.scan(&entry.scope, &next)? {
+                            affected.insert(n.id, n);
+                        }
+                    }
+                    affected.insert(entry.id, entry);
+                }
+            }
+        }
+        if !any {
+            return Ok(false);
+        }
+        let mut docs_stmt = tx.prepare_cached("DELETE FROM docs WHERE id = ?1")?;
+        let mut fts_stmt = tx.prepare_cached("DELETE FROM fts WHERE rowid = ?1")?;
+        for id in affected.keys() {
+            docs_stmt.execute([id.0 as i64])?;
+            fts_stmt.execute([id.0 as i64])?;
+        }
+        // What comes after this batch is indexed from the store as it is now.
+        let again: Vec<Entry> = affected.into_values().filter(|e| e.id <= last).collect();
+        let embed = self.embedder.is_some();
+        self.write_batch(store, tx, base, pending, &again, embed)?;
+        // FTS5's secure-delete takes a deleted row's terms out of its doclists but can
+        // leave their bytes in the leaf that held them; merging every segment into one
+        // writes every leaf anew (and `secure_delete` zeroes the pages it frees). Its cost
+        // grows with the index, measured in docs/benchmarks.md; erasures are rare.
+        tx.execute("INSERT INTO fts (fts) VALUES ('optimize')", [])?;
+        file::new_build(tx)?;
+        Ok(true)
     }
 
     /// Reads the whole tape into the file in one transaction, replacing its contents, and

@@ -25,8 +25,10 @@ const APPLICATION_ID: i64 = 0x6d74_6169;
 /// The index file format; a file of another version is rebuilt, never guessed at.
 /// Version 3 added the tape binding, the build id and the CJK column; version 5 the
 /// speaker of each message and the period its dates name; version 6 embeds a message's
-/// own words without its speaker's name.
-pub(crate) const FORMAT_VERSION: i64 = 6;
+/// own words without its speaker's name; version 7 lets rows be deleted from the
+/// contentless FTS5 table (`contentless_delete`) with nothing of them left in its pages
+/// (`secure-delete`), for erasure.
+pub(crate) const FORMAT_VERSION: i64 = 7;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -52,8 +54,10 @@ CREATE TABLE docs (
     event_end INTEGER
 );
 CREATE VIRTUAL TABLE fts USING fts5 (
-    text, context, cjk, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+    text, context, cjk, content = '', contentless_delete = 1,
+    tokenize = 'porter unicode61 remove_diacritics 2'
 );
+INSERT INTO fts (fts, rank) VALUES ('secure-delete', 1);
 ";
 
 /// What the meta table says.
@@ -183,6 +187,8 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
     }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // What a write frees (an erased document's rows) is zeroed, not left in free space.
+    conn.pragma_update(None, "secure_delete", "ON")?;
     if tables == 0 {
         // Schema, identity and first marks in one transaction: a crash leaves either an
         // empty file or a complete index. Another process may create it first.
@@ -204,6 +210,23 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
         Ok(_) => Ok(Open::Ready(conn)),
         Err(e) if is_corrupt(&e) => Ok(Open::Recreate(format!("unreadable ({e})"))),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Copies the write-ahead log into the file and truncates it to nothing, so what a write
+/// replaced (an erased document) is left in neither; waits up to two seconds for readers
+/// holding an older snapshot, then says `false` (the next checkpoint finishes it).
+pub(crate) fn truncate_wal(conn: &Connection) -> Result<bool> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+        if busy == 0 {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -1,0 +1,229 @@
+//! Erasure reaches the search index: an erased entry's document goes (its FTS5 row, its
+//! vector, the next message's context that held its text), a redacted one comes back with
+//! what is left, another process's mirror reloads, a forged receipt does nothing, and the
+//! index's files keep no byte of the erased text.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use memtape_core::erasure::{Erased, Selector};
+use memtape_core::events::BuiltinEvent;
+use memtape_core::{EntryId, Message, NewEntry, Payload, Scope};
+use memtape_search::{EmbedError, Embedder, Index, IndexConfig, Mode, SearchFilter, SearchRequest};
+use memtape_store::{EraseMode, EraseRequest, EraseTarget, SqliteStore, Store};
+
+const SECRET: &str = "4111-1111-ZOË";
+
+/// Words hashed into 64 buckets: texts sharing words are close.
+struct Buckets;
+
+impl Embedder for Buckets {
+    fn id(&self) -> &str {
+        "test-buckets-64"
+    }
+    fn dim(&self) -> usize {
+        64
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 64];
+                for w in memtape_search::text::terms(t) {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                v.iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+}
+
+fn t(days: i64) -> DateTime<Utc> {
+    DateTime::UNIX_EPOCH + Duration::days(20_000 + days)
+}
+
+fn session(user: &str) -> Scope {
+    Scope::agent("acme", "bot")
+        .unwrap()
+        .with_user(user)
+        .unwrap()
+        .with_session("s1")
+        .unwrap()
+}
+
+fn say(store: &SqliteStore, scope: &Scope, m: Message) -> EntryId {
+    store
+        .append(vec![NewEntry::new(
+            scope.clone(),
+            Payload::Message(m),
+            t(0),
+        )])
+        .unwrap()[0]
+        .id
+}
+
+fn open(path: &Path) -> Index {
+    Index::open(path, Some(Arc::new(Buckets)), IndexConfig::default()).unwrap()
+}
+
+fn found(index: &Index, text: &str, mode: Mode) -> Vec<u64> {
+    let mut ids: Vec<u64> = index
+        .search(&SearchRequest::new(text, SearchFilter::tenant("acme")).mode(mode))
+        .unwrap()
+        .iter()
+        .map(|h| h.id.0)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn erase(store: &SqliteStore, target: EraseTarget, mode: EraseMode, receipt: Scope) {
+    store
+        .erase(&EraseRequest {
+            target,
+            mode,
+            receipt_scope: receipt,
+            selector: Selector::Text,
+            by: "cli".into(),
+            reason: String::new(),
+            at: t(1),
+            dry_run: false,
+        })
+        .unwrap();
+}
+
+/// Which files under `dir` hold any of `needles`.
+fn holding(dir: &Path, needles: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for n in needles {
+            if let Some(at) = bytes.windows(n.len()).position(|w| w == n.as_bytes()) {
+                out.push(format!("{} holds {n:?} at byte {at}", path.display()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+    let index_path = dir.path().join("index.db");
+    let (ann, bob) = (session("ann"), session("bob"));
+    let card = say(
+        &store,
+        &ann,
+        Message::user(format!("my card is {SECRET} xylophone")),
+    );
+    let reply = say(&store, &ann, Message::assistant("noted quokka"));
+    let bobs = say(
+        &store,
+        &bob,
+        Message::user(format!("bob pays with {SECRET} marimba")),
+    );
+    let later = say(&store, &ann, Message::user("violin lessons on tuesday"));
+    let index = open(&index_path);
+    // Another process's index on the same file, with its own mirror.
+    let other = open(&index_path);
+    index.catch_up(&store).unwrap();
+    other.catch_up(&store).unwrap();
+    let before = found(&index, "4111 xylophone", Mode::Bm25);
+    assert!(
+        before.contains(&card.0) && before.contains(&bobs.0),
+        "{before:?}"
+    );
+    assert!(found(&other, "quokka", Mode::Vector).contains(&reply.0));
+    // The later message holds the reply's words in its context field.
+    assert!(found(&index, "quokka", Mode::Bm25).contains(&later.0));
+    // The index holds the words (stemmed: "xylophon").
+    assert!(!holding(dir.path(), &["xylophon"]).is_empty());
+
+    // A forged receipt naming bob's message (which no erasure touched) changes nothing.
+    let forged = Erased {
+        by: "cli".into(),
+        selector: Selector::Entries,
+        entries: 1,
+        redacted: 0,
+        ids: vec![(bobs, bobs)],
+        reason: String::new(),
+    };
+    store
+        .append(vec![NewEntry::new(
+            bob.clone(),
+            BuiltinEvent::Erased(forged).to_payload(),
+            t(1),
+        )])
+        .unwrap();
+    index.catch_up(&store).unwrap();
+    assert!(found(&index, "marimba", Mode::Bm25).contains(&bobs.0));
+
+    // Ann's two messages erased whole: they go, and so does the later message's context
+    // (it followed the reply, whose text it held); the later message stays.
+    erase(
+        &store,
+        EraseTarget::Entries {
+            within: ann.clone(),
+            ids: vec![card, reply],
+        },
+        EraseMode::Whole,
+        ann.clone(),
+    );
+    index.catch_up(&store).unwrap();
+    let after = found(&index, "4111 xylophone", Mode::Bm25);
+    assert!(after.contains(&bobs.0), "{after:?}");
+    assert!(
+        !after.contains(&card.0) && !after.contains(&reply.0),
+        "{after:?}"
+    );
+    assert_eq!(found(&index, "quokka", Mode::Bm25), Vec::<u64>::new());
+    for mode in [Mode::Vector, Mode::Hybrid] {
+        let got = found(&index, "my card xylophone noted quokka", mode);
+        assert!(!got.contains(&card.0) && !got.contains(&reply.0), "{got:?}");
+    }
+    // The other process sees the new build and reloads: ann's vectors are gone there too.
+    other.catch_up(&store).unwrap();
+    let got = found(&other, "noted quokka", Mode::Vector);
+    assert!(!got.contains(&reply.0) && !got.contains(&card.0), "{got:?}");
+    assert!(found(&index, "violin", Mode::Bm25).contains(&later.0));
+
+    // Bob's card number redacted: the rest of his message is still found.
+    erase(
+        &store,
+        EraseTarget::Within(bob.clone()),
+        EraseMode::Text(SECRET.into()),
+        bob.clone(),
+    );
+    index.catch_up(&store).unwrap();
+    assert_eq!(found(&index, "4111", Mode::Bm25), Vec::<u64>::new());
+    assert!(found(&index, "marimba", Mode::Bm25).contains(&bobs.0));
+
+    // No byte of what was erased is left in the index's files.
+    index.truncate_wal().unwrap();
+    let files = holding(
+        dir.path(),
+        &["4111", "xylophon", "quokka", "zoe", "ZO\u{cb}"],
+    );
+    assert_eq!(files, Vec::<String>::new());
+    // A fresh index over the same tape finds the same.
+    drop((index, other));
+    std::fs::remove_file(&index_path).unwrap();
+    let rebuilt = open(&index_path);
+    rebuilt.catch_up(&store).unwrap();
+    assert!(found(&rebuilt, "marimba", Mode::Bm25).contains(&bobs.0));
+    assert_eq!(
+        found(&rebuilt, "4111 quokka xylophone", Mode::Bm25),
+        Vec::<u64>::new()
+    );
+}
