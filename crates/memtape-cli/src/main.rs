@@ -11,6 +11,7 @@ mod config;
 mod context;
 mod ctx;
 mod dify;
+mod erase;
 mod lifecycle;
 mod mcp;
 mod memory;
@@ -76,6 +77,9 @@ enum Command {
     /// Copy the whole tape between the data directory's SQLite store and PostgreSQL,
     /// every id and byte kept (into an empty store only), and verify the copy.
     Migrate(transfer::MigrateArgs),
+    /// Erase for real: a user, a session, entries or a piece of text, from the tape, the
+    /// search index and the workspace, with a receipt that holds none of it.
+    Erase(erase::EraseArgs),
     /// Start a new conversation in a session (nanobot's /new).
     ///
     /// Archives the session's unconsolidated messages to HISTORY.md (an extractive
@@ -187,6 +191,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Import(a) => transfer::import(&ctx.scope(&a.scope), a, out)?,
         Command::Export(a) => transfer::export(&ctx.scope(&a.scope), a, out)?,
         Command::Migrate(a) => transfer::migrate(&ctx.store(&a.store), a, out)?,
+        Command::Erase(a) => erase::erase(&ctx.scope(&a.scope).models(&a.models), a, out)?,
         Command::New(a) => lifecycle::new_session(&ctx.scope(&a.scope), a, out)?,
         Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,

@@ -133,7 +133,11 @@ pub fn entry_line(e: &Entry) -> String {
         },
         Payload::Event(ev) => format!("{} {}", one_line(&ev.name), one_line(&readable(&ev.data))),
     };
-    format!("#{} {} {}", e.id, e.kind(), body)
+    match e.erased {
+        Some(x) if x.is_whole() => format!("#{} {} [erased by #{}]", e.id, e.kind(), x.by),
+        Some(x) => format!("#{} {} {body} [redacted by #{}]", e.id, e.kind(), x.by),
+        None => format!("#{} {} {}", e.id, e.kind(), body),
+    }
 }
 
 /// A score for people: three decimals, or three significant digits when it is small.
@@ -265,6 +269,9 @@ pub struct EntryOut<'a> {
     created_at: DateTime<Utc>,
     payload: PayloadOut<'a>,
     meta: &'a Map<String, Value>,
+    /// Which erasure changed it, and how (`whole`: a tombstone; `text`: redacted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    erased: Option<memtape::Erasure>,
 }
 
 impl<'a> EntryOut<'a> {
@@ -288,6 +295,7 @@ impl<'a> EntryOut<'a> {
                 },
             },
             meta: &e.meta,
+            erased: e.erased,
         }
     }
 }

@@ -14,6 +14,7 @@ mod context;
 mod dify;
 mod disk;
 mod edges;
+mod erase;
 mod friction;
 mod lifecycle;
 mod mcp;

@@ -587,6 +587,11 @@ impl Store for PostgresStore {
         self.write(|tx| append_in(tx, entries))
     }
 
+    fn last_erasure(&self) -> Result<EntryId> {
+        // Not yet: nothing is erased on PostgreSQL (see `erase`).
+        Ok(EntryId(0))
+    }
+
     fn erase(&self, _request: &EraseRequest) -> Result<EraseOutcome> {
         // Not yet: issue 33 builds erasure on SQLite first; PostgreSQL (rewriting rows
         // past its append-only trigger, and other servers applying receipts) follows.

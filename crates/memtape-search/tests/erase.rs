@@ -159,12 +159,27 @@ fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
         ids: vec![(bobs, bobs)],
         reason: String::new(),
     };
-    store
+    let err = store
         .append(vec![NewEntry::new(
             bob.clone(),
-            BuiltinEvent::Erased(forged).to_payload(),
+            BuiltinEvent::Erased(forged.clone()).to_payload(),
             t(1),
         )])
+        .unwrap_err();
+    assert!(err.to_string().contains("erasure only"), "{err}");
+    // A restore (an import of memtape's own format) can carry one: the index checks the
+    // store and finds nothing erased.
+    let next = EntryId(store.last_id().unwrap().0 + 1);
+    store
+        .restore(vec![memtape_core::Entry {
+            id: next,
+            scope: bob.clone(),
+            payload: BuiltinEvent::Erased(forged).to_payload(),
+            meta: Default::default(),
+            created_at: t(1),
+            parent: None,
+            erased: None,
+        }])
         .unwrap();
     index.catch_up(&store).unwrap();
     assert!(found(&index, "marimba", Mode::Bm25).contains(&bobs.0));

@@ -211,11 +211,18 @@ pub trait EraseTransaction {
     fn end(&mut self) -> Result<()>;
     /// Appends the receipt.
     fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry>;
+    /// Scrubs the idempotency records of `tenant`: an answer's body may quote erased
+    /// content and a fingerprint is a hash of a request that held it, so each record keeps
+    /// its key and status and gets `{"erased": <receipt id>}` as its body and
+    /// `erased:<receipt id>` as its fingerprint. A retry of such a request is then told
+    /// its key was used for another request: it never stores twice.
+    fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()>;
     /// The last id given so far.
     fn last_id(&mut self) -> Result<EntryId>;
 }
 
-/// Runs `request` inside `tx`: selects, rewrites each entry, appends the receipt.
+/// Runs `request` inside `tx`: selects, rewrites each entry, appends the receipt and
+/// scrubs the tenant's idempotency records.
 pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result<EraseOutcome> {
     request.validate()?;
     let mut rewrites = Vec::new();
@@ -258,6 +265,7 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
     }
     tx.end()?;
     let receipt = tx.append_receipt(request.receipt(whole, text, &ids))?;
+    tx.scrub_requests(request.target.tenant(), receipt.id)?;
     if receipt.id != receipt_id {
         return Err(crate::Error::Corrupt {
             id: crate::row::sql_id(receipt.id),

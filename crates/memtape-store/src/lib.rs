@@ -106,6 +106,11 @@ pub trait Store: Send + Sync {
     /// content (or the text asked). The only change a store makes to a written entry.
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome>;
 
+    /// The receipt id of the latest erasure that changed an entry (0 when none did): a
+    /// cache of what it read from the tape (memory logs) compares it to know whether an
+    /// erasure, in this process or another, changed entries it holds.
+    fn last_erasure(&self) -> Result<EntryId>;
+
     /// The entry with `id`, if it exists and belongs to `tenant`.
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>>;
 
@@ -198,6 +203,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
         (**self).erase(request)
+    }
+    fn last_erasure(&self) -> Result<EntryId> {
+        (**self).last_erasure()
     }
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
         (**self).get(tenant, id)

@@ -56,6 +56,8 @@ fn random_tape_id() -> String {
 struct Inner {
     entries: BTreeMap<u64, Entry>,
     scopes: BTreeMap<Scope, ScopeInfo>,
+    /// The receipt of the latest erasure that changed an entry.
+    last_erasure: EntryId,
 }
 
 impl Inner {
@@ -81,6 +83,9 @@ impl Inner {
     }
 
     fn push(&mut self, entry: Entry) {
+        if let Some(erased) = entry.erased {
+            self.last_erasure = self.last_erasure.max(erased.by);
+        }
         self.scopes
             .entry(entry.scope.clone())
             .or_insert_with(|| ScopeInfo::empty(entry.scope.clone()))
@@ -111,6 +116,9 @@ fn append_to(inner: &mut Inner, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
 struct Erasing<'a> {
     inner: &'a mut Inner,
     pending: Vec<(Rewrite, Erasure)>,
+    /// The tenant whose idempotency records are scrubbed once the erasure succeeds, and
+    /// the receipt's id.
+    scrub: Option<(String, EntryId)>,
 }
 
 impl EraseTransaction for Erasing<'_> {
@@ -155,6 +163,11 @@ impl EraseTransaction for Erasing<'_> {
         })
     }
 
+    fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
+        self.scrub = Some((tenant.to_owned(), receipt));
+        Ok(())
+    }
+
     fn last_id(&mut self) -> Result<EntryId> {
         Ok(self.inner.last_id())
     }
@@ -177,6 +190,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        entries.iter().try_for_each(crate::rules::refuse_receipt)?;
         self.data().atomically(|inner| append_to(inner, entries))
     }
 
@@ -185,9 +199,11 @@ impl Store for MemoryStore {
         entries: Vec<NewEntry>,
         then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
     ) -> Result<(Vec<Entry>, Vec<Entry>)> {
+        entries.iter().try_for_each(crate::rules::refuse_receipt)?;
         self.data().atomically(|inner| {
             let stored = append_to(inner, entries)?;
             let derived = then(&stored);
+            derived.iter().try_for_each(crate::rules::refuse_receipt)?;
             let derived = append_to(inner, derived)?;
             Ok((stored, derived))
         })
@@ -210,22 +226,48 @@ impl Store for MemoryStore {
     }
 
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        self.data().atomically(|inner| {
+        let outcome = self.data().atomically(|inner| {
             let mut tx = Erasing {
                 inner,
                 pending: Vec::new(),
+                scrub: None,
             };
             let outcome = erase_in(&mut tx, request)?;
-            let Erasing { inner, pending } = tx;
+            let Erasing {
+                inner,
+                pending,
+                scrub,
+            } = tx;
             for (rewrite, by) in pending {
                 if let Some(entry) = inner.entries.get_mut(&rewrite.id.0) {
                     entry.payload = rewrite.payload;
                     entry.meta = rewrite.meta;
                     entry.erased = Some(by);
+                    inner.last_erasure = inner.last_erasure.max(by.by);
                 }
             }
-            Ok(outcome)
-        })
+            Ok((outcome, scrub))
+        })?;
+        let (outcome, scrub) = outcome;
+        if let Some((tenant, receipt)) = scrub {
+            let mut requests = self
+                .requests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for ((t, _), (fingerprint, _, answer)) in requests.iter_mut() {
+                if *t == tenant {
+                    *fingerprint = format!("erased:{receipt}");
+                    if let Some((_, body)) = answer {
+                        *body = format!("{{\"erased\":{receipt}}}").into_bytes();
+                    }
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn last_erasure(&self) -> Result<EntryId> {
+        Ok(self.data().last_erasure)
     }
 
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {

@@ -322,6 +322,23 @@ pub trait Transaction {
 /// [`crate::Store::append`] inside `tx`: each new entry gets the next id and is prepared
 /// ([`prepare`]) against its scope as the entries before it left it.
 pub fn append_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+    entries.iter().try_for_each(refuse_receipt)?;
+    append_checked_in(tx, entries)
+}
+
+/// Refuses an erasure's receipt (`tape.erased`) as an append: only an erasure writes one,
+/// in the transaction that erases ([`crate::erase`]).
+pub fn refuse_receipt(entry: &NewEntry) -> Result<()> {
+    if entry.payload.name() == Some(TAPE_ERASED) && entry.payload.kind() == Kind::Event {
+        return Err(Error::Invalid(memtape_core::Error::InvalidEntry(format!(
+            "event {TAPE_ERASED} is written by an erasure only"
+        ))));
+    }
+    Ok(())
+}
+
+/// [`append_in`] without refusing receipts: an erasure's own append.
+pub fn append_checked_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
     let mut last = tx.last_id()?;
     let mut out = Vec::with_capacity(entries.len());
     for new in entries {

@@ -91,6 +91,7 @@ CREATE INDEX request_keys_by_time ON request_keys(created_at);
     r#"
 ALTER TABLE entries ADD COLUMN erased_by INTEGER;
 ALTER TABLE entries ADD COLUMN erased_how TEXT;
+CREATE INDEX entries_by_erasure ON entries(erased_by) WHERE erased_by IS NOT NULL;
 CREATE TABLE erasing (only INTEGER PRIMARY KEY CHECK (only = 1));
 DROP TRIGGER entries_append_only_update;
 CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
@@ -610,11 +611,21 @@ impl EraseTransaction for Writer<'_> {
     }
 
     fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry> {
-        let mut stored = append_in(self, vec![receipt])?;
+        let mut stored = crate::rules::append_checked_in(self, vec![receipt])?;
         stored.pop().ok_or_else(|| Error::Corrupt {
             id: 0,
             why: "an erasure's receipt was not written".into(),
         })
+    }
+
+    fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
+        self.tx.execute(
+            "UPDATE request_keys SET fingerprint = 'erased:' || ?2,
+                 body = CASE WHEN status IS NULL THEN NULL ELSE CAST('{\"erased\":' || ?2 || '}' AS BLOB) END
+             WHERE tenant = ?1",
+            params![tenant, sql_id(receipt)],
+        )?;
+        Ok(())
     }
 
     fn last_id(&mut self) -> Result<EntryId> {
@@ -957,6 +968,17 @@ impl Store for SqliteStore {
             let mut stmt = c.prepare_cached(&sql)?;
             let rows = stmt.query_map([tenant], info_from_row)?;
             rows.map(|r| Ok(r??.1)).collect()
+        })
+    }
+
+    fn last_erasure(&self) -> Result<EntryId> {
+        self.read(|c| {
+            let id: Option<i64> = c.query_row(
+                "SELECT max(erased_by) FROM entries WHERE erased_by IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok(unsql(id.unwrap_or(0)))
         })
     }
 

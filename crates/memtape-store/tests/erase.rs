@@ -10,7 +10,7 @@ use memtape_core::events::BuiltinEvent;
 use memtape_core::{
     Entry, EntryId, ErasedHow, Event, Filter, Kind, Message, NewEntry, Payload, Scope, ToolCall,
 };
-use memtape_store::{EraseMode, EraseRequest, EraseTarget, MemoryStore, SqliteStore, Store};
+use memtape_store::{Claim, EraseMode, EraseRequest, EraseTarget, MemoryStore, SqliteStore, Store};
 use serde_json::json;
 
 const SECRET: &str = "4111-1111-ZOË";
@@ -108,6 +108,12 @@ fn a_session_erasure_leaves_tombstones_with_their_structure_and_a_receipt() {
     each_store(|store| {
         let all = fill(store);
         let s1 = session("acme", "ann", "s1");
+        assert_eq!(store.last_erasure().unwrap(), EntryId(0));
+        store.claim_request("acme", "k", "fp", t(0)).unwrap();
+        store
+            .finish_request("acme", "k", 201, SECRET.as_bytes())
+            .unwrap();
+        store.claim_request("zeta", "k", "fp", t(0)).unwrap();
         let out = store
             .erase(&request(
                 EraseTarget::Within(s1.clone()),
@@ -122,6 +128,22 @@ fn a_session_erasure_leaves_tombstones_with_their_structure_and_a_receipt() {
         assert_eq!(out.ids, all[..4].iter().map(|e| e.id).collect::<Vec<_>>());
         let receipt = out.receipt.unwrap();
         assert_eq!(receipt.scope, s1);
+        assert_eq!(store.last_erasure().unwrap(), receipt.id);
+        // The tenant's idempotency records are scrubbed; another tenant's are not.
+        assert_eq!(
+            store.claim_request("acme", "k", "fp", t(1)).unwrap(),
+            Claim::Answered {
+                fingerprint: format!("erased:{}", receipt.id),
+                status: 201,
+                body: format!("{{\"erased\":{}}}", receipt.id).into_bytes(),
+            }
+        );
+        assert_eq!(
+            store.claim_request("zeta", "k", "fp", t(1)).unwrap(),
+            Claim::Running {
+                fingerprint: "fp".into()
+            }
+        );
         let erased = receipt_of(&receipt);
         assert_eq!(erased.ids, vec![(all[0].id, all[3].id)]);
         assert_eq!(erased.reason, "the user asked");
@@ -391,6 +413,22 @@ fn no_byte_of_the_erased_text_is_left_in_the_sqlite_files() {
             Message::user("nothing secret"),
         )])
         .unwrap();
+    // An answered request whose body quotes the text, and one under way.
+    assert_eq!(
+        store
+            .claim_request("acme", "k1", &format!("fp {SECRET}"), t(0))
+            .unwrap(),
+        Claim::Claimed
+    );
+    store
+        .finish_request(
+            "acme",
+            "k1",
+            200,
+            format!("{{\"text\":\"{SECRET}\"}}").as_bytes(),
+        )
+        .unwrap();
+    store.claim_request("acme", "k2", "fp2", t(0)).unwrap();
     assert!(
         !files_holding(dir.path(), SECRET).is_empty(),
         "the text is there to erase"
@@ -410,6 +448,25 @@ fn no_byte_of_the_erased_text_is_left_in_the_sqlite_files() {
         .unwrap();
     assert_eq!(out.entries, 50);
     assert!(out.wiped, "the write-ahead log was truncated");
+    // A retry under either key is told the key belongs to another request: it never
+    // runs again, and nothing of the first answer is left.
+    let receipt = out.receipt.unwrap().id;
+    assert_eq!(
+        store
+            .claim_request("acme", "k1", &format!("fp {SECRET}"), t(1))
+            .unwrap(),
+        Claim::Answered {
+            fingerprint: format!("erased:{receipt}"),
+            status: 200,
+            body: format!("{{\"erased\":{receipt}}}").into_bytes(),
+        }
+    );
+    assert_eq!(
+        store.claim_request("acme", "k2", "fp2", t(1)).unwrap(),
+        Claim::Running {
+            fingerprint: format!("erased:{receipt}")
+        }
+    );
     assert_eq!(files_holding(dir.path(), SECRET), Vec::<String>::new());
     // The store is sound and reads the same after reopening.
     assert_eq!(store.integrity_check().unwrap(), "ok");

@@ -106,7 +106,10 @@ impl<S: Store> Engine<S> {
         let (Some(head), pointer) = self.session_state(session, as_of)? else {
             return Ok(Vec::new());
         };
-        let thread = self.walk(session, head, pointer, limits.max_messages)?;
+        let mut thread = self.walk(session, head, pointer, limits.max_messages)?;
+        // An erased message keeps its place in the thread (its children still follow it)
+        // but nothing of it goes to a model.
+        thread.retain(|e| !e.is_tombstone());
         let messages: Vec<&memtape_core::Message> =
             thread.iter().filter_map(Entry::message).collect();
         let keep = select_history(&messages, limits, self.tokens());
@@ -128,7 +131,8 @@ impl<S: Store> Engine<S> {
             e.meta.get(bub::BUB_META).and_then(|b| b.get("kind")) == Some(&Value::from("message"))
         };
         let wanted = |e: &Entry| {
-            (e.kind() != Kind::System || bub_message(e))
+            !e.is_tombstone()
+                && (e.kind() != Kind::System || bub_message(e))
                 && e.meta.get("context") != Some(&Value::Bool(false))
         };
         // Newest first, a page at a time, until the last `max_messages` are found: only

@@ -21,6 +21,7 @@ mod capture;
 mod consolidate;
 pub mod context;
 pub mod dify;
+mod erase;
 mod error;
 mod hooks;
 mod io;
@@ -45,6 +46,7 @@ pub use consolidate::{
     ConsolidateOptions, Consolidated, MEMORY_WINDOW, SAVE_MEMORY, save_memory_tool,
 };
 pub use dify::{MemoryConfig, MemoryMode, MemoryWindowConfig, RolePrefix, WindowConfig};
+pub use erase::{Erase, EraseOptions};
 pub use hooks::{MemoryWrite, WriteHook};
 pub use io::ImportReport;
 pub use lifecycle::{
@@ -76,9 +78,9 @@ pub use memtape_core::context::{
     Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
 };
 pub use memtape_core::{
-    Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, Event, Filter,
-    HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery,
-    TokenCounter, ToolCall, events,
+    Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, ErasedHow,
+    Erasure, Event, Filter, HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload,
+    Role, Scope, TapeQuery, TokenCounter, ToolCall, erasure, events,
     formats::{Format, parse_time},
     memory, summary, wal,
 };

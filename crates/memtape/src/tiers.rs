@@ -105,6 +105,8 @@ pub fn memory_scope(scope: &Scope) -> Result<Scope> {
 #[derive(Default)]
 pub(crate) struct LogCache {
     slots: Mutex<HashMap<Scope, Arc<Mutex<LogSlot>>>>,
+    /// The store's latest erasure when the logs were last checked against it.
+    erasure: Mutex<EntryId>,
     /// How many times a log was read from its start (the test of the slots counts them).
     #[cfg(test)]
     whole_reads: std::sync::atomic::AtomicUsize,
@@ -131,6 +133,25 @@ impl LogCache {
             slots.clear();
         }
         Arc::clone(slots.entry(scope.clone()).or_default())
+    }
+
+    /// Forgets every log (an erasure changed entries they were read from).
+    pub(crate) fn clear(&self) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Forgets every log when the store's latest erasure is not the one seen last: an
+    /// erasure in this process or another changed entries the logs were read from, and
+    /// a log only ever reads what came after it.
+    fn check_erasures(&self, latest: EntryId) {
+        let mut seen = self.erasure.lock().unwrap_or_else(PoisonError::into_inner);
+        if *seen != latest {
+            self.clear();
+            *seen = latest;
+        }
     }
 
     /// This process has just committed `entries` (memory changes of `scope`) after the
@@ -204,6 +225,7 @@ impl<S: Store> Engine<S> {
             };
             self.store.scan(scope, &filter)
         };
+        self.memory_logs.check_erasures(self.store.last_erasure()?);
         let slot = self.memory_logs.slot(scope);
         // A panic while the log was extended leaves it as it was: `extend` adds all of a
         // read or nothing.

@@ -1,0 +1,231 @@
+//! `memtape erase` end to end: a secret stored through the CLI's ways in (a message, a
+//! tool call's arguments, a tool result, memory, a hand edit of the workspace) is erased by
+//! text and no file under the data directory holds a byte of it; a dry run changes
+//! nothing; a user erasure takes their sessions, memory and workspace; bad requests are
+//! refused before anything changes.
+
+use std::path::Path;
+
+use crate::common::Run;
+
+const SECRET: &str = "4111-1111-ZOË";
+
+/// Every file under `dir` (recursively) holding `needle` in UTF-8, UTF-16LE or with its
+/// non-ASCII letter as a JSON `\u` escape, or the stem the search index keeps of it.
+fn holding(dir: &Path, needle: &str) -> Vec<String> {
+    let utf16: Vec<u8> = needle.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let escaped = needle.replace('Ë', "\\u00cb");
+    let patterns: Vec<&[u8]> = vec![needle.as_bytes(), &utf16, escaped.as_bytes(), b"4111"];
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&path).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        } else if meta.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            for p in &patterns {
+                if bytes.windows(p.len()).any(|w| w == *p) {
+                    found.push(format!(
+                        "{} holds {:?}",
+                        path.display(),
+                        String::from_utf8_lossy(p)
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn ann(args: &[&str]) -> Vec<String> {
+    let mut all = vec![
+        "--user".to_owned(),
+        "ann".to_owned(),
+        "--model".to_owned(),
+        "none".to_owned(),
+    ];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all
+}
+
+fn ok(r: &Run, args: &[String]) -> String {
+    r.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn an_erased_text_leaves_no_byte_in_any_file_of_the_data_directory() {
+    let r = Run::new();
+    let data = r.dir.path().join("data");
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "user",
+            "--content",
+            &format!("my card is {SECRET}"),
+        ]),
+    );
+    let calls = format!(
+        r#"[{{"id":"c1","type":"function","function":{{"name":"pay","arguments":"{{\"card\":\"{}\"}}"}}}}]"#,
+        SECRET.replace('Ë', "\\\\u00cb")
+    );
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "assistant",
+            "--tool-calls",
+            &calls,
+        ]),
+    );
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "tool",
+            "--tool-call-id",
+            "c1",
+            "--content",
+            &format!("charged {SECRET}"),
+        ]),
+    );
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "assistant",
+            "--content",
+            "paid, thanks",
+        ]),
+    );
+    ok(
+        &r,
+        &ann(&["memory", "save", &format!("Ann's card: {SECRET}\n")]),
+    );
+    ok(&r, &ann(&["sync"]));
+    // A hand edit not yet synced also holds it.
+    let ws = data.join("workspace/default/default/users/ann");
+    let memory = ws.join("MEMORY.md");
+    let edited = format!(
+        "{}\nAnn also said {SECRET} twice\n",
+        std::fs::read_to_string(&memory).unwrap()
+    );
+    std::fs::write(&memory, edited).unwrap();
+    let hits = ok(&r, &ann(&["search", "4111", "--json"]));
+    assert!(hits.contains("4111"), "{hits}");
+    assert!(!holding(&data, SECRET).is_empty());
+
+    // A dry run counts and changes nothing.
+    let before = ok(&r, &ann(&["entries", "s1", "--json"]));
+    let dry: serde_json::Value =
+        serde_json::from_str(&ok(&r, &ann(&["erase", "--dry-run", "text", SECRET]))).unwrap();
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["receipt"], serde_json::Value::Null);
+    assert!(dry["redacted"].as_u64().unwrap() >= 4, "{dry}");
+    assert_eq!(ok(&r, &ann(&["entries", "s1", "--json"])), before);
+
+    // Refused before anything changes: too short, and a model the index was not built with.
+    assert!(
+        r.fails(&["--user", "ann", "--model", "none", "erase", "text", "41"])
+            .contains("shorter than 4")
+    );
+    let err = r.fails(&[
+        "--user",
+        "ann",
+        "--model",
+        "wordllama",
+        "erase",
+        "text",
+        SECRET,
+    ]);
+    assert!(err.contains("none") || err.contains("wordllama"), "{err}");
+    assert_eq!(ok(&r, &ann(&["entries", "s1", "--json"])), before);
+
+    let done: serde_json::Value = serde_json::from_str(&ok(
+        &r,
+        &ann(&["erase", "text", SECRET, "--reason", "GDPR request 17"]),
+    ))
+    .unwrap();
+    assert!(done["receipt"].as_u64().is_some(), "{done}");
+    assert_eq!(done["wiped"], true);
+    // Every file of the data directory: tape, write-ahead logs, index, workspace, locks.
+    assert_eq!(holding(&data, SECRET), Vec::<String>::new());
+    // What is left reads as before, with [erased] where the text was.
+    let history = ok(&r, &ann(&["history", "s1", "--json"]));
+    assert!(history.contains("my card is [erased]"), "{history}");
+    assert!(history.contains("paid, thanks"), "{history}");
+    let file = std::fs::read_to_string(&memory).unwrap();
+    assert!(
+        file.contains("Ann's card: [erased]") && file.contains("Ann also said [erased] twice"),
+        "{file}"
+    );
+    let hits = ok(&r, &ann(&["search", "4111", "--json"]));
+    assert_eq!(hits.trim(), "[]");
+    assert!(ok(&r, &ann(&["search", "paid", "--json"])).contains("paid, thanks"));
+}
+
+#[test]
+fn a_user_erasure_takes_their_sessions_memory_and_workspace_and_nobody_elses() {
+    let r = Run::new();
+    let data = r.dir.path().join("data");
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "user",
+            "--content",
+            "I live at 12 Quokka Lane",
+        ]),
+    );
+    ok(&r, &ann(&["memory", "save", "Ann lives on Quokka Lane\n"]));
+    ok(&r, &ann(&["sync"]));
+    r.ok(&[
+        "--user",
+        "bob",
+        "--model",
+        "none",
+        "append",
+        "s1",
+        "--role",
+        "user",
+        "--content",
+        "Bob likes Quokka Lane too",
+    ]);
+    assert!(
+        r.fails(&["--model", "none", "erase", "user"])
+            .contains("--user")
+    );
+    let out: serde_json::Value = serde_json::from_str(&ok(
+        &r,
+        &ann(&["erase", "user", "--reason", "account closed"]),
+    ))
+    .unwrap();
+    assert_eq!(out["entries"], 2, "{out}");
+    assert!(!data.join("workspace/default/default/users/ann").exists());
+    assert_eq!(ok(&r, &ann(&["history", "s1", "--json"])).trim(), "[]");
+    let memory = ok(&r, &ann(&["memory", "show"]));
+    assert!(memory.contains("0 file(s)"), "{memory}");
+    // Bob keeps his.
+    let bob = r.ok(&[
+        "--user", "bob", "--model", "none", "search", "quokka", "--json",
+    ]);
+    assert!(bob.contains("Bob likes"), "{bob}");
+    assert!(!bob.contains("12 Quokka"), "{bob}");
+    // The entries are still there, as tombstones with their ids and kinds.
+    let entries = ok(&r, &ann(&["entries", "s1", "--json"]));
+    assert!(entries.contains("\"erased\""), "{entries}");
+    assert!(!entries.contains("12 Quokka"), "{entries}");
+}

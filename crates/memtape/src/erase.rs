@@ -1,0 +1,179 @@
+//! Erasure through the engine: what a caller may erase within its scope (a user, a
+//! session, entries, a piece of text), the store's erasure and its receipt, then the
+//! projections brought along: the search index (through the write hooks, which apply the
+//! receipt), the memory logs this process keeps, and the markdown workspaces.
+
+use std::path::Path;
+
+use memtape_core::erasure::Selector;
+use memtape_core::{EntryId, Scope};
+use memtape_store::{EraseMode, EraseOutcome, EraseRequest, EraseTarget, Store};
+
+use crate::workspace::{Prefer, workspace_dir};
+use crate::{Engine, Error, Result};
+
+/// What to erase, within the caller's scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Erase {
+    /// Everything of this user in the tenant, in every agent: sessions, nodes, memory,
+    /// and their workspace folders.
+    User(String),
+    /// One session of the caller's agent (and user, when the caller names one).
+    Session(String),
+    /// These entries, where they lie within the caller's scope; others are passed over
+    /// like ids that do not exist.
+    Entries(Vec<EntryId>),
+    /// Every occurrence of this text in the caller's scope, replaced by `[erased]`.
+    Text(String),
+}
+
+/// Who erases, why, and whether only to count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EraseOptions {
+    /// Who erases: `cli`, or the API key's name.
+    pub by: String,
+    /// Why, as the caller says (kept on the receipt: it must not hold what is erased).
+    pub reason: String,
+    /// Count what would be erased and change nothing.
+    pub dry_run: bool,
+}
+
+impl<S: Store> Engine<S> {
+    /// Erases `what` within `scope` (an agent, or an agent and a user): the store rewrites
+    /// every selected entry (a tombstone, or its text redacted) and appends a `tape.erased`
+    /// receipt in one transaction; the search index applies the receipt before this
+    /// returns (when this engine keeps one); memory read afterwards is read anew.
+    ///
+    /// With `data_dir`, the default markdown workspaces of the memory scopes erased are
+    /// brought along: an erasure by text first records hand edits not yet synced (so a
+    /// secret typed into a file is erased too), then writes the tape's side over the files;
+    /// a user erasure removes the user's workspace folders.
+    pub fn erase(
+        &self,
+        scope: &Scope,
+        what: Erase,
+        options: EraseOptions,
+        data_dir: Option<&Path>,
+    ) -> Result<EraseOutcome> {
+        if scope.session().is_some() {
+            return Err(Error::Config(
+                "erasure takes an agent's scope (and a user), not a session: name the session to erase".into(),
+            ));
+        }
+        let tenant = scope.tenant().to_owned();
+        let (target, mode, receipt_scope, selector) = match what {
+            Erase::User(user) => {
+                if scope.user().is_some_and(|u| u != user) {
+                    return Err(Error::Config(format!(
+                        "erasing user {user:?} from a scope of another user"
+                    )));
+                }
+                (
+                    EraseTarget::User {
+                        tenant,
+                        user: user.clone(),
+                    },
+                    EraseMode::Whole,
+                    scope.agent_scope(),
+                    Selector::User { user },
+                )
+            }
+            Erase::Session(session) => {
+                let within = scope.clone().with_session(session.clone())?;
+                (
+                    EraseTarget::Within(within.clone()),
+                    EraseMode::Whole,
+                    within,
+                    Selector::Session { session },
+                )
+            }
+            Erase::Entries(ids) => (
+                EraseTarget::Entries {
+                    within: scope.clone(),
+                    ids,
+                },
+                EraseMode::Whole,
+                scope.clone(),
+                Selector::Entries,
+            ),
+            Erase::Text(text) => (
+                EraseTarget::Within(scope.clone()),
+                EraseMode::Text(text),
+                scope.clone(),
+                Selector::Text,
+            ),
+        };
+        let request = EraseRequest {
+            target,
+            mode,
+            receipt_scope,
+            selector,
+            by: options.by,
+            reason: options.reason,
+            at: self.now(),
+            dry_run: options.dry_run,
+        };
+        request.validate()?;
+        let workspaces = match data_dir {
+            Some(dir) => self.workspaces_of(&request.target, dir)?,
+            None => Vec::new(),
+        };
+        let user = matches!(request.target, EraseTarget::User { .. });
+        if !user && !request.dry_run {
+            // Hand edits not yet on the tape are recorded first, so the erasure takes them
+            // and the tape's side can then be written over the files.
+            for (memory, dir) in &workspaces {
+                self.sync_workspace(memory, dir, None)?;
+            }
+        }
+        let outcome = self.store.erase(&request)?;
+        let Some(receipt) = &outcome.receipt else {
+            return Ok(outcome);
+        };
+        self.after_write(std::slice::from_ref(receipt));
+        self.memory_logs.clear();
+        for (memory, dir) in &workspaces {
+            if user {
+                // The whole user is gone: so is the folder, sync state and all.
+                remove_workspace(dir)?;
+            } else {
+                self.sync_workspace(memory, dir, Some(Prefer::Tape))?;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The memory scopes `target` takes that have a default workspace on disk, with it.
+    fn workspaces_of(
+        &self,
+        target: &EraseTarget,
+        data_dir: &Path,
+    ) -> Result<Vec<(Scope, std::path::PathBuf)>> {
+        let mut out = Vec::new();
+        for info in self.store.scopes(target.tenant())? {
+            let scope = info.scope;
+            let is_memory = scope.session().is_none() && scope.node().is_none();
+            if !is_memory || !target.takes_scope(&scope) {
+                continue;
+            }
+            let dir = workspace_dir(data_dir, &scope);
+            if dir.exists() {
+                out.push((scope, dir));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Removes a workspace folder and everything in it, without following a symlink out of
+/// it (`remove_dir_all` removes a link, never what it points at).
+fn remove_workspace(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Workspace {
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}
