@@ -139,6 +139,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     };
     let (model, model_line) = config::load(&ctx)?.server_model()?;
     let state = AppState::with_model(engine, keys, limits, loopback, model);
+    state.set_data_dir(dir.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

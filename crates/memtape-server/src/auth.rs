@@ -39,6 +39,7 @@ fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<
         return Ok(Caller {
             tenant: DEFAULT_TENANT.to_owned(),
             role: Role::Admin,
+            key: None,
         });
     }
     let Some(header) = header else {

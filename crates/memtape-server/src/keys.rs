@@ -155,6 +155,7 @@ impl KeyStore {
             .map(|k| Caller {
                 tenant: k.tenant,
                 role: k.role,
+                key: Some(k.id),
             }))
     }
 

@@ -168,6 +168,7 @@ impl Memtape {
             caller: Caller {
                 tenant: tenant.to_owned(),
                 role: Role::Admin,
+                key: None,
             },
             agent: agent.to_owned(),
             user: user.map(str::to_owned),

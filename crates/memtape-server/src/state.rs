@@ -62,6 +62,18 @@ pub struct Caller {
     pub tenant: String,
     /// What the caller may do.
     pub role: Role,
+    /// The key's public id (`None` without keys: the local user on loopback, stdio MCP),
+    /// as an erasure's receipt names who erased.
+    pub key: Option<String>,
+}
+
+impl Caller {
+    /// Who the caller is on a receipt: `key:<id>`, or `local` without a key.
+    pub fn who(&self) -> String {
+        self.key
+            .as_ref()
+            .map_or_else(|| "local".to_owned(), |id| format!("key:{id}"))
+    }
 }
 
 impl Caller {
@@ -148,6 +160,9 @@ struct Inner {
     uncaptured: std::sync::Mutex<std::collections::BTreeSet<(String, memtape::EntryId)>>,
     /// The MCP sessions each key has open.
     mcp_sessions: Arc<crate::mcp::limit::Sessions>,
+    /// The data directory, when the store has one: an erasure brings its markdown
+    /// workspaces along ([`AppState::set_data_dir`]).
+    data_dir: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -251,6 +266,7 @@ impl AppState {
                 scheduler: Arc::default(),
                 uncaptured: std::sync::Mutex::default(),
                 mcp_sessions: Arc::default(),
+                data_dir: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -518,6 +534,17 @@ impl AppState {
     /// The engine, for work that is not a request (shutdown).
     pub fn engine(&self) -> &Arc<Engine<DynStore>> {
         &self.inner.engine
+    }
+
+    /// Names the data directory the server serves, once: erasures then sync or remove the
+    /// markdown workspaces in it, as `memtape erase` does.
+    pub fn set_data_dir(&self, dir: std::path::PathBuf) {
+        let _ = self.inner.data_dir.set(dir);
+    }
+
+    /// The data directory, if [`AppState::set_data_dir`] named one.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.inner.data_dir.get().map(std::path::PathBuf::as_path)
     }
 
     /// The API keys.

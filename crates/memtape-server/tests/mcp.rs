@@ -279,6 +279,7 @@ fn stopping_ends_the_sessions_so_a_graceful_shutdown_does_not_wait_for_hosts() {
             .layer(axum::Extension(memtape_server::Caller {
                 tenant: "default".into(),
                 role: Role::Admin,
+                key: None,
             }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());

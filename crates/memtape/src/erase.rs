@@ -42,7 +42,8 @@ impl<S: Store> Engine<S> {
     /// Erases `what` within `scope` (an agent, or an agent and a user): the store rewrites
     /// every selected entry (a tombstone, or its text redacted) and appends a `tape.erased`
     /// receipt in one transaction; the search index applies the receipt before this
-    /// returns (when this engine keeps one); memory read afterwards is read anew.
+    /// returns (when this engine keeps one: an error from it comes after the erasure was
+    /// committed, and the next catch-up applies it); memory read afterwards is read anew.
     ///
     /// With `data_dir`, the default markdown workspaces of the memory scopes erased are
     /// brought along: an erasure by text first records hand edits not yet synced (so a
@@ -130,6 +131,11 @@ impl<S: Store> Engine<S> {
         let Some(receipt) = &outcome.receipt else {
             return Ok(outcome);
         };
+        // The index applies the receipt now, whether or not it follows writes as they
+        // are made (a server's indexer would get to it a moment later).
+        if let Some(index) = &self.index {
+            index.catch_up(&self.store)?;
+        }
         self.after_write(std::slice::from_ref(receipt));
         self.memory_logs.clear();
         for (memory, dir) in &workspaces {

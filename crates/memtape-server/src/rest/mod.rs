@@ -2,6 +2,7 @@
 //! caller's tenant and run on the engine's blocking pool. Each module adds its routes to
 //! [`routes`] and its operations to [`openapi`].
 
+mod erase;
 mod files;
 mod memory;
 mod session;
@@ -48,6 +49,7 @@ pub fn routes() -> Router<AppState> {
         .merge(memory::routes())
         .merge(files::routes())
         .merge(transfer::routes())
+        .merge(erase::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.
@@ -98,7 +100,8 @@ pub fn routes() -> Router<AppState> {
     files::write,
     files::workspace_edit,
     transfer::export,
-    transfer::import
+    transfer::import,
+    erase::erase
 ))]
 struct Core;
 

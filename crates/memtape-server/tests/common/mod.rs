@@ -80,6 +80,7 @@ impl Server {
         let engine = engine.with_index(index).unwrap();
         let keys = KeyStore::open(dir.path());
         let state = AppState::with_model(engine, keys, limits, true, model);
+        state.set_data_dir(dir.path().to_owned());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
