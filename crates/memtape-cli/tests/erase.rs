@@ -192,6 +192,8 @@ fn a_user_erasure_takes_their_sessions_memory_and_workspace_and_nobody_elses() {
     );
     ok(&r, &ann(&["memory", "save", "Ann lives on Quokka Lane\n"]));
     ok(&r, &ann(&["sync"]));
+    let before = r.path("before.jsonl");
+    std::fs::write(&before, ok(&r, &ann(&["export", "--format", "memtape"]))).unwrap();
     r.ok(&[
         "--user",
         "bob",
@@ -228,4 +230,37 @@ fn a_user_erasure_takes_their_sessions_memory_and_workspace_and_nobody_elses() {
     let entries = ok(&r, &ann(&["entries", "s1", "--json"]));
     assert!(entries.contains("\"erased\""), "{entries}");
     assert!(!entries.contains("12 Quokka"), "{entries}");
+    // An export made before the erasure cannot bring it back, not even into a new session.
+    for extra in [&[][..], &["--session", "s9"][..]] {
+        let mut args = vec![
+            "--user",
+            "ann",
+            "import",
+            "--format",
+            "memtape",
+            before.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        let err = r.fails(&args);
+        assert!(err.contains("was erased from this store"), "{err}");
+    }
+    let left = holding(&data, "12 Quokka");
+    assert_eq!(left, Vec::<String>::new());
+    // An export made after it carries the tombstones, and restores as tombstones.
+    let after = r.path("after.jsonl");
+    std::fs::write(&after, ok(&r, &ann(&["export", "--format", "memtape"]))).unwrap();
+    let fresh = Run::new();
+    fresh.ok(&[
+        "--user",
+        "ann",
+        "import",
+        "--format",
+        "memtape",
+        after.as_str(),
+    ]);
+    let restored = fresh.ok(&["--user", "ann", "entries", "s1", "--json"]);
+    assert!(
+        restored.contains("\"erased\"") && !restored.contains("Quokka"),
+        "{restored}"
+    );
 }

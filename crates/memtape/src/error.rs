@@ -35,6 +35,17 @@ pub enum Error {
         "{0} already has {1} entries; import into a new session (--session) so nothing is mixed"
     )]
     SessionNotEmpty(String, u64),
+    /// An import holds an entry that an erasure took from this store: a file made before
+    /// the erasure must not bring the content back.
+    #[error(
+        "entry {entry} of the file was erased from this store (receipt {by}); a file made before the erasure cannot bring it back, so nothing was imported"
+    )]
+    Erased {
+        /// The entry's id.
+        entry: EntryId,
+        /// The receipt of the erasure that took it.
+        by: EntryId,
+    },
     /// A memtape-format import names a scope outside the one it was given: imports are
     /// confined to the caller's scope; a whole-store restore is its own, explicit form.
     #[error(

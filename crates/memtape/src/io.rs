@@ -50,6 +50,7 @@ impl<S: Store> Engine<S> {
         let entries = match format {
             Format::Memtape => {
                 let mut entries = formats::memtape::parse(text)?;
+                self.refuse_erased(&entries)?;
                 if let Some(e) = entries.iter().find(|e| !base.contains(&e.scope)) {
                     return Err(Error::OutsideScope {
                         entry: e.id,
@@ -122,7 +123,43 @@ impl<S: Store> Engine<S> {
     /// [`Engine::export_store`] writes it): each entry keeps its scope. An administrator's
     /// form, never one to expose to a tenant. All or nothing, like every import.
     pub fn restore_store(&self, text: &str) -> Result<ImportReport> {
-        self.restore_entries(formats::memtape::parse(text)?)
+        let entries = formats::memtape::parse(text)?;
+        self.refuse_erased(&entries)?;
+        self.restore_entries(entries)
+    }
+
+    /// Refuses a file holding an entry an erasure took from this store: the same id, scope,
+    /// kind and time (to the nanosecond) as an erased entry is that entry, from an export
+    /// made before the erasure. The erased copy in the file ([`Entry::erased`] set) is
+    /// the export of a tombstone, and passes.
+    fn refuse_erased(&self, entries: &[Entry]) -> Result<()> {
+        let mut by_tenant: std::collections::BTreeMap<&str, Vec<&Entry>> = Default::default();
+        for e in entries.iter().filter(|e| e.erased.is_none()) {
+            by_tenant.entry(e.scope.tenant()).or_default().push(e);
+        }
+        for (tenant, incoming) in by_tenant {
+            for chunk in incoming.chunks(500) {
+                let ids: Vec<EntryId> = chunk.iter().map(|e| e.id).collect();
+                for stored in self.store.get_many(tenant, &ids)? {
+                    let Some(erasure) = stored.erased else {
+                        continue;
+                    };
+                    let same = chunk.iter().any(|e| {
+                        e.id == stored.id
+                            && e.scope == stored.scope
+                            && e.created_at == stored.created_at
+                            && e.kind() == stored.kind()
+                    });
+                    if same {
+                        return Err(Error::Erased {
+                            entry: stored.id,
+                            by: erasure.by,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes `entries` in one transaction, refusing to mix into a session that has entries.
