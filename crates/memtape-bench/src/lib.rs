@@ -2,6 +2,7 @@
 //! several runs. Nothing here is a test; tests never time anything.
 
 pub mod context;
+pub mod erase;
 pub mod locomo;
 pub mod locomo_qa;
 pub mod scale;

@@ -32,6 +32,8 @@ pub enum BenchCommand {
     Context(ContextBenchArgs),
     /// Durable append throughput and get_history latency on a large session.
     Store(StoreBenchArgs),
+    /// Erasing one user from a larger tape: time in its parts, and what it holds up.
+    Erase(EraseBenchArgs),
     /// Retrieval quality and speed on a LoCoMo-format file (../shared/bench/PROTOCOL.md).
     Locomo(LocomoBenchArgs),
     /// Question answering on a LoCoMo-format file: the configured model answers from the
@@ -44,6 +46,23 @@ pub enum BenchCommand {
     /// Two servers on one PostgreSQL database: how long after server A acknowledges an
     /// append server B finds it, by BM25 and by vector search (p50/p99).
     Follow(crate::bench_follow::FollowBenchArgs),
+}
+
+/// `memtape bench erase`.
+#[derive(Args)]
+pub struct EraseBenchArgs {
+    /// Entries on the tape in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    entries: usize,
+    /// How many of them belong to the user erased.
+    #[arg(long, default_value_t = 100_000)]
+    user_entries: usize,
+    /// Without a search index (the store's part alone).
+    #[arg(long)]
+    no_index: bool,
+    /// Where to put the scratch store (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
 }
 
 /// `memtape bench store`.
@@ -167,6 +186,26 @@ sessR@5: the share of a question's evidence sessions among the first 5 sessions 
 pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<()> {
     match command {
         BenchCommand::Context(args) => crate::context::bench(ctx, args, out),
+        BenchCommand::Erase(a) => {
+            if a.user_entries == 0 || a.user_entries > a.entries {
+                anyhow::bail!("--user-entries must be between 1 and --entries");
+            }
+            let progress = Progress::spinner(
+                ctx,
+                &format!(
+                    "writing {} entries, then erasing a user's {}",
+                    a.entries, a.user_entries
+                ),
+            );
+            let report = memtape_bench::erase::run(&memtape_bench::erase::Config {
+                entries: a.entries,
+                user_entries: a.user_entries,
+                index: !a.no_index,
+                dir: a.dir.clone(),
+            })?;
+            progress.finish();
+            output::json(out, &report)
+        }
         BenchCommand::Store(a) => {
             let progress = Progress::spinner(
                 ctx,

@@ -826,8 +826,11 @@ impl Store for SqliteStore {
             // One statement per chunk, well under SQLite's limit on bound parameters.
             for chunk in ids.chunks(500) {
                 let marks = vec!["?"; chunk.len()].join(", ");
+                // CROSS JOIN keeps SQLite to this order: the entries by id, then each
+                // one's scope. Left to choose, it walked every scope of the tenant and
+                // probed each for the ids (0.6 s a chunk with 9,000 scopes).
                 let sql = format!(
-                    "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
+                    "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e CROSS JOIN scopes s USING (scope_id)
                      WHERE s.tenant = ? AND e.id IN ({marks})",
                     prefixed_entry_columns()
                 );

@@ -89,8 +89,8 @@ pub use memtape_search::{
     Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
 };
 pub use memtape_store::{
-    Claim, MemoryStore, Placement, ScopeInfo, SqliteStore, Store, StoreLock, Wait, lock_serving,
-    lock_unserved, requests,
+    Claim, EraseMode, EraseOutcome, EraseRequest, EraseTarget, MemoryStore, Placement, ScopeInfo,
+    SqliteStore, Store, StoreLock, Wait, lock_serving, lock_unserved, requests,
 };
 
 /// The result type of this crate.

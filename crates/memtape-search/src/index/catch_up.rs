@@ -392,6 +392,9 @@ impl Index {
         last: EntryId,
     ) -> Result<bool> {
         let mut affected: std::collections::BTreeMap<EntryId, Entry> = Default::default();
+        // The first conversational entry erased in each scope: the messages after it are
+        // read once per scope, to find each erased message's successor.
+        let mut first_in: HashMap<Scope, EntryId> = HashMap::new();
         let mut any = false;
         for receipt in entries {
             let Ok(Some(BuiltinEvent::Erased(erased))) =
@@ -407,18 +410,8 @@ impl Index {
                         continue;
                     }
                     if entry.kind().is_conversational() {
-                        let next = memtape_core::Filter {
-                            after: Some(entry.id),
-                            kinds: Kind::ALL
-                                .into_iter()
-                                .filter(|k| k.is_conversational())
-                                .collect(),
-                            limit: Some(1),
-                            ..Default::default()
-                        };
-                        for n in store.scan(&entry.scope, &next)? {
-                            affected.insert(n.id, n);
-                        }
+                        let first = first_in.entry(entry.scope.clone()).or_insert(entry.id);
+                        *first = (*first).min(entry.id);
                     }
                     affected.insert(entry.id, entry);
                 }
@@ -426,6 +419,26 @@ impl Index {
         }
         if !any {
             return Ok(false);
+        }
+        let conversational: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_conversational())
+            .collect();
+        for (scope, first) in first_in {
+            let after = memtape_core::Filter {
+                after: Some(first),
+                kinds: conversational.clone(),
+                ..Default::default()
+            };
+            // The message after an erased one held its text as context.
+            let mut previous_erased = true;
+            for entry in store.scan(&scope, &after)? {
+                let erased = affected.get(&entry.id).is_some_and(|e| e.erased.is_some());
+                if previous_erased && !erased {
+                    affected.insert(entry.id, entry);
+                }
+                previous_erased = erased;
+            }
         }
         let mut docs_stmt = tx.prepare_cached("DELETE FROM docs WHERE id = ?1")?;
         let mut fts_stmt = tx.prepare_cached("DELETE FROM fts WHERE rowid = ?1")?;
