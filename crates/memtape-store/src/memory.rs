@@ -142,6 +142,15 @@ impl EraseTransaction for Erasing<'_> {
             .collect())
     }
 
+    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.inner.entries.get(&id.0))
+            .filter(|e| e.scope.tenant() == tenant)
+            .cloned()
+            .collect())
+    }
+
     fn begin(&mut self) -> Result<()> {
         Ok(())
     }
