@@ -17,6 +17,10 @@ pub enum EraseTarget {
     /// Every entry of every scope that `scope` contains (a session and its nodes, an agent's
     /// user, …): [`Scope::contains`].
     Within(Scope),
+    /// Every entry of one session and its nodes: exactly the session's tenant, agent,
+    /// user (none for an agent's own session) and name. A session named alike under
+    /// another user is another session.
+    Session(Scope),
     /// Every entry of `user` in `tenant`, in every agent: their sessions, nodes and
     /// memory.
     User {
@@ -39,7 +43,9 @@ impl EraseTarget {
     /// The tenant the target lies in.
     pub fn tenant(&self) -> &str {
         match self {
-            EraseTarget::Within(s) | EraseTarget::Entries { within: s, .. } => s.tenant(),
+            EraseTarget::Within(s)
+            | EraseTarget::Session(s)
+            | EraseTarget::Entries { within: s, .. } => s.tenant(),
             EraseTarget::User { tenant, .. } => tenant,
         }
     }
@@ -48,6 +54,12 @@ impl EraseTarget {
     pub fn takes_scope(&self, scope: &Scope) -> bool {
         match self {
             EraseTarget::Within(s) | EraseTarget::Entries { within: s, .. } => s.contains(scope),
+            EraseTarget::Session(s) => {
+                scope.tenant() == s.tenant()
+                    && scope.agent_name() == s.agent_name()
+                    && scope.user() == s.user()
+                    && scope.session() == s.session()
+            }
             EraseTarget::User { tenant, user } => {
                 scope.tenant() == tenant && scope.user() == Some(user.as_str())
             }

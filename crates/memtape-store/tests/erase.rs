@@ -517,3 +517,38 @@ fn the_database_lets_only_an_erasure_replace_content_and_never_structure() {
         "keep"
     );
 }
+
+#[test]
+fn a_session_erasure_takes_that_session_only_not_its_namesakes_of_other_users() {
+    each_store(|store| {
+        let agents_own = agent("acme").with_session("s1").unwrap();
+        let anns = session("acme", "ann", "s1");
+        let node = anns.clone().with_node("n1").unwrap();
+        let ids: Vec<EntryId> = store
+            .append(vec![
+                msg(&agents_own, Message::user("the agent's own")),
+                msg(&anns, Message::user("ann's")),
+                msg(&node, Message::user("ann's node")),
+            ])
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        let erase = |scope: &Scope| {
+            store
+                .erase(&request(
+                    EraseTarget::Session(scope.clone()),
+                    EraseMode::Whole,
+                    scope.clone(),
+                    Selector::Session {
+                        session: "s1".into(),
+                    },
+                ))
+                .unwrap()
+        };
+        // The agent's own session s1: not ann's s1.
+        assert_eq!(erase(&agents_own).ids, vec![ids[0]]);
+        // Ann's s1, with its node.
+        assert_eq!(erase(&anns).ids, vec![ids[1], ids[2]]);
+    });
+}

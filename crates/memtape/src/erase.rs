@@ -82,7 +82,7 @@ impl<S: Store> Engine<S> {
             Erase::Session(session) => {
                 let within = scope.clone().with_session(session.clone())?;
                 (
-                    EraseTarget::Within(within.clone()),
+                    EraseTarget::Session(within.clone()),
                     EraseMode::Whole,
                     within,
                     Selector::Session { session },
