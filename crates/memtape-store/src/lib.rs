@@ -33,7 +33,7 @@ pub use error::Error;
 pub use locks::{StoreLock, Wait, lock_serving, lock_unserved};
 pub use memory::MemoryStore;
 pub use requests::Claim;
-pub use sqlite::{SCHEMA_VERSION, SqliteStore, plan_once};
+pub use sqlite::{SCHEMA_VERSION, SqliteStore, plan_once, truncate_wal};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -235,23 +235,11 @@ impl SqliteStore {
         let Some(writer) = self.writer.as_ref() else {
             return Ok(false);
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            // (busy, frames in the log, frames copied); busy = 1 when a reader held on.
-            // The writer is taken for each try only, so appends go on between them.
-            let (busy, _, _): (i64, i64, i64) = lock(writer)
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .map_err(|e| diagnose(e.into(), &self.path))?;
-            if busy == 0 {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        // The writer is taken for each try only, so appends go on between them.
+        truncate_wal(std::time::Duration::from_secs(10), || {
+            lock(writer).query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+        })
+        .map_err(|e| diagnose(e.into(), &self.path))
     }
 
     /// Runs SQLite's integrity check; `"ok"` when the file is sound.
@@ -369,6 +357,27 @@ fn before_erasure(c: &Connection) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Copies a write-ahead log into its database and truncates it to nothing, so what a write
+/// replaced is left in neither: runs `checkpoint` (a `PRAGMA wal_checkpoint(TRUNCATE)`,
+/// answering its first column: 1 when a reader held an older snapshot) every 20 ms until
+/// it gets through, or `wait` passes (`false`: the next checkpoint finishes it). For the
+/// store's file and the search index's.
+pub fn truncate_wal(
+    wait: std::time::Duration,
+    mut checkpoint: impl FnMut() -> rusqlite::Result<i64>,
+) -> rusqlite::Result<bool> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if checkpoint()? == 0 {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Makes SQLite plan each statement once, whatever values are bound to it later.

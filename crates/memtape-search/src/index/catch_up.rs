@@ -420,14 +420,10 @@ impl Index {
         if !any {
             return Ok(false);
         }
-        let conversational: Vec<Kind> = Kind::ALL
-            .into_iter()
-            .filter(|k| k.is_conversational())
-            .collect();
         for (scope, first) in first_in {
             let after = memtape_core::Filter {
                 after: Some(first),
-                kinds: conversational.clone(),
+                kinds: Kind::conversational().collect(),
                 ..Default::default()
             };
             // The message after an erased one held its text as context.

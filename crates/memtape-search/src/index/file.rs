@@ -217,17 +217,9 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
 /// replaced (an erased document) is left in neither; waits up to two seconds for readers
 /// holding an older snapshot, then says `false` (the next checkpoint finishes it).
 pub(crate) fn truncate_wal(conn: &Connection) -> Result<bool> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
-        if busy == 0 {
-            return Ok(true);
-        }
-        if std::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Ok(memtape_store::truncate_wal(Duration::from_secs(2), || {
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+    })?)
 }
 
 /// Removes the index file and its WAL and shared-memory files.
