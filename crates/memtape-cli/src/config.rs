@@ -1,12 +1,13 @@
 //! `memtape.toml`: the configuration file, in the data directory (or where
 //! `MEMTAPE_CONFIG` points). `[llm]` says which model the memory lifecycle talks to (the
-//! `MEMTAPE_LLM_*` variables win key by key); `[lifecycle]` when and how it runs. No file
-//! means the defaults and no model: nothing is ever sent anywhere.
+//! `MEMTAPE_LLM_*` variables win key by key); `[lifecycle]` when and how it runs;
+//! `[retention]` how long raw conversation is kept. No file means the defaults and no
+//! model: nothing is ever sent anywhere, and nothing expires.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use memtape::LifecycleConfig;
+use memtape::{LifecycleConfig, RetentionConfig};
 use memtape_llm::{Llm, LlmConfig, LlmSettings};
 use serde::Deserialize;
 
@@ -26,6 +27,8 @@ struct File {
     llm: LlmSettings,
     #[serde(default)]
     lifecycle: LifecycleConfig,
+    #[serde(default)]
+    retention: RetentionConfig,
 }
 
 /// The configuration in effect.
@@ -37,6 +40,8 @@ pub struct Config {
     pub llm: Option<LlmConfig>,
     /// The lifecycle settings.
     pub lifecycle: LifecycleConfig,
+    /// The retention policies and their schedule.
+    pub retention: RetentionConfig,
 }
 
 impl Config {
@@ -98,12 +103,16 @@ pub fn load(ctx: &Ctx) -> Result<Config> {
     file.lifecycle
         .validate()
         .with_context(|| format!("[lifecycle] of {}", path.display()))?;
+    file.retention
+        .validate()
+        .with_context(|| format!("[retention] of {}", path.display()))?;
     let name = path.display().to_string();
     let llm = LlmConfig::from_sources(|n| std::env::var(n).ok(), &file.llm, &name)?;
     Ok(Config {
         path,
         llm,
         lifecycle: file.lifecycle,
+        retention: file.retention,
     })
 }
 

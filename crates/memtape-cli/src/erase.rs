@@ -1,7 +1,8 @@
 //! `memtape erase`: forget for real. A user, a session, entries or a piece of text are
 //! erased from the tape (each entry keeps its id, scope, kind, time and links and loses its
 //! content), from the search index and from the markdown workspace, with a `tape.erased`
-//! receipt that holds none of it.
+//! receipt that holds none of it. `memtape retention`: the policy in effect for an agent,
+//! and a run that expires what it no longer keeps, through the same erasure.
 
 use std::io::{Read as _, Write};
 
@@ -121,4 +122,86 @@ pub fn erase(ctx: &Ctx, a: &EraseArgs, out: &mut impl Write) -> Result<()> {
             dry_run: a.dry_run,
         },
     )
+}
+
+/// `memtape retention`.
+#[derive(Args, Debug)]
+pub struct RetentionArgs {
+    #[command(subcommand)]
+    what: RetentionWhat,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+/// What `memtape retention` does.
+#[derive(Subcommand, Debug)]
+enum RetentionWhat {
+    /// The policy in effect for --agent of --tenant: memtape.toml's, and one an admin set
+    /// over REST, which wins field by field.
+    Show,
+    /// Expire, in --tenant (or every tenant), what each agent's policy no longer keeps:
+    /// one erasure with one receipt per agent that had anything to expire.
+    Run {
+        /// Every tenant of the store, not only --tenant.
+        #[arg(long)]
+        all_tenants: bool,
+        /// Count what would expire, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// One agent's part of a run, as printed.
+#[derive(Serialize)]
+struct RunLine {
+    tenant: String,
+    agent: String,
+    policy: memtape::Retention,
+    receipt: Option<EntryId>,
+    entries: u64,
+    wiped: bool,
+    dry_run: bool,
+}
+
+/// `memtape retention`.
+pub fn retention(ctx: &Ctx, a: &RetentionArgs, out: &mut impl Write) -> Result<()> {
+    let config = crate::config::load(ctx)?;
+    match &a.what {
+        RetentionWhat::Show => {
+            let engine = open(ctx)?;
+            output::json(
+                out,
+                &engine.retention(&ctx.base_scope()?, &config.retention)?,
+            )
+        }
+        RetentionWhat::Run {
+            all_tenants,
+            dry_run,
+        } => {
+            let dir = ctx.data_dir()?;
+            let engine = if !dry_run && dir.join("index.db").exists() {
+                open_indexed(ctx, &Tuning::default())?
+            } else {
+                open(ctx)?
+            };
+            let tenant = (!all_tenants).then_some(ctx.tenant.as_str());
+            let runs =
+                engine.run_retention(tenant, &config.retention, "cli", *dry_run, Some(&dir))?;
+            let lines: Vec<RunLine> = runs
+                .into_iter()
+                .map(|r| RunLine {
+                    tenant: r.policy.scope.tenant().to_owned(),
+                    agent: r.policy.scope.agent_name().to_owned(),
+                    policy: r.policy.effective,
+                    receipt: r.outcome.receipt.as_ref().map(|e| e.id),
+                    entries: r.outcome.entries,
+                    wiped: r.outcome.wiped,
+                    dry_run: *dry_run,
+                })
+                .collect();
+            output::json(out, &lines)
+        }
+    }
 }

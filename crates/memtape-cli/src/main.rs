@@ -80,6 +80,9 @@ enum Command {
     /// Erase for real: a user, a session, entries or a piece of text, from the tape, the
     /// search index and the workspace, with a receipt that holds none of it.
     Erase(erase::EraseArgs),
+    /// Retention: the policy in effect for an agent (`show`), and a run that expires the
+    /// raw conversation it no longer keeps (`run`), as erasures with receipts.
+    Retention(erase::RetentionArgs),
     /// Start a new conversation in a session (nanobot's /new).
     ///
     /// Archives the session's unconsolidated messages to HISTORY.md (an extractive
@@ -192,6 +195,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => transfer::export(&ctx.scope(&a.scope), a, out)?,
         Command::Migrate(a) => transfer::migrate(&ctx.store(&a.store), a, out)?,
         Command::Erase(a) => erase::erase(&ctx.scope(&a.scope).models(&a.models), a, out)?,
+        Command::Retention(a) => erase::retention(&ctx.scope(&a.scope).models(&a.models), a, out)?,
         Command::New(a) => lifecycle::new_session(&ctx.scope(&a.scope), a, out)?,
         Command::Start(a) => lifecycle::start_session(&ctx.scope(&a.scope), a, out)?,
         Command::Context(a) => context::context(&ctx.scope(&a.scope), a, out)?,

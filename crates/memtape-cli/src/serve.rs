@@ -137,9 +137,11 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         sites: sites(a)?,
         mcp_sessions_per_key: a.mcp_sessions_per_key as usize,
     };
-    let (model, model_line) = config::load(&ctx)?.server_model()?;
+    let config = config::load(&ctx)?;
+    let (model, model_line) = config.server_model()?;
     let state = AppState::with_model(engine, keys, limits, loopback, model);
     state.set_data_dir(dir.clone());
+    state.set_retention_config(config.retention);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -264,3 +264,76 @@ fn a_user_erasure_takes_their_sessions_memory_and_workspace_and_nobody_elses() {
         "{restored}"
     );
 }
+
+/// `memtape retention`: memtape.toml's policies (the default, a tenant's over it), `show`,
+/// a dry run, "only consolidated", one receipt per run, and bad policies refused naming
+/// where they are.
+#[test]
+fn retention_runs_the_policies_of_memtape_toml() {
+    let r = Run::new();
+    let file = r.path("telegram_42.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"_type": "metadata", "key": "telegram:42", "created_at": "2026-03-10T14:30:00", "updated_at": "2026-03-10T14:31:00", "metadata": {}, "last_consolidated": 1}"#,
+            "\n",
+            r#"{"role": "user", "content": "old words about herons", "timestamp": "2026-03-10T14:30:00"}"#,
+            "\n",
+            r#"{"role": "user", "content": "newer words about otters", "timestamp": "2026-03-10T14:31:00"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    r.ok(&["import", "--format", "nanobot", &file]);
+    let config = r.dir.path().join("data/memtape.toml");
+    // No policy: nothing expires.
+    assert_eq!(r.json(&["retention", "run"]), serde_json::json!([]));
+
+    std::fs::write(
+        &config,
+        "[retention]\nmessages_days = 30\nonly_consolidated = true\n",
+    )
+    .unwrap();
+    let shown = r.json(&["retention", "show"]);
+    assert_eq!(shown["effective"]["messages_days"], 30, "{shown}");
+    assert_eq!(shown["effective"]["only_consolidated"], true, "{shown}");
+    let dry = r.json(&["retention", "run", "--dry-run", "--model", "none"]);
+    assert_eq!(dry[0]["entries"], 1, "only the consolidated message: {dry}");
+    assert_eq!(dry[0]["receipt"], serde_json::Value::Null, "{dry}");
+    let done = r.json(&["retention", "run", "--model", "none"]);
+    assert_eq!(done[0]["entries"], 1, "{done}");
+    assert!(done[0]["receipt"].as_u64().is_some(), "{done}");
+    let history = r.ok(&["history", "telegram:42"]);
+    assert!(
+        !history.contains("herons") && history.contains("otters"),
+        "{history}"
+    );
+
+    // The tenant's policy over the default: consolidated or not, it goes.
+    std::fs::write(
+        &config,
+        "[retention]\nmessages_days = 30\nonly_consolidated = true\n\
+         [retention.tenants.default]\nonly_consolidated = false\n",
+    )
+    .unwrap();
+    let done = r.json(&["retention", "run", "--all-tenants", "--model", "none"]);
+    assert_eq!(done[0]["entries"], 1, "{done}");
+    assert_eq!(
+        holding(&r.dir.path().join("data"), "otters"),
+        Vec::<String>::new()
+    );
+
+    for (text, names) in [
+        ("[retention]\nmessages_days = 0\n", "messages_days"),
+        (
+            "[retention.tenants.acme.agents.bot]\ntool_results_days = 99999\n",
+            "retention.tenants.acme.agents.bot",
+        ),
+        ("[retention]\nschedule = \"daily\"\n", "schedule"),
+        ("[retention]\nmessage_days = 3\n", "message_days"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let err = r.fails(&["retention", "run"]);
+        assert!(err.contains(names), "{text} → {err}");
+    }
+}

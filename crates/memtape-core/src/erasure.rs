@@ -203,6 +203,18 @@ pub enum Selector {
     Entries,
     /// A piece of text, everywhere in the receipt's scope (the text is not recorded).
     Text,
+    /// A retention run: the raw conversation of the receipt's scope older than the policy
+    /// in effect keeps (the policy as applied: no field unset means "inherit" here).
+    Retention {
+        /// Days the conversation was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        messages_days: Option<u32>,
+        /// Days tool results were kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_results_days: Option<u32>,
+        /// Whether only consolidated entries went.
+        only_consolidated: bool,
+    },
 }
 
 /// The `tape.erased` receipt: when (its entry's time), by whom, what was selected, how

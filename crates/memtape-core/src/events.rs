@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::context::Compaction;
 use crate::erasure::Erased;
 use crate::memory::{Change, Op};
+use crate::retention::Retention;
 use crate::{EntryId, Error, Event, HistoryView, Payload, Result};
 
 /// Moves a session's consolidation pointer: `data = {"through": <entry id>}`; entries with
@@ -59,6 +60,12 @@ pub const MEMORY_DROPPED: &str = "memory.dropped";
 /// An erasure's receipt, in the scope it erased (or the caller's, for a user): `data` is an
 /// [`Erased`]. It holds no erased content.
 pub const TAPE_ERASED: &str = "tape.erased";
+
+/// A retention policy set for an agent (over REST, by an admin), in the agent's scope:
+/// `data` is a [`crate::retention::Retention`]. The latest one is in effect, over
+/// `memtape.toml`'s. Like a receipt, no ordinary append or import may write one: it decides
+/// what is erased.
+pub const RETENTION_POLICY: &str = "retention.policy";
 
 /// The longest fact line a `memory.dropped` event holds (a line of a memory file).
 pub const DROPPED_TEXT_MAX: usize = 16 * 1024;
@@ -261,6 +268,8 @@ pub enum BuiltinEvent {
     Dropped(Dropped),
     /// `tape.erased`: an erasure's receipt.
     Erased(Erased),
+    /// `retention.policy`: an agent's retention policy.
+    RetentionPolicy(Retention),
 }
 
 impl BuiltinEvent {
@@ -287,6 +296,7 @@ impl BuiltinEvent {
             BuiltinEvent::LlmCall(_) => LLM_CALL,
             BuiltinEvent::Dropped(_) => MEMORY_DROPPED,
             BuiltinEvent::Erased(_) => TAPE_ERASED,
+            BuiltinEvent::RetentionPolicy(_) => RETENTION_POLICY,
         }
     }
 
@@ -303,6 +313,7 @@ impl BuiltinEvent {
             LLM_CALL,
             MEMORY_DROPPED,
             TAPE_ERASED,
+            RETENTION_POLICY,
         ]
         .contains(&name)
     }
@@ -358,6 +369,11 @@ impl BuiltinEvent {
                 erased.validate()?;
                 BuiltinEvent::Erased(erased)
             }
+            RETENTION_POLICY => {
+                let policy: Retention = typed(&event.name, data)?;
+                policy.validate()?;
+                BuiltinEvent::RetentionPolicy(policy)
+            }
             _ => return Ok(None),
         };
         Ok(Some(decoded))
@@ -385,6 +401,7 @@ impl BuiltinEvent {
             BuiltinEvent::LlmCall(c) => serde_json::to_value(c),
             BuiltinEvent::Dropped(d) => serde_json::to_value(d),
             BuiltinEvent::Erased(e) => serde_json::to_value(e),
+            BuiltinEvent::RetentionPolicy(p) => serde_json::to_value(p),
         };
         Event {
             name: self.name().to_owned(),
@@ -423,7 +440,7 @@ impl BuiltinEvent {
             | BuiltinEvent::Dropped(_) => Vec::new(),
             // Not yet: a receipt's ranges are not renumbered (a renumbered range could take
             // in entries it never named), so a restore that renumbers refuses receipts.
-            BuiltinEvent::Erased(_) => Vec::new(),
+            BuiltinEvent::Erased(_) | BuiltinEvent::RetentionPolicy(_) => Vec::new(),
             BuiltinEvent::MemoryChange(c) => c
                 .ops
                 .iter_mut()

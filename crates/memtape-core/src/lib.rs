@@ -24,6 +24,7 @@ mod history;
 pub mod memory;
 pub mod names;
 mod query;
+pub mod retention;
 mod scope;
 pub mod summary;
 mod thread;

@@ -587,6 +587,10 @@ impl Store for PostgresStore {
         self.write(|tx| append_in(tx, entries))
     }
 
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.write(|tx| memtape_store::rules::append_checked_in(tx, entries))
+    }
+
     fn last_erasure(&self) -> Result<EntryId> {
         // Not yet: nothing is erased on PostgreSQL (see `erase`).
         Ok(EntryId(0))

@@ -352,6 +352,23 @@ async fn emergence_schedule(state: state::WeakState, stop: impl Future<Output = 
     }
 }
 
+/// Runs retention on its schedule until `stop` ([`AppState::run_due_retention`]), with or
+/// without a model. Each tick covers the time since the last one.
+async fn retention_schedule(state: state::WeakState, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    let mut last = chrono::Utc::now();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SCHEDULE_TICK) => {}
+            () = &mut stop => return,
+        }
+        let Some(state) = state.upgrade() else { return };
+        let now = chrono::Utc::now();
+        state.run_due_retention(last, now).await;
+        last = now;
+    }
+}
+
 /// How often the WAL captures that failed (a full disk) are retried.
 const RECAPTURE_TICK: Duration = Duration::from_secs(5);
 
@@ -397,6 +414,10 @@ pub async fn serve(
         stopped(stop_rx.clone()),
     ));
     tokio::spawn(recapture(state.downgrade(), stopped(stop_rx.clone())));
+    tokio::spawn(retention_schedule(
+        state.downgrade(),
+        stopped(stop_rx.clone()),
+    ));
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
     let weak = state.downgrade();
     let app = router(state, mcp);

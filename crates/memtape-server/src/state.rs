@@ -163,6 +163,12 @@ struct Inner {
     /// The data directory, when the store has one: an erasure brings its markdown
     /// workspaces along ([`AppState::set_data_dir`]).
     data_dir: std::sync::OnceLock<std::path::PathBuf>,
+    /// The retention policies of memtape.toml and their schedule
+    /// ([`AppState::set_retention_config`]).
+    retention: std::sync::OnceLock<memtape::RetentionConfig>,
+    /// The retention scheduler's lock, once this server holds it (as the emergence
+    /// scheduler's): one server of a store runs the schedule.
+    retention_scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -181,6 +187,7 @@ pub struct ModelSetup {
 /// The scheduler's lock: a name no tenant's locks use (tenant names cannot be empty).
 const SCHEDULER_TENANT: &str = "";
 const SCHEDULER_LOCK: &str = "emergence scheduler";
+const RETENTION_LOCK: &str = "retention scheduler";
 
 /// How many memory changes wait for a slow listener before it is told it missed some.
 const CHANGES_QUEUED: usize = 256;
@@ -267,6 +274,8 @@ impl AppState {
                 uncaptured: std::sync::Mutex::default(),
                 mcp_sessions: Arc::default(),
                 data_dir: std::sync::OnceLock::new(),
+                retention: std::sync::OnceLock::new(),
+                retention_scheduler: Arc::default(),
             }),
         }
     }
@@ -540,6 +549,73 @@ impl AppState {
     /// markdown workspaces in it, as `memtape erase` does.
     pub fn set_data_dir(&self, dir: std::path::PathBuf) {
         let _ = self.inner.data_dir.set(dir);
+    }
+
+    /// Sets the retention policies and schedule (memtape.toml's `[retention]`), once, before
+    /// serving; without it no policy is configured and nothing expires unless an admin
+    /// sets a policy over REST.
+    pub fn set_retention_config(&self, config: memtape::RetentionConfig) {
+        let _ = self.inner.retention.set(config);
+    }
+
+    /// The retention policies and schedule in effect.
+    pub fn retention_config(&self) -> &memtape::RetentionConfig {
+        self.inner.retention.get_or_init(Default::default)
+    }
+
+    /// Runs retention over every tenant when its schedule fell between `after` and
+    /// `until`, on the blocking pool, if this server holds (or can take) the retention
+    /// scheduler's lock: one server of a store runs it.
+    pub async fn run_due_retention(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) {
+        let config = self.retention_config().clone();
+        let due = match memtape::next_run(&config, after) {
+            Ok(Some(at)) => at <= until,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "the retention schedule is not valid");
+                false
+            }
+        };
+        if !due {
+            return;
+        }
+        let engine = self.inner.engine.clone();
+        let scheduler = self.inner.retention_scheduler.clone();
+        let dir = self.data_dir().map(std::path::Path::to_path_buf);
+        let done = tokio::task::spawn_blocking(move || {
+            let mut held = scheduler
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if held.is_none() {
+                match engine
+                    .store()
+                    .lock(SCHEDULER_TENANT, RETENTION_LOCK, memtape::Wait::Try)
+                {
+                    Ok(Some(lock)) => *held = Some(lock),
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not take the retention scheduler's lock");
+                        return;
+                    }
+                }
+            }
+            match engine.run_retention(None, &config, "schedule", false, dir.as_deref()) {
+                Ok(runs) => {
+                    for run in runs.iter().filter(|r| r.outcome.receipt.is_some()) {
+                        tracing::info!(
+                            scope = %run.policy.scope, entries = run.outcome.entries,
+                            "retention expired entries"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "retention run failed"),
+            }
+        });
+        let _ = done.await;
     }
 
     /// The data directory, if [`AppState::set_data_dir`] named one.

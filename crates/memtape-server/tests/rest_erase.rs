@@ -2,6 +2,7 @@
 //! bodies refused before anything changes, the receipt naming the key, and after the
 //! server stops no file of the data directory holds a byte of what was erased.
 use crate::common::Server;
+use memtape::Store as _;
 use memtape_server::{KeyStore, Role};
 use serde_json::{Value, json};
 
@@ -156,4 +157,181 @@ fn only_an_admin_key_erases_and_only_in_its_tenant() {
         tape.windows(needle.len()).any(|w| w == needle.as_bytes()),
         "the receipt names the key"
     );
+}
+
+/// A store in a fresh directory whose tenant `acme` has, in agent `bot`, an exchange
+/// written `days` days ago and one written now.
+fn store_with_old_talk(days: i64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let then = chrono::Utc::now() - chrono::Duration::days(days);
+    let old = memtape::Engine::init(dir.path())
+        .unwrap()
+        .with_clock(move || then);
+    let session = memtape::Scope::agent("acme", "bot")
+        .unwrap()
+        .with_session("s1")
+        .unwrap();
+    for text in ["old question about herons", "old answer about herons"] {
+        old.append(
+            &session,
+            memtape::Message::user(text),
+            memtape::AppendOptions::default(),
+        )
+        .unwrap();
+    }
+    drop(old);
+    let now = memtape::Engine::init(dir.path()).unwrap();
+    now.append(
+        &session,
+        memtape::Message::user("new question about otters"),
+        memtape::AppendOptions::default(),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn retention_is_read_by_any_key_set_and_run_by_admins_and_confined_to_the_tenant() {
+    let dir = store_with_old_talk(40);
+    let mut s = Server::start_in(dir, memtape_server::Limits::default());
+    let keys = KeyStore::open(s.dir.path());
+    let (admin, admin_record) = keys.create("acme", Role::Admin).unwrap();
+    let (writer, _) = keys.create("acme", Role::Write).unwrap();
+    let (reader, _) = keys.create("acme", Role::Read).unwrap();
+    let (zeta, _) = keys.create("zeta", Role::Admin).unwrap();
+    let policy = json!({"messages_days": 30});
+
+    let (status, shown) = s.call("GET", "/v1/retention?agent=bot", None, Some(&reader));
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["set"], Value::Null, "{shown}");
+    for key in [&writer, &reader] {
+        let (status, body) = s.call("PUT", "/v1/retention?agent=bot", Some(&policy), Some(key));
+        assert_eq!(status, 403, "{body}");
+        let (status, body) = s.call("POST", "/v1/retention/run", Some(&json!({})), Some(key));
+        assert_eq!(status, 403, "{body}");
+    }
+    for (body, want) in [
+        (json!({"messages_days": 0}), 400),
+        (json!({"messages_days": -1}), 422),
+        (json!({"messages_days": "30"}), 422),
+        (json!({"messages_days": 30, "keep": true}), 422),
+        (json!({"messages_days": 4294967296_u64}), 422),
+    ] {
+        let (status, answer) = s.call("PUT", "/v1/retention?agent=bot", Some(&body), Some(&admin));
+        assert_eq!(status, want, "{body} → {answer}");
+    }
+    let (status, answer) = s.call(
+        "PUT",
+        "/v1/retention?agent=bot&user=ann",
+        Some(&policy),
+        Some(&admin),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let (status, set) = s.call(
+        "PUT",
+        "/v1/retention?agent=bot",
+        Some(&policy),
+        Some(&admin),
+    );
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(set["effective"]["messages_days"], 30, "{set}");
+    // Another tenant's admin runs its own tenant: acme's entries stay.
+    let (status, runs) = s.call("POST", "/v1/retention/run", Some(&json!({})), Some(&zeta));
+    assert_eq!(status, 200, "{runs}");
+    assert_eq!(runs, json!([]), "{runs}");
+    let (status, dry) = s.call(
+        "POST",
+        "/v1/retention/run",
+        Some(&json!({"dry_run": true})),
+        Some(&admin),
+    );
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry[0]["entries"], 2, "{dry}");
+    assert_eq!(dry[0]["receipt"], Value::Null, "{dry}");
+    let (status, done) = s.call("POST", "/v1/retention/run", Some(&json!({})), Some(&admin));
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done[0]["agent"], "bot", "{done}");
+    assert_eq!(done[0]["entries"], 2, "{done}");
+    assert!(done[0]["receipt"].as_u64().is_some(), "{done}");
+    let (_, history) = s.call(
+        "GET",
+        "/v1/sessions/s1/history?agent=bot",
+        None,
+        Some(&reader),
+    );
+    let text = history.to_string();
+    assert!(
+        !text.contains("herons") && text.contains("otters"),
+        "{text}"
+    );
+    let (_, hits) = s.call(
+        "GET",
+        "/v1/search?q=herons&mode=bm25&agent=bot",
+        None,
+        Some(&reader),
+    );
+    assert_eq!(hits["hits"], json!([]), "{hits}");
+    // A second run finds nothing more: no receipt.
+    let (_, again) = s.call("POST", "/v1/retention/run", Some(&json!({})), Some(&admin));
+    assert_eq!(again[0]["receipt"], Value::Null, "{again}");
+    s.stop();
+    assert_eq!(files_holding(s.dir.path(), "herons"), Vec::<String>::new());
+    let tape = std::fs::read(s.dir.path().join("memtape.db")).unwrap();
+    let needle = format!("key:{}", admin_record.id);
+    assert!(tape.windows(needle.len()).any(|w| w == needle.as_bytes()));
+}
+
+/// The schedule: a server runs retention when a tick passes the schedule's time, and not
+/// between. (Two servers on one store share its lock as they share emergence's; a second
+/// run would find nothing more to expire, so this cannot tell which ran.)
+#[test]
+fn the_schedule_runs_retention_once_when_due() {
+    let dir = store_with_old_talk(10);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = |path: &std::path::Path| {
+        let engine = memtape::Engine::init(path).unwrap();
+        let state = memtape_server::AppState::new(
+            engine,
+            KeyStore::open(path),
+            memtape_server::Limits::default(),
+            true,
+        );
+        state.set_retention_config(memtape::RetentionConfig {
+            schedule: "0 0 * * *".into(),
+            messages_days: Some(7),
+            ..Default::default()
+        });
+        state
+    };
+    let (first, second) = (state(dir.path()), state(dir.path()));
+    let session = memtape::Scope::agent("acme", "bot")
+        .unwrap()
+        .with_session("s1")
+        .unwrap();
+    let erased = || {
+        memtape::Engine::open_read_only(dir.path())
+            .unwrap()
+            .store()
+            .scan(&session, &memtape::Filter::default())
+            .unwrap()
+            .iter()
+            .filter(|e| e.is_tombstone())
+            .count()
+    };
+    let day = chrono::Utc::now().date_naive();
+    let t = |h: u32, m: u32| day.and_hms_opt(h, m, 0).unwrap().and_utc();
+    // 01:00 to 01:20: not due.
+    runtime.block_on(first.run_due_retention(t(1, 0), t(1, 20)));
+    assert_eq!(erased(), 0);
+    // 23:50 to 00:10 (the next day): due.
+    let next = |h: u32, m: u32| t(h, m) + chrono::Duration::days(1);
+    runtime.block_on(second.run_due_retention(t(23, 50), next(0, 10)));
+    assert_eq!(erased(), 2);
+    runtime.block_on(first.run_due_retention(t(23, 50), next(0, 10)));
+    assert_eq!(erased(), 2);
+    drop((first, second));
 }

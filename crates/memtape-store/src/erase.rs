@@ -7,6 +7,7 @@ use memtape_core::erasure::{
     Erased, ErasedHow, Erasure, Selector, check_erase_text, id_ranges, redact_meta,
 };
 use memtape_core::events::{BuiltinEvent, TAPE_ERASED};
+use memtape_core::retention::Expiry;
 use memtape_core::{Entry, EntryId, Meta, NewEntry, Payload, Scope};
 
 use crate::Result;
@@ -37,6 +38,14 @@ pub enum EraseTarget {
         /// The ids.
         ids: Vec<EntryId>,
     },
+    /// The conversational entries of every scope `within` contains that `expiry` lets go
+    /// (a retention run), each judged against its own scope's consolidation pointer.
+    Expired {
+        /// The agent (or tenant's agent and user) the policy covers.
+        within: Scope,
+        /// The cutoffs.
+        expiry: Expiry,
+    },
 }
 
 impl EraseTarget {
@@ -45,7 +54,8 @@ impl EraseTarget {
         match self {
             EraseTarget::Within(s)
             | EraseTarget::Session(s)
-            | EraseTarget::Entries { within: s, .. } => s.tenant(),
+            | EraseTarget::Entries { within: s, .. }
+            | EraseTarget::Expired { within: s, .. } => s.tenant(),
             EraseTarget::User { tenant, .. } => tenant,
         }
     }
@@ -53,7 +63,9 @@ impl EraseTarget {
     /// Whether entries of `scope` can be selected.
     pub fn takes_scope(&self, scope: &Scope) -> bool {
         match self {
-            EraseTarget::Within(s) | EraseTarget::Entries { within: s, .. } => s.contains(scope),
+            EraseTarget::Within(s)
+            | EraseTarget::Entries { within: s, .. }
+            | EraseTarget::Expired { within: s, .. } => s.contains(scope),
             EraseTarget::Session(s) => {
                 scope.tenant() == s.tenant()
                     && scope.agent_name() == s.agent_name()
@@ -103,6 +115,12 @@ impl EraseRequest {
     pub fn validate(&self) -> Result<()> {
         if let EraseMode::Text(text) = &self.mode {
             check_erase_text(text)?;
+            if matches!(self.target, EraseTarget::Expired { .. }) {
+                return Err(memtape_core::Error::InvalidEntry(
+                    "a retention run erases whole entries, not a piece of text".into(),
+                )
+                .into());
+            }
         }
         if self.receipt_scope.tenant() != self.target.tenant() {
             return Err(memtape_core::Error::InvalidEntry(
@@ -244,10 +262,28 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
             }
         }
     } else {
+        let expiry = match &request.target {
+            EraseTarget::Expired { expiry, .. } => Some(expiry),
+            _ => None,
+        };
         for scope in tx.scopes(request.target.tenant())? {
-            if request.target.takes_scope(&scope) {
-                for entry in tx.entries(&scope)? {
-                    rewrites.extend(rewrite(&entry, &request.mode));
+            if !request.target.takes_scope(&scope) {
+                continue;
+            }
+            let entries = tx.entries(&scope)?;
+            let pointer = match expiry {
+                // The scope's consolidation pointer, as its own entries leave it (read in
+                // this transaction: a consolidation cannot move it meanwhile).
+                Some(_) => {
+                    let mut info = crate::ScopeInfo::empty(scope.clone());
+                    entries.iter().for_each(|e| info.apply(e));
+                    info.last_consolidated
+                }
+                None => EntryId(0),
+            };
+            for entry in &entries {
+                if expiry.is_none_or(|x| x.takes(entry, pointer)) {
+                    rewrites.extend(rewrite(entry, &request.mode));
                 }
             }
         }
@@ -259,7 +295,9 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
         .count() as u64;
     let text = rewrites.len() as u64 - whole;
     let ids: Vec<EntryId> = rewrites.iter().map(|r| r.id).collect();
-    if request.dry_run {
+    // A retention run that finds nothing expired leaves no receipt: it runs every day.
+    let nothing = ids.is_empty() && matches!(request.target, EraseTarget::Expired { .. });
+    if request.dry_run || nothing {
         return Ok(EraseOutcome {
             receipt: None,
             entries: whole,

@@ -87,6 +87,11 @@ pub trait Store: Send + Sync {
     /// A conversational entry without a parent is linked to its scope's head.
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>>;
 
+    /// [`Store::append`] of the events no ordinary append may write
+    /// ([`rules::refuse_reserved`]): an administrator's retention policy. Only memtape's
+    /// own admin paths call it, never with a caller's entries unchecked.
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>>;
+
     /// [`Store::append`] of `entries`, then, in the same transaction, of the entries `then`
     /// makes from them as stored (the WAL's captures of messages, which name the messages'
     /// ids): all are committed, or none. Returns the entries as stored, then the derived
@@ -190,6 +195,9 @@ pub trait Store: Send + Sync {
 impl<S: Store + ?Sized> Store for Box<S> {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         (**self).append(entries)
+    }
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        (**self).append_reserved(entries)
     }
     fn append_then(
         &self,

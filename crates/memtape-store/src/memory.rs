@@ -199,7 +199,11 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn append(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-        entries.iter().try_for_each(crate::rules::refuse_receipt)?;
+        entries.iter().try_for_each(crate::rules::refuse_reserved)?;
+        self.data().atomically(|inner| append_to(inner, entries))
+    }
+
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
         self.data().atomically(|inner| append_to(inner, entries))
     }
 
@@ -208,11 +212,11 @@ impl Store for MemoryStore {
         entries: Vec<NewEntry>,
         then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
     ) -> Result<(Vec<Entry>, Vec<Entry>)> {
-        entries.iter().try_for_each(crate::rules::refuse_receipt)?;
+        entries.iter().try_for_each(crate::rules::refuse_reserved)?;
         self.data().atomically(|inner| {
             let stored = append_to(inner, entries)?;
             let derived = then(&stored);
-            derived.iter().try_for_each(crate::rules::refuse_receipt)?;
+            derived.iter().try_for_each(crate::rules::refuse_reserved)?;
             let derived = append_to(inner, derived)?;
             Ok((stored, derived))
         })

@@ -2,7 +2,7 @@
 //! parent linking, the scope projection and the consolidation pointer. Stores supply
 //! lookups; the decisions are made here, once.
 
-use memtape_core::events::{self, BuiltinEvent, TAPE_ERASED};
+use memtape_core::events::{self, BuiltinEvent, RETENTION_POLICY, TAPE_ERASED};
 use memtape_core::{Entry, EntryId, Kind, NewEntry, Payload, Scope};
 
 use crate::{Error, Placement, Result, ScopeInfo};
@@ -322,22 +322,31 @@ pub trait Transaction {
 /// [`crate::Store::append`] inside `tx`: each new entry gets the next id and is prepared
 /// ([`prepare`]) against its scope as the entries before it left it.
 pub fn append_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
-    entries.iter().try_for_each(refuse_receipt)?;
+    entries.iter().try_for_each(refuse_reserved)?;
     append_checked_in(tx, entries)
 }
 
-/// Refuses an erasure's receipt (`tape.erased`) as an append: only an erasure writes one,
-/// in the transaction that erases ([`crate::erase`]).
-pub fn refuse_receipt(entry: &NewEntry) -> Result<()> {
-    if entry.payload.name() == Some(TAPE_ERASED) && entry.payload.kind() == Kind::Event {
-        return Err(Error::Invalid(memtape_core::Error::InvalidEntry(format!(
-            "event {TAPE_ERASED} is written by an erasure only"
-        ))));
+/// Refuses, as an ordinary append, the events that decide or record what is erased: an
+/// erasure's receipt (`tape.erased`, written only by the erasure, in its transaction:
+/// [`crate::erase`]) and a retention policy (`retention.policy`, written only through
+/// [`crate::Store::append_reserved`] by an admin's request).
+pub fn refuse_reserved(entry: &NewEntry) -> Result<()> {
+    if entry.payload.kind() != Kind::Event {
+        return Ok(());
     }
-    Ok(())
+    match entry.payload.name() {
+        Some(TAPE_ERASED) => Err(Error::Invalid(memtape_core::Error::InvalidEntry(format!(
+            "event {TAPE_ERASED} is written by an erasure only"
+        )))),
+        Some(RETENTION_POLICY) => Err(Error::Invalid(memtape_core::Error::InvalidEntry(format!(
+            "event {RETENTION_POLICY} is written by an administrator's retention setting only"
+        )))),
+        _ => Ok(()),
+    }
 }
 
-/// [`append_in`] without refusing receipts: an erasure's own append.
+/// [`append_in`] without refusing reserved events: an erasure's receipt, an admin's
+/// retention policy.
 pub fn append_checked_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
     let mut last = tx.last_id()?;
     let mut out = Vec::with_capacity(entries.len());

@@ -832,6 +832,10 @@ impl Store for SqliteStore {
         self.write(|w| append_in(w, entries))
     }
 
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+        self.write(|w| crate::rules::append_checked_in(w, entries))
+    }
+
     fn append_then(
         &self,
         entries: Vec<NewEntry>,

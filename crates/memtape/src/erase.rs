@@ -114,10 +114,22 @@ impl<S: Store> Engine<S> {
             at: self.now(),
             dry_run: options.dry_run,
         };
+        self.erase_request(request, data_dir)
+    }
+
+    /// Runs one erasure request (an erasure, a retention run) and brings the projections
+    /// along, as [`Engine::erase`] describes.
+    pub(crate) fn erase_request(
+        &self,
+        request: EraseRequest,
+        data_dir: Option<&Path>,
+    ) -> Result<EraseOutcome> {
         request.validate()?;
+        // A retention run takes conversation only, which no workspace file shows.
+        let expiry = matches!(request.target, EraseTarget::Expired { .. });
         let workspaces = match data_dir {
-            Some(dir) => self.workspaces_of(&request.target, dir)?,
-            None => Vec::new(),
+            Some(dir) if !expiry => self.workspaces_of(&request.target, dir)?,
+            _ => Vec::new(),
         };
         let user = matches!(request.target, EraseTarget::User { .. });
         if !user && !request.dry_run {

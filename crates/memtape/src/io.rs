@@ -51,6 +51,18 @@ impl<S: Store> Engine<S> {
             Format::Memtape => {
                 let mut entries = formats::memtape::parse(text)?;
                 self.refuse_erased(&entries)?;
+                // A policy decides what is erased: an admin sets it, a file cannot.
+                if let Some(e) = entries.iter().find(|e| {
+                    e.kind() == memtape_core::Kind::Event
+                        && e.payload.name() == Some(memtape_core::events::RETENTION_POLICY)
+                }) {
+                    return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+                        "entry {} is a retention policy (retention.policy), which an \
+                         administrator sets (PUT /v1/retention, memtape.toml); an import \
+                         cannot",
+                        e.id
+                    ))));
+                }
                 if let Some(e) = entries.iter().find(|e| !base.contains(&e.scope)) {
                     return Err(Error::OutsideScope {
                         entry: e.id,

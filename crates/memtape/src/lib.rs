@@ -29,6 +29,7 @@ mod lifecycle;
 mod mateclaw;
 mod node;
 pub mod prompts;
+mod retention;
 mod rewrite;
 mod search;
 mod settings;
@@ -58,6 +59,10 @@ pub use node::{
     NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
     UUID_NIL,
 };
+pub use retention::{
+    AgentRetention, DEFAULT_RETENTION_SCHEDULE, RetentionConfig, RetentionRun, TenantRetention,
+    next_run,
+};
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
 pub use settings::{EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule};
@@ -77,6 +82,7 @@ pub use error::Error;
 pub use memtape_core::context::{
     Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
 };
+pub use memtape_core::retention::{Expiry, Retention};
 pub use memtape_core::{
     Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, ErasedHow,
     Erasure, Event, Filter, HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload,

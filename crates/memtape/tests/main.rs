@@ -18,6 +18,7 @@ mod memory;
 mod node;
 mod refs_bub;
 mod refs_nanobot;
+mod retention;
 mod search;
 mod time_travel;
 mod tools;

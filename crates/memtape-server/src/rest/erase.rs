@@ -1,9 +1,11 @@
 //! `POST /v1/erase`: erasure for an admin key, within its tenant (a user, a session,
 //! entries or a piece of text, as `memtape erase`). Read and write keys cannot erase, and
 //! no MCP tool does: an agent must not erase a user's history because a prompt told it to.
+//! `/v1/retention`: an agent's retention policy (read by any key, set by an admin key), and
+//! a run of the tenant's policies now (admin), through the same erasure.
 
 use axum::extract::State;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use memtape::{EntryId, Erase, EraseOptions};
 use serde::{Deserialize, Serialize};
@@ -16,7 +18,10 @@ use crate::wire::ScopeParams;
 
 /// This module's routes.
 pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/v1/erase", post(erase))
+    Router::new()
+        .route("/v1/erase", post(erase))
+        .route("/v1/retention", get(retention).put(set_retention))
+        .route("/v1/retention/run", post(run_retention))
 }
 
 /// What an erasure takes.
@@ -127,4 +132,168 @@ pub async fn erase(
         wiped: outcome.wiped,
         dry_run: body.dry_run,
     }))
+}
+
+/// A retention policy: each field unset inherits (an agent's from its tenant's and the
+/// default in memtape.toml), and unset everywhere keeps entries until erased.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionWire {
+    /// Days the raw conversation (messages, tool calls and results) is kept (1 to 36,500).
+    #[serde(default)]
+    pub messages_days: Option<u32>,
+    /// Days tool results are kept, when shorter (1 to 36,500).
+    #[serde(default)]
+    pub tool_results_days: Option<u32>,
+    /// Expire only what consolidation has absorbed into memory (default false).
+    #[serde(default)]
+    pub only_consolidated: Option<bool>,
+}
+
+impl From<memtape::Retention> for RetentionWire {
+    fn from(r: memtape::Retention) -> Self {
+        RetentionWire {
+            messages_days: r.messages_days,
+            tool_results_days: r.tool_results_days,
+            only_consolidated: r.only_consolidated,
+        }
+    }
+}
+
+impl From<RetentionWire> for memtape::Retention {
+    fn from(r: RetentionWire) -> Self {
+        memtape::Retention {
+            messages_days: r.messages_days,
+            tool_results_days: r.tool_results_days,
+            only_consolidated: r.only_consolidated,
+        }
+    }
+}
+
+/// An agent's retention policy and where it came from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentRetentionWire {
+    /// The agent.
+    pub agent: String,
+    /// The policy in effect: the one set here over memtape.toml's, field by field.
+    pub effective: RetentionWire,
+    /// The policy an admin set with `PUT /v1/retention` (none: never set).
+    pub set: Option<RetentionWire>,
+    /// The policy memtape.toml gives the agent.
+    pub config: RetentionWire,
+}
+
+impl From<memtape::AgentRetention> for AgentRetentionWire {
+    fn from(r: memtape::AgentRetention) -> Self {
+        AgentRetentionWire {
+            agent: r.scope.agent_name().to_owned(),
+            effective: r.effective.into(),
+            set: r.set.map(Into::into),
+            config: r.config.into(),
+        }
+    }
+}
+
+/// The agent's retention policy (any key of the tenant may read it).
+#[utoipa::path(get, path = "/v1/retention", tag = "erasure", params(ScopeParams),
+    responses((status = 200, body = AgentRetentionWire), (status = 400, body = ErrorBody)))]
+pub async fn retention(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<AgentRetentionWire>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent(), None)?;
+    let config = state.retention_config().clone();
+    let policy = state
+        .run(move |engine| Ok(engine.retention(&scope, &config)?))
+        .await?;
+    Ok(Json(policy.into()))
+}
+
+/// Sets the agent's retention policy (admin keys only), over memtape.toml's field by field;
+/// it is recorded on the agent's tape. The next run (scheduled, or `POST
+/// /v1/retention/run`) applies it.
+#[utoipa::path(put, path = "/v1/retention", tag = "erasure", params(ScopeParams),
+    request_body = RetentionWire,
+    responses((status = 200, body = AgentRetentionWire), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_retention(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<RetentionWire>,
+) -> Result<Json<AgentRetentionWire>> {
+    caller.require(KeyRole::Admin)?;
+    if p.user.is_some() {
+        return Err(ApiError::bad_request(
+            "a retention policy covers a whole agent: leave user= out",
+        ));
+    }
+    let scope = caller.scope(p.agent(), None)?;
+    let config = state.retention_config().clone();
+    let policy = state
+        .run(move |engine| Ok(engine.set_retention(&scope, body.into(), &config)?))
+        .await?;
+    Ok(Json(policy.into()))
+}
+
+/// A retention run to make now.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionRunBody {
+    /// Count what would expire and change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// One agent's part of a retention run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RetentionRunWire {
+    /// The agent.
+    pub agent: String,
+    /// The policy applied.
+    pub policy: RetentionWire,
+    /// The `tape.erased` receipt's id (none: nothing expired, or a dry run).
+    #[schema(value_type = Option<u64>)]
+    pub receipt: Option<EntryId>,
+    /// Entries that expired (or would).
+    pub entries: u64,
+    /// Whether the store's write-ahead log was truncated.
+    pub wiped: bool,
+}
+
+/// Runs the tenant's retention now (admin keys only): each agent whose policy expires
+/// anything loses its raw conversation older than the policy keeps, as one erasure with
+/// one receipt per agent.
+#[utoipa::path(post, path = "/v1/retention/run", tag = "erasure",
+    request_body = RetentionRunBody,
+    responses((status = 200, body = Vec<RetentionRunWire>), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn run_retention(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RetentionRunBody>,
+) -> Result<Json<Vec<RetentionRunWire>>> {
+    caller.require(KeyRole::Admin)?;
+    let tenant = caller.scope("default", None)?.tenant().to_owned();
+    let config = state.retention_config().clone();
+    let by = caller.who();
+    let dir = state.data_dir().map(std::path::Path::to_path_buf);
+    let runs = state
+        .run(move |engine| {
+            Ok(engine.run_retention(Some(&tenant), &config, &by, body.dry_run, dir.as_deref())?)
+        })
+        .await?;
+    Ok(Json(
+        runs.into_iter()
+            .map(|r| RetentionRunWire {
+                agent: r.policy.scope.agent_name().to_owned(),
+                policy: r.policy.effective.into(),
+                receipt: r.outcome.receipt.as_ref().map(|e| e.id),
+                entries: r.outcome.entries,
+                wiped: r.outcome.wiped,
+            })
+            .collect(),
+    ))
 }

@@ -101,7 +101,10 @@ pub fn routes() -> Router<AppState> {
     files::workspace_edit,
     transfer::export,
     transfer::import,
-    erase::erase
+    erase::erase,
+    erase::retention,
+    erase::set_retention,
+    erase::run_retention
 ))]
 struct Core;
 
