@@ -160,7 +160,7 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
         lifecycle: config.lifecycle,
         tools,
         spent: Vec::new(),
-        files: memtape::FilesDir::new(dir.join("files")),
+        files: memtape::FilesDir::new(dir.join(memtape::FILES_DIR)),
     };
     // The token counter loads its vocabulary on first use (about 0.1 s): at start, not in
     // the first turn.

@@ -73,6 +73,8 @@ struct Erased {
     /// Whether the store's write-ahead log was truncated (false: a reader held it; the
     /// next checkpoint finishes).
     wiped: bool,
+    /// Attached files removed from the files folder.
+    files: u64,
     dry_run: bool,
 }
 
@@ -119,6 +121,7 @@ pub fn erase(ctx: &Ctx, a: &EraseArgs, out: &mut impl Write) -> Result<()> {
             redacted: outcome.redacted,
             ids: outcome.ids,
             wiped: outcome.wiped,
+            files: outcome.files_removed,
             dry_run: a.dry_run,
         },
     )
@@ -162,6 +165,7 @@ struct RunLine {
     receipt: Option<EntryId>,
     entries: u64,
     wiped: bool,
+    files: u64,
     dry_run: bool,
 }
 
@@ -198,6 +202,7 @@ pub fn retention(ctx: &Ctx, a: &RetentionArgs, out: &mut impl Write) -> Result<(
                     receipt: r.outcome.receipt.as_ref().map(|e| e.id),
                     entries: r.outcome.entries,
                     wiped: r.outcome.wiped,
+                    files: r.outcome.files_removed,
                     dry_run: *dry_run,
                 })
                 .collect();

@@ -166,6 +166,13 @@ pub struct EraseOutcome {
     /// log was checkpointed and truncated; `false` while a reader held an old snapshot,
     /// and the next checkpoint finishes it). Always `true` in memory.
     pub wiped: bool,
+    /// The attached files the erasure takes, by reference (uploads and tool files, each
+    /// once): those of every entry erased whole and, for an erasure by text, those of
+    /// every entry it read, whose bytes may hold the text. The store keeps references
+    /// only; the engine removes the files ([`EraseOutcome::files_removed`]).
+    pub attachments: Vec<memtape_core::FileRef>,
+    /// How many attached files were removed from the files folder (set by the engine).
+    pub files_removed: u64,
 }
 
 /// One entry's new content.
@@ -249,6 +256,7 @@ pub trait EraseTransaction {
 pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result<EraseOutcome> {
     request.validate()?;
     let mut rewrites = Vec::new();
+    let mut attachments = Attachments::default();
     if let EraseTarget::Entries { within, ids } = &request.target {
         // Read by id: naming two entries never reads the whole agent.
         let mut ids = ids.clone();
@@ -257,6 +265,7 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
         for chunk in ids.chunks(500) {
             for entry in tx.entries_by_id(within.tenant(), chunk)? {
                 if within.contains(&entry.scope) {
+                    attachments.note(&entry);
                     rewrites.extend(rewrite(&entry, &request.mode));
                 }
             }
@@ -283,6 +292,7 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
             };
             for entry in &entries {
                 if expiry.is_none_or(|x| x.takes(entry, pointer)) {
+                    attachments.note(entry);
                     rewrites.extend(rewrite(entry, &request.mode));
                 }
             }
@@ -304,6 +314,8 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
             redacted: text,
             ids,
             wiped: true,
+            attachments: attachments.0,
+            files_removed: 0,
         });
     }
     let receipt_id = crate::rules::next_id(tx.last_id()?)?;
@@ -335,5 +347,39 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
         redacted: text,
         ids,
         wiped: true,
+        attachments: attachments.0,
+        files_removed: 0,
     })
+}
+
+/// The attached files an erasure takes, each once.
+#[derive(Default)]
+struct Attachments(
+    Vec<memtape_core::FileRef>,
+    std::collections::HashSet<String>,
+);
+
+impl Attachments {
+    /// Notes the files of a selected entry: all of them, whether it is erased whole or
+    /// searched for a text (the file may hold the text where the message does not). URLs
+    /// are not ours to remove; a tombstone has no files.
+    fn note(&mut self, entry: &Entry) {
+        let Some(message) = entry.message() else {
+            return;
+        };
+        for file in &message.files {
+            let key = match &file.source {
+                memtape_core::FileSource::LocalFile { upload_file_id } => {
+                    format!("uploads/{upload_file_id}")
+                }
+                memtape_core::FileSource::ToolFile { tool_file_id } => {
+                    format!("tool-files/{tool_file_id}")
+                }
+                memtape_core::FileSource::RemoteUrl { .. } => continue,
+            };
+            if self.1.insert(key) {
+                self.0.push(file.clone());
+            }
+        }
+    }
 }

@@ -31,6 +31,10 @@ pub struct FilesDir {
     max_bytes: u64,
 }
 
+/// The folder of the data directory attached files live in (`uploads/` and `tool-files/`
+/// inside it).
+pub const FILES_DIR: &str = "files";
+
 /// The largest file sent to a model (20 MiB, the providers' usual limit for one image).
 pub const MAX_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 
@@ -49,8 +53,9 @@ impl FilesDir {
         self
     }
 
-    /// Reads `root/folder/id` if `id` is a plain name and the file a regular one.
-    fn read(&self, folder: &str, id: &str) -> Result<Option<Vec<u8>>> {
+    /// The path of `root/folder/id`, if `id` is a plain name and neither the root nor the
+    /// folder is a symlink (`None`: nothing outside the folder is ever touched).
+    fn path(&self, folder: &str, id: &str) -> Result<Option<PathBuf>> {
         let plain = !id.is_empty()
             && id.len() <= 200
             && !id.starts_with('.')
@@ -69,7 +74,50 @@ impl FilesDir {
                 return Ok(None);
             }
         }
-        let path = dir.join(id);
+        Ok(Some(dir.join(id)))
+    }
+
+    /// Removes the attached files an erasure took: every one of `files` for an erasure of
+    /// whole entries, and those whose bytes hold `text` (in UTF-8 or UTF-16) for an
+    /// erasure by text. URLs, names that are not plain, symlinks and files already gone
+    /// are passed over. Returns how many were removed.
+    pub fn erase(&self, files: &[FileRef], text: Option<&str>) -> Result<u64> {
+        let mut removed = 0;
+        for file in files {
+            let (folder, id) = match &file.source {
+                FileSource::LocalFile { upload_file_id } => ("uploads", upload_file_id),
+                FileSource::ToolFile { tool_file_id } => ("tool-files", tool_file_id),
+                FileSource::RemoteUrl { .. } => continue,
+            };
+            let Ok(Some(path)) = self.path(folder, id) else {
+                continue;
+            };
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_file() => {}
+                _ => continue,
+            }
+            if let Some(text) = text {
+                let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+                let utf16: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+                let holds = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+                if !holds(text.as_bytes()) && !holds(&utf16) {
+                    continue;
+                }
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path, e)),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Reads `root/folder/id` if `id` is a plain name and the file a regular one.
+    fn read(&self, folder: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        let Some(path) = self.path(folder, id)? else {
+            return Ok(None);
+        };
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

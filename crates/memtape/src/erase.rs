@@ -9,6 +9,8 @@ use memtape_core::erasure::Selector;
 use memtape_core::{EntryId, Scope};
 use memtape_store::{EraseMode, EraseOutcome, EraseRequest, EraseTarget, Store};
 
+use crate::FilesDir;
+use crate::attachments::FILES_DIR;
 use crate::workspace::{Prefer, workspace_dir};
 use crate::{Engine, Error, Result};
 
@@ -139,10 +141,18 @@ impl<S: Store> Engine<S> {
                 self.sync_workspace(memory, dir, None)?;
             }
         }
-        let outcome = self.store.erase(&request)?;
+        let mut outcome = self.store.erase(&request)?;
         let Some(receipt) = &outcome.receipt else {
             return Ok(outcome);
         };
+        if let Some(dir) = data_dir {
+            let text = match &request.mode {
+                EraseMode::Text(text) => Some(text.as_str()),
+                EraseMode::Whole => None,
+            };
+            outcome.files_removed =
+                FilesDir::new(dir.join(FILES_DIR)).erase(&outcome.attachments, text)?;
+        }
         // The index applies the receipt now, whether or not it follows writes as they
         // are made (a server's indexer would get to it a moment later).
         if let Some(index) = &self.index {

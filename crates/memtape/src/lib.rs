@@ -39,7 +39,7 @@ mod usage;
 mod workspace;
 mod writer;
 
-pub use attachments::{FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
+pub use attachments::{FILES_DIR, FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
 pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
 pub use capture::{Captured, scan_entry, scan_new_entry};

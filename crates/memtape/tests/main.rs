@@ -11,6 +11,7 @@ mod consolidation;
 mod context;
 mod dify;
 mod engine;
+mod erase;
 mod hooks;
 mod lifecycle;
 mod mateclaw;

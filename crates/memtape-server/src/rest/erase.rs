@@ -78,6 +78,8 @@ pub struct ErasedWire {
     /// Whether the store's write-ahead log was truncated (false: a reader held it; the
     /// next checkpoint finishes).
     pub wiped: bool,
+    /// Attached files removed from the files folder.
+    pub files: u64,
     /// Whether this was a dry run.
     pub dry_run: bool,
 }
@@ -130,6 +132,7 @@ pub async fn erase(
         redacted: outcome.redacted,
         ids: outcome.ids,
         wiped: outcome.wiped,
+        files: outcome.files_removed,
         dry_run: body.dry_run,
     }))
 }
@@ -261,6 +264,8 @@ pub struct RetentionRunWire {
     pub entries: u64,
     /// Whether the store's write-ahead log was truncated.
     pub wiped: bool,
+    /// Attached files removed from the files folder.
+    pub files: u64,
 }
 
 /// Runs the tenant's retention now (admin keys only): each agent whose policy expires
@@ -293,6 +298,7 @@ pub async fn run_retention(
                 receipt: r.outcome.receipt.as_ref().map(|e| e.id),
                 entries: r.outcome.entries,
                 wiped: r.outcome.wiped,
+                files: r.outcome.files_removed,
             })
             .collect(),
     ))
