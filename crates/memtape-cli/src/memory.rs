@@ -467,6 +467,9 @@ struct VersionOut<'a, T: Serialize> {
     at: String,
     source: &'a str,
     ops: &'a T,
+    /// The erasure that took this version's content (it applies nothing since).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    erased_by: Option<u64>,
 }
 
 /// A sync report on the wire.
@@ -623,6 +626,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                         at,
                         source: &r.change.source,
                         ops: &r.change.ops,
+                        erased_by: r.erased.map(|x| x.0),
                     };
                     writeln!(out, "{}", serde_json::to_string(&line)?)?;
                 } else {
@@ -632,7 +636,10 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                         r.version,
                         r.id,
                         r.at.format("%Y-%m-%d %H:%M:%S"),
-                        r.change.source,
+                        match r.erased {
+                            Some(by) => format!("[erased by #{by}]"),
+                            None => r.change.source.clone(),
+                        },
                         paths.join(" ")
                     )?;
                 }
@@ -869,6 +876,9 @@ struct CauseOut<'a> {
     session: Option<&'a str>,
     user: Option<&'a str>,
     at: String,
+    /// The erasure (its receipt) that took this cause's content, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    erased_by: Option<u64>,
     text: String,
 }
 
@@ -912,6 +922,7 @@ fn blame(
                         session: e.scope.session(),
                         user: e.scope.user(),
                         at: e.created_at.to_rfc3339(),
+                        erased_by: e.erased.map(|x| x.by.0),
                         text: e
                             .payload
                             .search_text()
@@ -926,9 +937,16 @@ fn blame(
         } else {
             let shown: Vec<String> = causes
                 .iter()
-                .map(|e| match e.scope.session() {
-                    Some(s) => format!("#{}@{}", e.id, escape(s, false)),
-                    None => format!("#{}", e.id),
+                .map(|e| {
+                    let at = match e.scope.session() {
+                        Some(s) => format!("#{}@{}", e.id, escape(s, false)),
+                        None => format!("#{}", e.id),
+                    };
+                    match e.erased {
+                        Some(x) if x.is_whole() => format!("{at} [erased by #{}]", x.by),
+                        Some(x) => format!("{at} [redacted by #{}]", x.by),
+                        None => at,
+                    }
                 })
                 .collect();
             writeln!(

@@ -95,9 +95,16 @@ impl Payload {
                 name: TOMBSTONE.to_owned(),
                 state: None,
             }),
-            Payload::Event(_) => Payload::Event(Event {
+            // A built-in event's name is memtape's, not the caller's content: it is kept
+            // as `was`, so readers that count such events (memory versions) still count
+            // the erased one. A caller's own name may be content, and goes.
+            Payload::Event(e) => Payload::Event(Event {
                 name: TOMBSTONE.to_owned(),
-                data: Value::Null,
+                data: if crate::events::BuiltinEvent::is_builtin(&e.name) {
+                    serde_json::json!({ "was": e.name })
+                } else {
+                    Value::Null
+                },
             }),
         }
     }
@@ -314,6 +321,31 @@ pub fn check_erase_text(text: &str) -> Result<()> {
         return bad("is shorter than 4 characters: it would match too much");
     }
     Ok(())
+}
+
+impl crate::Entry {
+    /// For a tombstone of one of memtape's own events, the event's name (`memory.change`,
+    /// …); `None` for anything else.
+    pub fn erased_event(&self) -> Option<&str> {
+        match &self.payload {
+            Payload::Event(e) if e.name == TOMBSTONE && self.is_tombstone() => {
+                e.data.get("was").and_then(Value::as_str)
+            }
+            _ => None,
+        }
+    }
+
+    /// The entry as a view of the past shows it when it was erased later: a tombstoned
+    /// message reads [`ERASED_TEXT`] where its text was (role and tool-call ids kept, so
+    /// calls and results still pair); anything else is shown as it is.
+    pub fn shown_as_erased(mut self) -> crate::Entry {
+        if self.is_tombstone()
+            && let Payload::Message(m) = &mut self.payload
+        {
+            m.content = Some(Content::Text(ERASED_TEXT.to_owned()));
+        }
+        self
+    }
 }
 
 #[cfg(test)]

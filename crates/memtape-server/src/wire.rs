@@ -223,6 +223,19 @@ pub struct EntryWire {
     pub meta: Map<String, Value>,
     /// When it was written (RFC 3339).
     pub created_at: String,
+    /// Set when an erasure changed the entry: which one and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erased: Option<ErasedWire>,
+}
+
+/// The mark an erasure left on an entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErasedWire {
+    /// The erasure's receipt (a `tape.erased` entry).
+    pub by: u64,
+    /// `whole` (a tombstone: nothing of its content is left) or `text` (a piece of text
+    /// was replaced by `[erased]`).
+    pub how: String,
 }
 
 impl EntryWire {
@@ -238,6 +251,10 @@ impl EntryWire {
             payload: e.payload.to_json(),
             meta: e.meta.clone(),
             created_at: e.created_at.to_rfc3339(),
+            erased: e.erased.map(|x| ErasedWire {
+                by: x.by.0,
+                how: x.how.as_str().to_owned(),
+            }),
         }
     }
 }

@@ -125,6 +125,15 @@ fn only_an_admin_key_erases_and_only_in_its_tenant() {
         Some(&reader),
     );
     assert!(!entries.to_string().contains("4111"), "{entries}");
+    // The redacted message carries the erasure's mark, naming the receipt.
+    let marked: Vec<&Value> = entries["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["erased"]["how"] == "text")
+        .collect();
+    assert_eq!(marked.len(), 1, "{entries}");
+    assert_eq!(marked[0]["erased"]["by"], done["receipt"], "{entries}");
     // Zeta's text, in another tenant, is untouched.
     let (_, zeta) = s.call(
         "GET",

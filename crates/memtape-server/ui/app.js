@@ -321,6 +321,7 @@ function entryItem(e) {
       h("a", { href: href("sessions", { session: tl.session, su: tl.su, entry: e.id }), title: "Link to this entry" }, `#${e.id}`),
       h("span", { class: "kind" }, label),
       h("time", { datetime: e.created_at }, when(e.created_at)),
+      erasedBadge(e),
       slot,
     ),
     entryBody(e),
@@ -328,6 +329,14 @@ function entryItem(e) {
   );
   tl.els.set(e.id, { li, slot, alts });
   return li;
+}
+
+/** "erased by #N" (a tombstone) or "redacted by #N" (a piece of text erased), linking the
+ * erasure's receipt; nothing for an entry no erasure changed. */
+export function erasedBadge(e) {
+  if (!e.erased) return null;
+  const what = e.erased.how === "whole" ? "erased" : "redacted";
+  return h("span", { class: "erased", title: `An erasure (receipt #${e.erased.by}) took ${e.erased.how === "whole" ? "this entry's content" : "a piece of its text"}` }, `${what} by #${e.erased.by}`);
 }
 
 function long(text, title) {
@@ -354,6 +363,9 @@ function entryBody(e) {
       d !== undefined && d !== null ? h("details", { class: "json" }, h("summary", {}, "data"), h("pre", {}, pretty(d))) : null,
       meta,
     );
+  }
+  if (e.erased && e.erased.how === "whole") {
+    return h("div", { class: "body" }, h("p", { class: "muted" }, "[erased]"));
   }
   const text = contentText(p.content);
   const calls = (p.tool_calls || []).map((c) =>

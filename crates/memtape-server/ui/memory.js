@@ -234,7 +234,9 @@ function blameDetail(l) {
           "ul",
           {},
           l.causes.map((c) => {
-            const text = c.payload && (typeof c.payload.content === "string" ? c.payload.content : c.payload.name || c.kind);
+            const text = c.erased
+              ? `[${c.erased.how === "whole" ? "erased" : "redacted"} by #${c.erased.by}]${c.erased.how === "whole" ? "" : " " + (c.payload.content || "")}`
+              : c.payload && (typeof c.payload.content === "string" ? c.payload.content : c.payload.name || c.kind);
             return h(
               "li",
               {},

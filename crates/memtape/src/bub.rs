@@ -106,10 +106,11 @@ impl<S: Store> Engine<S> {
         let (Some(head), pointer) = self.session_state(session, as_of)? else {
             return Ok(Vec::new());
         };
-        let mut thread = self.walk(session, head, pointer, limits.max_messages)?;
+        let thread = self.walk(session, head, pointer, limits.max_messages)?;
         // An erased message keeps its place in the thread (its children still follow it)
-        // but nothing of it goes to a model.
-        thread.retain(|e| !e.is_tombstone());
+        // but nothing of it goes to a model; a view of a moment before its erasure shows
+        // `[erased]` where it was.
+        let thread = self.tombstones_as_of(session, thread, as_of)?;
         let messages: Vec<&memtape_core::Message> =
             thread.iter().filter_map(Entry::message).collect();
         let keep = select_history(&messages, limits, self.tokens());
@@ -131,8 +132,7 @@ impl<S: Store> Engine<S> {
             e.meta.get(bub::BUB_META).and_then(|b| b.get("kind")) == Some(&Value::from("message"))
         };
         let wanted = |e: &Entry| {
-            !e.is_tombstone()
-                && (e.kind() != Kind::System || bub_message(e))
+            (e.kind() != Kind::System || bub_message(e))
                 && e.meta.get("context") != Some(&Value::Bool(false))
         };
         // Newest first, a page at a time, until the last `max_messages` are found: only
@@ -156,6 +156,7 @@ impl<S: Store> Engine<S> {
             let page = self.store.scan(session, &AsOf::narrow_opt(as_of, filter))?;
             let full = page.len() == PAGE;
             before = page.last().map(|e| e.id);
+            let page = self.tombstones_as_of(session, page, as_of)?;
             entries.extend(page.into_iter().filter(wanted));
             if !full {
                 break;

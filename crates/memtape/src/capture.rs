@@ -233,6 +233,7 @@ impl<S: Store> Engine<S> {
                         id: entry.id,
                         at: entry.created_at,
                         change: change.clone(),
+                        erased: None,
                     }),
                 }));
             }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use memtape_core::erasure::Selector;
-use memtape_core::{EntryId, Scope};
+use memtape_core::{AsOf, Entry, EntryId, Scope};
 use memtape_store::{EraseMode, EraseOutcome, EraseRequest, EraseTarget, Store};
 
 use crate::FilesDir;
@@ -169,6 +169,43 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(outcome)
+    }
+
+    /// `entries` of `scope` as a read at `as_of` shows them: now (`None`), tombstones are
+    /// left out; as of a moment, those erased after it read `[erased]`
+    /// ([`Entry::shown_as_erased`]) and those erased before it are left out (at that
+    /// moment they were already gone).
+    pub(crate) fn tombstones_as_of(
+        &self,
+        scope: &Scope,
+        entries: Vec<Entry>,
+        as_of: Option<&AsOf>,
+    ) -> Result<Vec<Entry>> {
+        let Some(moment) = as_of else {
+            return Ok(entries.into_iter().filter(|e| !e.is_tombstone()).collect());
+        };
+        let mut later: std::collections::HashMap<EntryId, bool> = Default::default();
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Some(erasure) = entry.erased.filter(|_| entry.is_tombstone()) else {
+                out.push(entry);
+                continue;
+            };
+            let after = match later.get(&erasure.by) {
+                Some(after) => *after,
+                None => {
+                    // The receipt's own moment says when the erasure happened.
+                    let receipt = self.store.get(scope.tenant(), erasure.by)?;
+                    let after = receipt.is_none_or(|r| !moment.includes_entry(&r));
+                    later.insert(erasure.by, after);
+                    after
+                }
+            };
+            if after {
+                out.push(entry.shown_as_erased());
+            }
+        }
+        Ok(out)
     }
 
     /// The memory scopes `target` takes that have a default workspace on disk, with it.

@@ -216,16 +216,33 @@ impl<S: Store> Engine<S> {
             .scope_info(scope)?
             .and_then(|i| i.last_id)
             .unwrap_or(EntryId(0));
-        let changes_after = |through: EntryId| {
-            let filter = Filter {
+        let last_erasure = self.store.last_erasure()?;
+        let changes_after = |through: EntryId| -> Result<Vec<memtape_core::Entry>> {
+            let named = |name: &str| Filter {
                 kinds: vec![Kind::Event],
-                name: Some(events::MEMORY_CHANGE.to_string()),
+                name: Some(name.to_owned()),
                 after: Some(through),
                 ..Filter::default()
             };
-            self.store.scan(scope, &filter)
+            let mut entries = self.store.scan(scope, &named(events::MEMORY_CHANGE))?;
+            if last_erasure > EntryId(0) {
+                // A change erased whole is a tombstone that still counts as its version.
+                let erased = self
+                    .store
+                    .scan(scope, &named(memtape_core::erasure::TOMBSTONE))?;
+                let before = entries.len();
+                entries.extend(
+                    erased
+                        .into_iter()
+                        .filter(|e| e.erased_event() == Some(events::MEMORY_CHANGE)),
+                );
+                if entries.len() > before {
+                    entries.sort_by_key(|e| e.id);
+                }
+            }
+            Ok(entries)
         };
-        self.memory_logs.check_erasures(self.store.last_erasure()?);
+        self.memory_logs.check_erasures(last_erasure);
         let slot = self.memory_logs.slot(scope);
         // A panic while the log was extended leaves it as it was: `extend` adds all of a
         // read or nothing.

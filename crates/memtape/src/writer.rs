@@ -393,6 +393,7 @@ impl<S: Store> Engine<S> {
                 id: e.id,
                 at: e.created_at,
                 change: w.change.clone(),
+                erased: None,
             })
             .collect())
     }
@@ -468,6 +469,7 @@ impl<S: Store> Engine<S> {
                             id: first.id,
                             at: first.created_at,
                             change,
+                            erased: None,
                         },
                         stored,
                     )));

@@ -117,3 +117,124 @@ fn attachments_go_with_their_entries_or_when_they_hold_the_text() {
         "nothing outside the data directory is touched"
     );
 }
+
+/// Time travel to a moment before an erasure shows `[erased]` where the message was (its
+/// role and place kept); a moment after it, and now, leave it out; blame names the
+/// erasure on the cause it took.
+#[test]
+fn the_past_shows_erased_where_the_text_was_and_blame_names_the_erasure() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use chrono::TimeZone;
+    use memtape::memory::{Change, Op, paths};
+    use memtape::{AsOf, HistoryLimits};
+
+    let data = tempfile::tempdir().unwrap();
+    let minute = Arc::new(AtomicI64::new(0));
+    let clock = Arc::clone(&minute);
+    let start = chrono::Utc.with_ymd_and_hms(2026, 5, 1, 8, 0, 0).unwrap();
+    let e = Engine::init(data.path())
+        .unwrap()
+        .with_clock(move || start + chrono::Duration::minutes(clock.load(Ordering::SeqCst)));
+    let agent = Scope::agent("t", "a").unwrap();
+    let s = agent.clone().with_session("s").unwrap();
+    let say = |m: Message| e.append(&s, m, AppendOptions::default()).unwrap();
+    let first = say(Message::user("my name is Ann"));
+    let second = say(Message::user(format!("my card is {SECRET}")));
+    let third = say(Message::assistant("noted"));
+    let mut change = Change::one(
+        Op::Write {
+            path: paths::MEMORY.into(),
+            content: "Ann has a card on file.".into(),
+        },
+        "test",
+    );
+    change.caused_by = vec![second.id];
+    e.record_memory(&agent, change).unwrap();
+
+    minute.store(10, Ordering::SeqCst);
+    let done = e
+        .erase(&agent, Erase::Entries(vec![second.id]), options(), None)
+        .unwrap();
+    let receipt = done.receipt.unwrap().id;
+    minute.store(20, Ordering::SeqCst);
+
+    let texts = |as_of: Option<AsOf>| -> Vec<(u64, String)> {
+        e.history_as_of(&s, &HistoryLimits::default(), as_of.as_ref())
+            .unwrap()
+            .iter()
+            .map(|x| (x.id.0, x.message().unwrap().content_text().into_owned()))
+            .collect()
+    };
+    let without = vec![
+        (first.id.0, "my name is Ann".to_owned()),
+        (third.id.0, "noted".to_owned()),
+    ];
+    let with_mark = vec![
+        (first.id.0, "my name is Ann".to_owned()),
+        (second.id.0, "[erased]".to_owned()),
+        (third.id.0, "noted".to_owned()),
+    ];
+    assert_eq!(texts(None), without);
+    let before = [
+        AsOf::Time(start + chrono::Duration::minutes(5)),
+        AsOf::Entry(third.id),
+    ];
+    for moment in before {
+        assert_eq!(texts(Some(moment)), with_mark, "{moment}");
+    }
+    for moment in [
+        AsOf::Time(start + chrono::Duration::minutes(15)),
+        AsOf::Entry(receipt),
+    ] {
+        assert_eq!(texts(Some(moment)), without, "{moment}");
+    }
+
+    let blame = e.blame(&agent, paths::MEMORY, None).unwrap().unwrap();
+    let cause = &blame.causes[&second.id];
+    assert_eq!(cause.erased.map(|x| x.by), Some(receipt));
+    assert!(!format!("{:?}", cause.payload).contains("ZQX"));
+}
+
+/// A memory version erased whole keeps its number (later versions keep theirs) and applies
+/// nothing; the versions list names the erasure.
+#[test]
+fn an_erased_memory_version_keeps_its_number_and_applies_nothing() {
+    use memtape::memory::{Change, Op, paths};
+
+    let data = tempfile::tempdir().unwrap();
+    let e = Engine::init(data.path()).unwrap();
+    let agent = Scope::agent("t", "a").unwrap();
+    let write = |path: &str, content: &str| {
+        e.record_memory(
+            &agent,
+            Change::one(
+                Op::Write {
+                    path: path.into(),
+                    content: content.into(),
+                },
+                "test",
+            ),
+        )
+        .unwrap()
+    };
+    write(paths::MEMORY, "likes tea");
+    let secret = write(paths::PROFILE, &format!("card {SECRET}"));
+    write(paths::MEMORY, "likes tea and kayaks");
+    let done = e
+        .erase(&agent, Erase::Entries(vec![secret.id]), options(), None)
+        .unwrap();
+    let receipt = done.receipt.unwrap().id;
+    let (log, _) = e.memory_log(&agent).unwrap();
+    let versions: Vec<(u64, Option<memtape::EntryId>)> = log
+        .changes()
+        .iter()
+        .map(|r| (r.version, r.erased))
+        .collect();
+    assert_eq!(versions, vec![(1, None), (2, Some(receipt)), (3, None)]);
+    let now = e.memory(&agent).unwrap();
+    assert_eq!(now.version, 3);
+    assert_eq!(now.content(paths::MEMORY), Some("likes tea and kayaks"));
+    assert_eq!(now.content(paths::PROFILE), None);
+}

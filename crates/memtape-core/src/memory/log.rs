@@ -18,8 +18,11 @@ pub struct Recorded {
     pub id: EntryId,
     /// When it was made.
     pub at: DateTime<Utc>,
-    /// What it did.
+    /// What it did (nothing, once erased).
     pub change: Change,
+    /// The erasure (its receipt) that took this change's content: it keeps its version,
+    /// so later versions keep their numbers, and applies nothing.
+    pub erased: Option<EntryId>,
 }
 
 /// A scope's memory changes in tape order.
@@ -46,12 +49,26 @@ impl MemoryLog {
     pub fn extend<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>) -> Result<()> {
         let mut added = Vec::new();
         for entry in entries {
+            let version = (self.changes.len() + added.len()) as u64 + 1;
             if let Some(change) = Change::from_entry(entry) {
                 added.push(Recorded {
-                    version: (self.changes.len() + added.len()) as u64 + 1,
+                    version,
                     id: entry.id,
                     at: entry.created_at,
                     change: change?,
+                    erased: None,
+                });
+            } else if entry.erased_event() == Some(crate::events::MEMORY_CHANGE) {
+                added.push(Recorded {
+                    version,
+                    id: entry.id,
+                    at: entry.created_at,
+                    change: Change {
+                        ops: Vec::new(),
+                        source: crate::erasure::ERASED_TEXT.to_owned(),
+                        caused_by: Vec::new(),
+                    },
+                    erased: entry.erased.map(|x| x.by),
                 });
             }
         }

@@ -50,6 +50,10 @@ struct NewDoc {
 
 impl NewDoc {
     fn from_entry(entry: &Entry) -> Option<NewDoc> {
+        // A tombstone has nothing to find (what it keeps is structure, not text).
+        if entry.is_tombstone() {
+            return None;
+        }
         let speaker = entry
             .message()
             .filter(|m| m.role != Role::Tool)

@@ -350,11 +350,16 @@ pub struct VersionWire {
     /// Its ops: `{"op": "write"|"append"|"delete"|"rename"|"flags"|"forget"|"clear", …}`.
     #[schema(value_type = Vec<Object>)]
     pub ops: Vec<Value>,
+    /// The erasure (its receipt's id) that took this version's content: it keeps its
+    /// number and applies nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erased_by: Option<u64>,
 }
 
 impl VersionWire {
     fn of(r: &Recorded) -> Self {
         VersionWire {
+            erased_by: r.erased.map(|x| x.0),
             version: r.version,
             id: r.id.0,
             at: r.at.to_rfc3339(),
