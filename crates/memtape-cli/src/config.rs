@@ -1,7 +1,8 @@
 //! `memtape.toml`: the configuration file, in the data directory (or where
 //! `MEMTAPE_CONFIG` points). `[llm]` says which model the memory lifecycle talks to (the
 //! `MEMTAPE_LLM_*` variables win key by key); `[lifecycle]` when and how it runs;
-//! `[retention]` how long raw conversation is kept. No file means the defaults and no
+//! `[retention]` how long raw conversation is kept; `[mcp]` what MCP clients may do beyond
+//! the default tools. No file means the defaults and no
 //! model: nothing is ever sent anywhere, and nothing expires.
 
 use std::path::PathBuf;
@@ -29,6 +30,17 @@ struct File {
     lifecycle: LifecycleConfig,
     #[serde(default)]
     retention: RetentionConfig,
+    #[serde(default)]
+    mcp: McpSettings,
+}
+
+/// `[mcp]`: what MCP clients are offered beyond the default tools.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSettings {
+    /// Offer `tape_erase_session`: a client erases one of its own sessions (default
+    /// false: an agent must not erase a user's history because a prompt told it to).
+    pub erase_own_session: bool,
 }
 
 /// The configuration in effect.
@@ -42,6 +54,8 @@ pub struct Config {
     pub lifecycle: LifecycleConfig,
     /// The retention policies and their schedule.
     pub retention: RetentionConfig,
+    /// The MCP settings.
+    pub mcp: McpSettings,
 }
 
 impl Config {
@@ -113,6 +127,7 @@ pub fn load(ctx: &Ctx) -> Result<Config> {
         llm,
         lifecycle: file.lifecycle,
         retention: file.retention,
+        mcp: file.mcp,
     })
 }
 

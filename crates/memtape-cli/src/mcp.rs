@@ -31,8 +31,11 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     // The embedding model (ONNX Runtime) is loaded here, before the runtime starts any
     // thread.
     let engine = open_indexed(ctx, &args.tuning)?;
-    let (model, _) = crate::config::load(ctx)?.server_model()?;
+    let config = crate::config::load(ctx)?;
+    let (model, _) = config.server_model()?;
     let state = AppState::with_model(engine, KeyStore::open(&dir), Limits::default(), true, model);
+    state.set_data_dir(dir.clone());
+    state.set_mcp_erase_own_session(config.mcp.erase_own_session);
     // The standard streams are duplicated: `main` holds the lock of Rust's stdout for the
     // other commands' output, and the MCP transport writes from other threads.
     let input = duplicate(&std::io::stdin())?;

@@ -142,6 +142,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let state = AppState::with_model(engine, keys, limits, loopback, model);
     state.set_data_dir(dir.clone());
     state.set_retention_config(config.retention);
+    state.set_mcp_erase_own_session(config.mcp.erase_own_session);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

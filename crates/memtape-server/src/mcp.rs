@@ -58,10 +58,10 @@ mod tools;
 use hub::{Hub, Sub};
 pub use tools::tools;
 use tools::{
-    AppendInput, AsOfInput, BlameInput, ConsolidateInput, ContextInput, EmergeInput, ExtractInput,
-    HistoryInput, MEMORY_AS_OF, MEMORY_BLAME, MEMORY_CONSOLIDATE, MEMORY_DROPPED, MEMORY_EMERGE,
-    MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput, RestoreInput, SearchInput, TAPE_APPEND,
-    TAPE_CONTEXT, TAPE_HISTORY, TAPE_SEARCH, is_tool,
+    AppendInput, AsOfInput, BlameInput, ConsolidateInput, ContextInput, EmergeInput,
+    EraseSessionInput, ExtractInput, HistoryInput, MEMORY_AS_OF, MEMORY_BLAME, MEMORY_CONSOLIDATE,
+    MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput, RestoreInput,
+    SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_ERASE_SESSION, TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
 /// The memory skill: the `memory_skill` prompt.
@@ -310,6 +310,28 @@ impl Memtape {
                 };
                 let out = rest::find(state, caller, ApiQuery(params)).await?;
                 to_text(&out)
+            }
+            TAPE_ERASE_SESSION if self.state.mcp_erase_own_session() => {
+                // An agent erases only its own sessions, with a key that may write to them.
+                who.caller.require(Role::Write)?;
+                let input: EraseSessionInput = input(name, args)?;
+                let scope = who.memory()?;
+                let options = memtape::EraseOptions {
+                    by: format!("{} (mcp)", caller.who()),
+                    reason: input.reason.unwrap_or_default(),
+                    dry_run: false,
+                };
+                let dir = self.state.data_dir().map(std::path::Path::to_path_buf);
+                let what = memtape::Erase::Session(input.session);
+                let outcome = self
+                    .state
+                    .run(move |engine| Ok(engine.erase(&scope, what, options, dir.as_deref())?))
+                    .await?;
+                to_text(&json!({
+                    "receipt": outcome.receipt.as_ref().map(|r| r.id.0),
+                    "entries": outcome.entries,
+                    "files": outcome.files_removed,
+                }))
             }
             MEMORY_AS_OF => {
                 let input: AsOfInput = input(name, args)?;
@@ -566,7 +588,11 @@ impl ServerHandler for Memtape {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.who(&context)?;
-        Ok(ListToolsResult::with_all_items(tools()))
+        let mut all = tools();
+        if self.state.mcp_erase_own_session() {
+            all.push(tools::erase_session_tool());
+        }
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -575,7 +601,8 @@ impl ServerHandler for Memtape {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.who(&context)?;
-        if !is_tool(&request.name) {
+        let erase = request.name == TAPE_ERASE_SESSION && self.state.mcp_erase_own_session();
+        if !is_tool(&request.name) && !erase {
             return Err(ErrorData::invalid_params(
                 format!("no tool {}", request.name),
                 None,

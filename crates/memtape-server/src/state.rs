@@ -169,6 +169,8 @@ struct Inner {
     /// The retention scheduler's lock, once this server holds it (as the emergence
     /// scheduler's): one server of a store runs the schedule.
     retention_scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
+    /// Whether MCP offers `tape_erase_session` ([`AppState::set_mcp_erase_own_session`]).
+    mcp_erase: std::sync::atomic::AtomicBool,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -276,6 +278,7 @@ impl AppState {
                 data_dir: std::sync::OnceLock::new(),
                 retention: std::sync::OnceLock::new(),
                 retention_scheduler: Arc::default(),
+                mcp_erase: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -556,6 +559,23 @@ impl AppState {
     /// sets a policy over REST.
     pub fn set_retention_config(&self, config: memtape::RetentionConfig) {
         let _ = self.inner.retention.set(config);
+    }
+
+    /// Offers MCP clients `tape_erase_session`, erasure of one of their own sessions (their
+    /// agent's and user's, with a key that may write to it). Off by default: an agent must
+    /// not erase a user's history because a prompt told it to. memtape.toml's
+    /// `[mcp] erase_own_session`.
+    pub fn set_mcp_erase_own_session(&self, on: bool) {
+        self.inner
+            .mcp_erase
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether MCP offers `tape_erase_session`.
+    pub fn mcp_erase_own_session(&self) -> bool {
+        self.inner
+            .mcp_erase
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The retention policies and schedule in effect.

@@ -699,3 +699,105 @@ fn a_huge_query_is_refused_naming_the_limit_on_every_surface() {
         started.elapsed()
     );
 }
+
+/// Erasure over MCP: no tool by default (a prompt must not be able to make an agent erase
+/// a user's history); where the operator opted in, `tape_erase_session` erases one of the
+/// connection's own sessions, with a key that may write, and nothing of another user's.
+#[test]
+fn erasing_a_session_is_offered_only_where_the_operator_opted_in() {
+    async fn tools_of(client: &Connected) -> Vec<String> {
+        client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+    let append =
+        |text: &str| json!({"session": "s1", "messages": [{"role": "user", "content": text}]});
+
+    let plain = Server::start();
+    let url = plain.url("/mcp?user=ann");
+    runtime().block_on(async {
+        let (client, _) = connect(&url, None).await.unwrap();
+        assert!(
+            !tools_of(&client)
+                .await
+                .contains(&"tape_erase_session".to_owned())
+        );
+        ok(&client, "tape_append", append("keep this")).await;
+        let args = json!({"session": "s1"}).as_object().unwrap().clone();
+        let refused = client
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("tape_erase_session").with_arguments(args),
+            )
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        client.cancel().await.unwrap();
+    });
+    let (_, history) = plain.get("/v1/sessions/s1/history?user=ann");
+    assert!(history.to_string().contains("keep this"));
+
+    let s = Server::start_configured(|state| state.set_mcp_erase_own_session(true));
+    let keys = KeyStore::open(s.dir.path());
+    let (writer, _) = keys.create("default", Role::Write).unwrap();
+    let (reader, _) = keys.create("default", Role::Read).unwrap();
+    runtime().block_on(async {
+        let (ann, _) = connect(&s.url("/mcp?user=ann"), Some(&writer))
+            .await
+            .unwrap();
+        let (bob, _) = connect(&s.url("/mcp?user=bob"), Some(&writer))
+            .await
+            .unwrap();
+        assert!(
+            tools_of(&ann)
+                .await
+                .contains(&"tape_erase_session".to_owned())
+        );
+        ok(&ann, "tape_append", append("ann's secret plan")).await;
+        ok(&bob, "tape_append", append("bob's own words")).await;
+        let (read_only, _) = connect(&s.url("/mcp?user=ann"), Some(&reader))
+            .await
+            .unwrap();
+        let (text, error) = call(&read_only, "tape_erase_session", json!({"session": "s1"})).await;
+        assert!(error, "a read key cannot erase: {text}");
+        let (text, error) = call(
+            &ann,
+            "tape_erase_session",
+            json!({"session": "s1", "all": true}),
+        )
+        .await;
+        assert!(error, "unknown fields are refused: {text}");
+        let done = ok_json(
+            &ann,
+            "tape_erase_session",
+            json!({"session": "s1", "reason": "asked"}),
+        )
+        .await;
+        assert!(done["receipt"].as_u64().is_some(), "{done}");
+        assert!(done["entries"].as_u64().unwrap() >= 1, "{done}");
+        for c in [ann, bob, read_only] {
+            c.cancel().await.unwrap();
+        }
+    });
+    let history = |user: &str| {
+        s.call(
+            "GET",
+            &format!("/v1/sessions/s1/history?user={user}"),
+            None,
+            Some(&writer),
+        )
+        .1
+        .to_string()
+    };
+    assert!(
+        !history("ann").contains("secret plan"),
+        "{}",
+        history("ann")
+    );
+    assert!(
+        history("bob").contains("bob's own words"),
+        "bob's session s1 is another session"
+    );
+}

@@ -19,6 +19,8 @@ pub(super) const MEMORY_DROPPED: &str = "memory_dropped";
 pub(super) const MEMORY_RESTORE: &str = "memory_restore";
 pub(super) const MEMORY_AS_OF: &str = "memory_as_of";
 pub(super) const MEMORY_BLAME: &str = "memory_blame";
+/// Offered only where the operator opted in ([`crate::AppState::set_mcp_erase_own_session`]).
+pub(super) const TAPE_ERASE_SESSION: &str = "tape_erase_session";
 
 /// The doc of every `as_of` field.
 const AS_OF: &str = "As the tape stood at this moment: an RFC 3339 time \
@@ -47,6 +49,18 @@ pub(super) struct BlameInput {
     /// when absent.
     #[serde(default)]
     pub(super) as_of: Option<String>,
+}
+
+/// `tape_erase_session`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct EraseSessionInput {
+    /// The session to erase (of this connection's agent and user).
+    pub(super) session: String,
+    /// Why, kept on the erasure's receipt (never the erased text).
+    #[serde(default)]
+    pub(super) reason: Option<String>,
 }
 
 /// `memory_consolidate`'s input.
@@ -480,6 +494,26 @@ fn schema<T: JsonSchema>() -> Arc<JsonObject> {
         Ok(Value::Object(o)) => Arc::new(o),
         _ => Arc::new(JsonObject::new()),
     }
+}
+
+/// `tape_erase_session`, for servers whose operator opted in: erasure is never offered to
+/// an agent by default (a prompt must not be able to make it erase a user's history).
+pub fn erase_session_tool() -> Tool {
+    Tool::new(
+        TAPE_ERASE_SESSION,
+        "Erase one of your own sessions for real: every entry keeps its place and loses its \
+         content, in the tape, the search index and attached files, with a receipt that \
+         holds none of it. It cannot be undone. Use it only when the user asks to delete \
+         this conversation.",
+        schema::<EraseSessionInput>(),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+    )
 }
 
 fn annotations(read_only: bool) -> ToolAnnotations {

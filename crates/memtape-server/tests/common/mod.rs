@@ -64,11 +64,32 @@ impl Server {
         )
     }
 
+    /// A server over a fresh store, its state set up by `configure` before it serves.
+    pub fn start_configured(configure: impl FnOnce(&AppState)) -> Self {
+        Self::start_setup(
+            tempfile::tempdir().unwrap(),
+            Limits::default(),
+            None,
+            None,
+            configure,
+        )
+    }
+
     fn start_indexed(
         dir: tempfile::TempDir,
         limits: Limits,
         embedder: Option<std::sync::Arc<dyn memtape::Embedder>>,
         model: Option<memtape_server::ModelSetup>,
+    ) -> Self {
+        Self::start_setup(dir, limits, embedder, model, |_| {})
+    }
+
+    fn start_setup(
+        dir: tempfile::TempDir,
+        limits: Limits,
+        embedder: Option<std::sync::Arc<dyn memtape::Embedder>>,
+        model: Option<memtape_server::ModelSetup>,
+        configure: impl FnOnce(&AppState),
     ) -> Self {
         let engine = Engine::init(dir.path()).unwrap();
         let index = Index::open(
@@ -81,6 +102,7 @@ impl Server {
         let keys = KeyStore::open(dir.path());
         let state = AppState::with_model(engine, keys, limits, true, model);
         state.set_data_dir(dir.path().to_owned());
+        configure(&state);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
