@@ -26,6 +26,11 @@ pub struct EraseArgs {
     /// Why, kept on the receipt (never put the erased text here).
     #[arg(long, global = true, default_value = "")]
     reason: String,
+    /// Afterwards, rewrite the store's files so nothing freed is left in them
+    /// (PostgreSQL: VACUUM FULL, which blocks the database while it runs; SQLite needs
+    /// nothing).
+    #[arg(long, global = true)]
+    compact: bool,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]
@@ -111,6 +116,7 @@ pub fn erase(ctx: &Ctx, a: &EraseArgs, out: &mut impl Write) -> Result<()> {
         by: "cli".into(),
         reason: a.reason.clone(),
         dry_run: a.dry_run,
+        compact: a.compact,
     };
     let outcome = engine.erase(&ctx.base_scope()?, what, options, Some(&dir))?;
     output::json(

@@ -283,3 +283,51 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
     let (code, _) = b.terminate();
     assert_eq!(code, Some(0));
 }
+
+/// An erasure through one server on PostgreSQL: the other server, following the tape,
+/// applies the receipt to its own index and stops finding the text within a second.
+#[test]
+fn a_second_server_stops_finding_erased_text_within_a_second() {
+    let db = Scratch::new();
+    let url = db.url().to_owned();
+    let (ra, rb) = (Run::new_empty(), Run::new_empty());
+    let a = Serving::start(&ra, &["--database", &url]);
+    let b = Serving::start(&rb, &["--database", &url]);
+    let say = |text: &str| {
+        let (status, body) = a.call(
+            "POST",
+            "/v1/sessions/s1/messages",
+            Some(json!({"role": "user", "content": text})),
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+    };
+    say("zebrafishsecret");
+    say("kept words about otters");
+    assert!(found(&b, "zebrafishsecret"));
+    let (status, done) = a.call(
+        "POST",
+        "/v1/erase",
+        Some(json!({"what": "text", "text": "zebrafishsecret"})),
+        None,
+    );
+    assert_eq!(status, 200, "{done}");
+    let erased_at = std::time::Instant::now();
+    let hits = |s: &Serving, q: &str| {
+        let (status, body) = s.call("GET", &format!("/v1/search?q={q}&mode=bm25"), None, None);
+        assert_eq!(status, 200, "{body}");
+        body["hits"].as_array().unwrap().len()
+    };
+    while hits(&b, "zebrafishsecret") > 0 {
+        assert!(
+            erased_at.elapsed() < Duration::from_secs(1),
+            "B still finds the erased text after a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(hits(&b, "otters") > 0, "the rest stays findable");
+    // B's history reads the redacted message too.
+    let (_, history) = b.call("GET", "/v1/sessions/s1/history", None, None);
+    assert!(!history.to_string().contains("zebrafish"), "{history}");
+    assert!(history.to_string().contains("[erased]"), "{history}");
+}

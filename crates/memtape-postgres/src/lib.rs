@@ -302,18 +302,23 @@ fn load_scope(conn: &mut Conn, target: &Target, scope: &Scope) -> Result<Option<
 
 /// The columns an entry is read with, after the five of its scope.
 const ENTRY_SELECT: &str = r#"SELECT s.tenant, s.agent, s."user", s.session, s.node,
-    e.id, e.kind, e.parent, e.created_at, e.payload, e.meta
+    e.id, e.kind, e.parent, e.created_at, e.payload, e.meta, e.erased_by, e.erased_how
     FROM memtape_entries e JOIN memtape_scopes s USING (scope_id)"#;
+
+/// The columns of an entry without its scope, as [`entry_in`] reads them.
+const ENTRY_COLUMNS: &str = "id, kind, parent, created_at, payload, meta, erased_by, erased_how";
 
 fn entry_of(r: &Row) -> Result<Entry> {
     let scope = scope_of(r, 0)?;
     entry_in(&scope, r, 5)
 }
 
-/// The entry whose columns (id, kind, parent, created_at, payload, meta) start at `at`.
+/// The entry whose columns ([`ENTRY_COLUMNS`]) start at `at`.
 fn entry_in(scope: &Scope, r: &Row, at: usize) -> Result<Entry> {
+    let id: i64 = r.get(at);
+    let erased = memtape_store::row::erasure(id, r.get(at + 6), r.get(at + 7))?;
     decode(
-        r.get(at),
+        id,
         scope,
         r.get(at + 1),
         r.get(at + 2),
@@ -321,8 +326,7 @@ fn entry_in(scope: &Scope, r: &Row, at: usize) -> Result<Entry> {
         r.get(at + 4),
         r.get(at + 5),
     )
-    // Not yet: PostgreSQL stores no erasure marks (erasure is built on SQLite first;
-    // `erase` and restoring an erased entry are refused here).
+    .map(|entry| Entry { erased, ..entry })
 }
 
 impl Transaction for Tx<'_> {
@@ -375,12 +379,6 @@ impl Transaction for Tx<'_> {
 
     /// Queues `entry` (already checked) for insertion and folds it into its scope.
     fn insert(&mut self, scope_id: i64, entry: &Entry) -> Result<()> {
-        if entry.erased.is_some() {
-            return Err(Error::Unsupported(format!(
-                "entry {} is erased, and erased entries cannot be restored into PostgreSQL yet",
-                entry.id
-            )));
-        }
         let row = EntryRow::encode(entry)?;
         self.rows
             .push((scope_id, row, entry.scope.tenant().to_owned()));
@@ -396,6 +394,114 @@ impl Transaction for Tx<'_> {
             })?;
         info.apply(entry);
         Ok(())
+    }
+}
+
+impl memtape_store::erase::EraseTransaction for Tx<'_> {
+    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
+        let sql = format!(
+            "SELECT {SCOPE_COLUMNS} FROM memtape_scopes WHERE tenant = $1 ORDER BY scope_id"
+        );
+        self.conn
+            .query(self.target, &sql, &[&tenant])?
+            .iter()
+            .map(|r| Ok(info_of(r)?.1.scope))
+            .collect()
+    }
+
+    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
+        let (scope_id, _) = Transaction::scope(self, scope)?;
+        let sql =
+            format!("SELECT {ENTRY_COLUMNS} FROM memtape_entries WHERE scope_id = $1 ORDER BY id");
+        self.conn
+            .query(self.target, &sql, &[&scope_id])?
+            .iter()
+            .map(|r| entry_in(scope, r, 0))
+            .collect()
+    }
+
+    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
+        let ids: Vec<i64> = ids.iter().map(|id| sql_id(*id)).collect();
+        let sql = format!("{ENTRY_SELECT} WHERE e.tenant = $1 AND e.id = ANY($2)");
+        self.conn
+            .query(self.target, &sql, &[&tenant, &ids])?
+            .iter()
+            .map(entry_of)
+            .collect()
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.conn
+            .execute(self.target, "SET LOCAL memtape.erasing = 'on'", &[])?;
+        Ok(())
+    }
+
+    fn rewrite(
+        &mut self,
+        rewrite: &memtape_store::erase::Rewrite,
+        by: memtape_core::Erasure,
+    ) -> Result<()> {
+        let meta = memtape_store::row::meta_text(rewrite.id, &rewrite.meta)?;
+        let payload = rewrite.payload.to_json().to_string();
+        self.conn.execute(
+            self.target,
+            "UPDATE memtape_entries SET payload = $2, meta = $3, name = $4, erased_by = $5,
+                 erased_how = $6 WHERE id = $1",
+            &[
+                &sql_id(rewrite.id),
+                &payload,
+                &meta,
+                &rewrite.payload.name(),
+                &sql_id(by.by),
+                &by.how.as_str(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.conn
+            .execute(self.target, "SET LOCAL memtape.erasing = 'off'", &[])?;
+        Ok(())
+    }
+
+    fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry> {
+        let mut stored = memtape_store::rules::append_checked_in(self, vec![receipt])?;
+        stored.pop().ok_or_else(|| Error::Corrupt {
+            id: 0,
+            why: "an erasure's receipt was not written".into(),
+        })
+    }
+
+    fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
+        let id = sql_id(receipt);
+        self.conn.execute(
+            self.target,
+            "UPDATE memtape_request_keys SET fingerprint = 'erased:' || $2::bigint,
+                 body = CASE WHEN status IS NULL THEN NULL
+                        ELSE convert_to('{\"erased\":' || $2::bigint || '}', 'UTF8') END
+             WHERE tenant = $1",
+            &[&tenant, &id],
+        )?;
+        Ok(())
+    }
+
+    fn last_id(&mut self) -> Result<EntryId> {
+        Ok(self.last)
+    }
+}
+
+impl PostgresStore {
+    /// Vacuums the tables an erasure rewrote, so the old row versions (dead tuples) are
+    /// removed now rather than whenever autovacuum comes by. Returns whether it ran (a
+    /// failure is logged by the caller's outcome, not an error: the erasure committed).
+    fn vacuum(&self) -> bool {
+        self.read(|c, t| {
+            c.client
+                .batch_execute("VACUUM memtape_entries, memtape_request_keys")
+                .map_err(|e| t.err(e))
+        })
+        .is_ok()
     }
 }
 
@@ -418,7 +524,11 @@ impl Tx<'_> {
             let mut times = Vec::with_capacity(chunk.len());
             let mut payloads = Vec::with_capacity(chunk.len());
             let mut metas = Vec::with_capacity(chunk.len());
+            let mut erased_by = Vec::with_capacity(chunk.len());
+            let mut erased_how = Vec::with_capacity(chunk.len());
             for (scope_id, row, tenant) in chunk {
+                erased_by.push(row.erased_by);
+                erased_how.push(row.erased_how);
                 ids.push(row.id);
                 tenants.push(tenant.as_str());
                 scope_ids.push(*scope_id);
@@ -431,12 +541,14 @@ impl Tx<'_> {
             }
             self.conn.execute(
                 self.target,
-                "INSERT INTO memtape_entries (id, tenant, scope_id, kind, name, parent, created_at, payload, meta)
+                "INSERT INTO memtape_entries (id, tenant, scope_id, kind, name, parent, created_at, payload, meta,
+                                              erased_by, erased_how)
                  SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-                                      $6::bigint[], $7::bigint[], $8::text[], $9::text[])",
+                                      $6::bigint[], $7::bigint[], $8::text[], $9::text[],
+                                      $10::bigint[], $11::text[])",
                 &[
                     &ids, &tenants, &scope_ids, &kinds, &names, &parents, &times, &payloads,
-                    &metas,
+                    &metas, &erased_by, &erased_how,
                 ],
             )?;
         }
@@ -592,16 +704,40 @@ impl Store for PostgresStore {
     }
 
     fn last_erasure(&self) -> Result<EntryId> {
-        // Not yet: nothing is erased on PostgreSQL (see `erase`).
-        Ok(EntryId(0))
+        self.read(|c, t| {
+            let id: Option<i64> = c
+                .query_one(
+                    t,
+                    "SELECT max(erased_by) FROM memtape_entries WHERE erased_by IS NOT NULL",
+                    &[],
+                )?
+                .get(0);
+            Ok(unsql(id.unwrap_or(0)))
+        })
     }
 
-    fn erase(&self, _request: &EraseRequest) -> Result<EraseOutcome> {
-        // Not yet: issue 33 builds erasure on SQLite first; PostgreSQL (rewriting rows
-        // past its append-only trigger, and other servers applying receipts) follows.
-        Err(Error::Unsupported(
-            "erasure is not built for PostgreSQL stores yet; it works on SQLite".into(),
-        ))
+    fn compact(&self) -> Result<()> {
+        if self.target.read_only() {
+            return Err(Error::ReadOnly(self.target.address().to_owned()));
+        }
+        self.read(|c, t| {
+            c.client
+                .batch_execute("VACUUM FULL memtape_entries, memtape_request_keys")
+                .map_err(|e| t.err(e))
+        })
+    }
+
+    /// The rows are rewritten in one transaction with the receipt (the same plan as
+    /// SQLite's). PostgreSQL keeps the old row versions as dead tuples until a vacuum; the
+    /// erasure runs `VACUUM` on the tables it changed right after its commit
+    /// ([`EraseOutcome::wiped`] says whether that ran), and what a vacuum leaves (bytes in
+    /// a page's free space, WAL segments, archives, backups) is set out in ARCHITECTURE.md.
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
+        let mut outcome = self.write(|tx| memtape_store::erase::erase_in(tx, request))?;
+        if outcome.receipt.is_some() {
+            outcome.wiped = self.vacuum();
+        }
+        Ok(outcome)
     }
 
     fn append_then(
@@ -647,9 +783,8 @@ impl Store for PostgresStore {
             let Some((scope_id, _)) = load_scope(c, t, scope)? else {
                 return Ok(Vec::new());
             };
-            let mut sql = String::from(
-                "SELECT id, kind, parent, created_at, payload, meta FROM memtape_entries WHERE scope_id = $1",
-            );
+            let mut sql =
+                format!("SELECT {ENTRY_COLUMNS} FROM memtape_entries WHERE scope_id = $1");
             let mut args: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(scope_id)];
             filter_clauses(filter, &mut sql, &mut args)?;
             let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref()).collect();

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::conn::{Conn, Target};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
 /// named locks, which use two 32-bit keys) that migrations take: "mtap".
@@ -27,6 +27,10 @@ const MIGRATION_LOCK: i64 = 0x6d74_6170;
 ///   refuse it, whoever connects.
 /// - `memtape_request_keys` (version 2): idempotency keys, per tenant, with the answer of
 ///   the request that claimed each (memtape-store's `requests` module).
+/// - Version 3, erasure: an entry may have its content replaced (never its id, tenant,
+///   scope, kind, parent or time), and is then marked (`erased_by`, `erased_how`), only in
+///   a transaction that set `memtape.erasing` for itself (`SET LOCAL`, as an erasure does
+///   around its rewrites); every other UPDATE, and every DELETE, still fails.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE memtape_tape (
@@ -95,6 +99,32 @@ CREATE TABLE memtape_request_keys (
 );
 CREATE INDEX memtape_request_keys_by_time ON memtape_request_keys (created_at);
 "#,
+    r#"
+ALTER TABLE memtape_entries ADD COLUMN erased_by bigint;
+ALTER TABLE memtape_entries ADD COLUMN erased_how text
+    CHECK (erased_how IN ('whole', 'text'));
+ALTER TABLE memtape_entries ADD CONSTRAINT memtape_entries_erasure_mark
+    CHECK ((erased_by IS NULL) = (erased_how IS NULL));
+CREATE INDEX memtape_entries_by_erasure ON memtape_entries (erased_by)
+    WHERE erased_by IS NOT NULL;
+CREATE FUNCTION memtape_only_erasure() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('memtape.erasing', true) = 'on'
+       AND NEW.id = OLD.id AND NEW.tenant = OLD.tenant AND NEW.scope_id = OLD.scope_id
+       AND NEW.kind = OLD.kind AND NEW.parent IS NOT DISTINCT FROM OLD.parent
+       AND NEW.created_at = OLD.created_at AND NEW.erased_by IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'memtape entries are append-only (an erasure only replaces content)'
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+DROP TRIGGER memtape_entries_append_only ON memtape_entries;
+CREATE TRIGGER memtape_entries_only_erasure BEFORE UPDATE ON memtape_entries
+    FOR EACH ROW EXECUTE FUNCTION memtape_only_erasure();
+CREATE TRIGGER memtape_entries_no_delete BEFORE DELETE ON memtape_entries
+    FOR EACH ROW EXECUTE FUNCTION memtape_refuse_change();
+"#,
 ];
 
 /// The schema version of the database `conn` is connected to: `None` when it has no
@@ -139,7 +169,13 @@ pub(crate) fn prepare(conn: &mut Conn, target: &Target) -> Result<()> {
                 "this database has no memtape tables; open it once for writing (e.g. `memtape init --database URL`) to create them",
             ));
         }
-        _ if target.read_only() => return Ok(()),
+        // An older schema lacks columns every read names (the erasure marks).
+        Some(v) if target.read_only() => {
+            return Err(target.fail(format!(
+                "this database's memtape schema is version {v}, older than this build's \
+                 {SCHEMA_VERSION}; open it once for writing to bring it up to date"
+            )));
+        }
         _ => {}
     }
     let run = |conn: &mut Conn| -> Result<()> {

@@ -320,6 +320,7 @@ impl Memtape {
                     by: format!("{} (mcp)", caller.who()),
                     reason: input.reason.unwrap_or_default(),
                     dry_run: false,
+                    compact: false,
                 };
                 let dir = self.state.data_dir().map(std::path::Path::to_path_buf);
                 let what = memtape::Erase::Session(input.session);

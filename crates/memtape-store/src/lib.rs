@@ -111,6 +111,15 @@ pub trait Store: Send + Sync {
     /// content (or the text asked). The only change a store makes to a written entry.
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome>;
 
+    /// Rewrites the store's files so that nothing an erasure freed is left in them. SQLite
+    /// needs nothing (`secure_delete` zeroes freed pages, and an erasure truncates the
+    /// write-ahead log): the default does nothing. PostgreSQL runs `VACUUM FULL` on the
+    /// tape's tables, which rewrites them into new files under an exclusive lock: every
+    /// read and write of the database waits meanwhile (a maintenance step, not a default).
+    fn compact(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The receipt id of the latest erasure that changed an entry (0 when none did): a
     /// cache of what it read from the tape (memory logs) compares it to know whether an
     /// erasure, in this process or another, changed entries it holds.
@@ -214,6 +223,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn last_erasure(&self) -> Result<EntryId> {
         (**self).last_erasure()
+    }
+    fn compact(&self) -> Result<()> {
+        (**self).compact()
     }
     fn get(&self, tenant: &str, id: EntryId) -> Result<Option<Entry>> {
         (**self).get(tenant, id)

@@ -95,13 +95,18 @@ pub struct EntryRow {
     pub erased_how: Option<&'static str>,
 }
 
+/// The `meta` column of entry `id`: its metadata as JSON text.
+pub fn meta_text(id: EntryId, meta: &memtape_core::Meta) -> Result<String> {
+    serde_json::to_string(meta).map_err(|e| Error::Corrupt {
+        id: sql_id(id),
+        why: e.to_string(),
+    })
+}
+
 impl EntryRow {
     /// The columns of `entry`.
     pub fn encode(entry: &Entry) -> Result<Self> {
-        let meta = serde_json::to_string(&entry.meta).map_err(|e| Error::Corrupt {
-            id: sql_id(entry.id),
-            why: e.to_string(),
-        })?;
+        let meta = meta_text(entry.id, &entry.meta)?;
         let payload = entry.payload.to_json().to_string();
         check_entry_size(payload.len() + meta.len())?;
         Ok(EntryRow {

@@ -598,10 +598,7 @@ impl EraseTransaction for Writer<'_> {
     }
 
     fn rewrite(&mut self, rewrite: &Rewrite, by: Erasure) -> Result<()> {
-        let meta = serde_json::to_string(&rewrite.meta).map_err(|e| Error::Corrupt {
-            id: sql_id(rewrite.id),
-            why: e.to_string(),
-        })?;
+        let meta = crate::row::meta_text(rewrite.id, &rewrite.meta)?;
         self.tx
             .prepare_cached(
                 "UPDATE entries SET payload = ?2, meta = ?3, name = ?4, erased_by = ?5, erased_how = ?6

@@ -38,6 +38,10 @@ pub struct EraseOptions {
     pub reason: String,
     /// Count what would be erased and change nothing.
     pub dry_run: bool,
+    /// Afterwards, rewrite the store's files so nothing freed is left in them
+    /// ([`Store::compact`]: PostgreSQL's `VACUUM FULL`, which blocks the database while
+    /// it runs; SQLite needs nothing).
+    pub compact: bool,
 }
 
 impl<S: Store> Engine<S> {
@@ -116,7 +120,11 @@ impl<S: Store> Engine<S> {
             at: self.now(),
             dry_run: options.dry_run,
         };
-        self.erase_request(request, data_dir)
+        let outcome = self.erase_request(request, data_dir)?;
+        if options.compact && !options.dry_run {
+            self.store.compact()?;
+        }
+        Ok(outcome)
     }
 
     /// Runs one erasure request (an erasure, a retention run) and brings the projections

@@ -28,6 +28,7 @@ fn options() -> EraseOptions {
         by: "cli".into(),
         reason: String::new(),
         dry_run: false,
+        compact: false,
     }
 }
 

@@ -60,6 +60,11 @@ pub struct EraseBody {
     /// Count what would be erased and change nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Afterwards, rewrite the store's files so nothing freed is left in them (PostgreSQL:
+    /// `VACUUM FULL`, which blocks every read and write of the database while it runs;
+    /// SQLite needs nothing).
+    #[serde(default)]
+    pub compact: bool,
 }
 
 /// What an erasure did (or, in a dry run, would do).
@@ -121,6 +126,7 @@ pub async fn erase(
         by: caller.who(),
         reason: body.reason,
         dry_run: body.dry_run,
+        compact: body.compact,
     };
     let dir = state.data_dir().map(std::path::Path::to_path_buf);
     let outcome = state
