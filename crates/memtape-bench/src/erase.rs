@@ -28,6 +28,9 @@ pub struct Config {
     pub index: bool,
     /// Where to put the scratch store (a temporary directory when `None`).
     pub dir: Option<PathBuf>,
+    /// A PostgreSQL cluster to run on instead of SQLite (its address, with a role that
+    /// may create databases): a scratch database is made on it and dropped after.
+    pub database: Option<String>,
 }
 
 /// The numbers.
@@ -63,6 +66,13 @@ pub struct Report {
     pub db_mb_before: f64,
     /// After the erasure.
     pub db_mb_after: f64,
+    /// Seconds for `Store::compact` after the erasure (PostgreSQL: `VACUUM FULL`; 0 on
+    /// SQLite, which needs none).
+    pub compact_s: f64,
+    /// The database's size after compacting, MB.
+    pub db_mb_compacted: f64,
+    /// Which store ran: `sqlite` or `postgres`.
+    pub store: &'static str,
     /// Peak resident memory of the process, MB.
     pub peak_rss_mb: f64,
 }
@@ -81,8 +91,30 @@ pub fn run(config: &Config) -> Result<Report, Error> {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let store =
-        Arc::new(SqliteStore::create(&scratch.path().join("tape")).map_err(memtape::Error::from)?);
+    let (store, sizer): (Arc<dyn Store>, Sizer) = match &config.database {
+        None => (
+            Arc::new(
+                SqliteStore::create(&scratch.path().join("tape")).map_err(memtape::Error::from)?,
+            ),
+            Sizer::File(scratch.path().join("tape").join(SqliteStore::FILE_NAME)),
+        ),
+        Some(admin) => {
+            let name = format!("memtape_bench_erase_{:08x}", fastrand::u32(..));
+            let url =
+                memtape_postgres::create_database(admin, &name).map_err(memtape::Error::from)?;
+            let pg = Arc::new(
+                memtape_postgres::PostgresStore::connect(&url).map_err(memtape::Error::from)?,
+            );
+            (
+                pg.clone(),
+                Sizer::Postgres {
+                    store: pg,
+                    admin: admin.clone(),
+                    name,
+                },
+            )
+        }
+    };
     let agent = Scope::agent("bench", "bench").map_err(memtape::Error::from)?;
     let session = |user: &str, n: usize| {
         agent
@@ -132,8 +164,7 @@ pub fn run(config: &Config) -> Result<Report, Error> {
             .map_err(memtape::Error::from)?;
     }
     let index_build_s = start.elapsed().as_secs_f64();
-    let db = scratch.path().join("tape").join(SqliteStore::FILE_NAME);
-    let db_mb_before = size_mb(&db);
+    let db_mb_before = sizer.mb();
     let mut request = EraseRequest {
         target: EraseTarget::User {
             tenant: "bench".into(),
@@ -195,6 +226,14 @@ pub fn run(config: &Config) -> Result<Report, Error> {
             .map_err(memtape::Error::from)?;
     }
     let index_apply_s = start.elapsed().as_secs_f64();
+    let db_mb_after = sizer.mb();
+    let start = Instant::now();
+    store.compact().map_err(memtape::Error::from)?;
+    let compact_s = start.elapsed().as_secs_f64();
+    let db_mb_compacted = sizer.mb();
+    let kind = sizer.kind();
+    drop(store);
+    sizer.finish();
     Ok(Report {
         entries: config.entries,
         user_entries: outcome.ids.len(),
@@ -210,7 +249,45 @@ pub fn run(config: &Config) -> Result<Report, Error> {
         append_ms_p99: quantile(&mut latencies, 0.99),
         append_ms_max: latencies.iter().copied().fold(0.0, f64::max),
         db_mb_before,
-        db_mb_after: size_mb(&db),
+        db_mb_after,
+        compact_s,
+        db_mb_compacted,
+        store: kind,
         peak_rss_mb: peak_rss_mb(),
     })
+}
+
+/// How the store's size is read, and what is left to clean up.
+enum Sizer {
+    /// SQLite's database file.
+    File(PathBuf),
+    /// A scratch PostgreSQL database, dropped at the end.
+    Postgres {
+        store: Arc<memtape_postgres::PostgresStore>,
+        admin: String,
+        name: String,
+    },
+}
+
+impl Sizer {
+    fn mb(&self) -> f64 {
+        match self {
+            Sizer::File(path) => size_mb(path),
+            Sizer::Postgres { store, .. } => store.database_bytes().map_or(0.0, |b| b as f64 / 1e6),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Sizer::File(_) => "sqlite",
+            Sizer::Postgres { .. } => "postgres",
+        }
+    }
+
+    fn finish(self) {
+        if let Sizer::Postgres { store, admin, name } = self {
+            drop(store);
+            let _ = memtape_postgres::drop_database(&admin, &name);
+        }
+    }
 }

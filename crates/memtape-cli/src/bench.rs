@@ -63,6 +63,10 @@ pub struct EraseBenchArgs {
     /// Where to put the scratch store (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Run on this PostgreSQL cluster instead of SQLite (a role that may create
+    /// databases): a scratch database is made there and dropped after.
+    #[arg(long)]
+    database: Option<String>,
 }
 
 /// `memtape bench store`.
@@ -202,6 +206,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 user_entries: a.user_entries,
                 index: !a.no_index,
                 dir: a.dir.clone(),
+                database: a.database.clone(),
             })?;
             progress.finish();
             output::json(out, &report)

@@ -254,23 +254,37 @@ fn extract_emerge_and_prompt_overrides() {
     );
 }
 
-/// The README's memtape.toml parses and validates as written (it then stops at the key
-/// variable it names, which is not set here).
+/// Every memtape.toml of the README parses and validates as written: the model's (which
+/// then stops at the key variable it names, not set here) and the retention policies'.
 #[test]
 fn the_readme_configuration_file_is_valid() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let toml: String = readme
-        .lines()
-        .skip_while(|l| !l.starts_with("```toml"))
-        .skip(1)
-        .take_while(|l| !l.starts_with("```"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert!(toml.contains("[lifecycle.emergence]"), "{toml}");
+    let mut blocks: Vec<String> = Vec::new();
+    let mut lines = readme.lines();
+    while lines.any(|l| l.starts_with("```toml")) {
+        let block = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        blocks.push(block);
+    }
     let r = Run::new();
     chat(&r, "s1", 2);
-    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
+    let config = r.dir.path().join("data/memtape.toml");
+    let model = blocks
+        .iter()
+        .find(|b| b.contains("[lifecycle.emergence]"))
+        .unwrap_or_else(|| panic!("{blocks:?}"));
+    std::fs::write(&config, model).unwrap();
     let err = r.fails(&["memory", "consolidate", "s1"]);
     assert!(err.contains("OLLAMA_API_KEY"), "{err}");
+    let retention = blocks
+        .iter()
+        .find(|b| b.contains("[retention]"))
+        .unwrap_or_else(|| panic!("{blocks:?}"));
+    std::fs::write(&config, retention).unwrap();
+    let shown = r.json(&["retention", "show"]);
+    assert_eq!(shown["effective"]["messages_days"], 90, "{shown}");
 }
