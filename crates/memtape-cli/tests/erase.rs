@@ -337,3 +337,210 @@ fn retention_runs_the_policies_of_memtape_toml() {
         assert!(err.contains(names), "{text} → {err}");
     }
 }
+
+/// The proof: one secret stored through every way in the CLI has — a user message (and
+/// the WAL's capture of it), a tool call's arguments, a tool result, `memory save`, a
+/// consolidation by a model (MEMORY.md, HISTORY.md and the fact its rewrite dropped), an
+/// extraction by a model (a daily note), a compaction summary, the memory tool, an
+/// attachment, a workspace edit picked up by sync, and an import — then erased by text;
+/// afterwards no file under the data directory holds a byte of it, in any encoding.
+#[test]
+fn a_secret_through_every_way_in_leaves_no_byte_after_its_erasure() {
+    use crate::common::model::configure;
+    use memtape_scripted::{Scripted, text, tool_call};
+
+    let r = Run::new();
+    let data = r.dir.path().join("data");
+    let say = |session: &str, role: &str, content: &str, wal: bool| {
+        let mut args = vec!["append", session, "--role", role, "--content", content];
+        if !wal {
+            args.push("--no-wal");
+        }
+        ok(&r, &ann(&args));
+    };
+    // A conversation long enough to compact and to extract from.
+    for i in 0..8 {
+        // The first question holds it too: the compaction summary below takes it.
+        let card = if i == 0 {
+            format!(" paid by {SECRET}")
+        } else {
+            String::new()
+        };
+        say(
+            "s1",
+            "user",
+            &format!("question {i} about the kayak trip{card}"),
+            false,
+        );
+        say(
+            "s1",
+            "assistant",
+            &format!("answer {i}: the trip is planned for spring"),
+            false,
+        );
+    }
+    // The WAL captures a "remember" into the working state.
+    say(
+        "s1",
+        "user",
+        &format!("remember that my card is {SECRET}"),
+        true,
+    );
+    let calls = format!(
+        r#"[{{"id":"c1","type":"function","function":{{"name":"pay","arguments":"{{\"card\":\"{}\"}}"}}}}]"#,
+        SECRET.replace('Ë', "\\\\u00cb")
+    );
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "assistant",
+            "--tool-calls",
+            &calls,
+        ]),
+    );
+    ok(
+        &r,
+        &ann(&[
+            "append",
+            "s1",
+            "--role",
+            "tool",
+            "--tool-call-id",
+            "c1",
+            "--content",
+            &format!("charged {SECRET}"),
+        ]),
+    );
+    say("s1", "assistant", "paid, thanks", false);
+    ok(
+        &r,
+        &ann(&[
+            "memory",
+            "save",
+            &format!("- Ann's card: {SECRET}\n- likes kayaks\n"),
+        ]),
+    );
+    // The memory tool.
+    ok(
+        &r,
+        &ann(&[
+            "files",
+            "create",
+            "/memories/card.md",
+            &format!("card {SECRET}"),
+        ]),
+    );
+    // An attachment, by an import of memtape's own format.
+    let uploads = data.join("files/uploads");
+    std::fs::create_dir_all(&uploads).unwrap();
+    std::fs::write(
+        uploads.join("card.txt"),
+        format!("statement for {SECRET}\n"),
+    )
+    .unwrap();
+    let attached = serde_json::json!({
+        "id": 1, "kind": "message", "created_at": "2026-03-01T10:00:00Z", "meta": {},
+        "scope": {"tenant": "default", "agent": "default", "user": "ann", "session": "s3"},
+        "payload": {"role": "user", "content": "see the statement attached", "files": [
+            {"type": "document", "transfer_method": "local_file", "upload_file_id": "card.txt",
+             "belongs_to": "user"}
+        ]}
+    });
+    let file = r.path("attached.jsonl");
+    std::fs::write(&file, format!("{attached}\n")).unwrap();
+    ok(&r, &ann(&["import", "--format", "memtape", &file]));
+    // An import of a nanobot session.
+    let nanobot = r.path("nanobot.jsonl");
+    std::fs::write(
+        &nanobot,
+        format!(
+            "{}\n{}\n",
+            r#"{"_type": "metadata", "key": "s2", "created_at": "2026-03-10T14:30:00", "metadata": {}, "last_consolidated": 0}"#,
+            serde_json::json!({"role": "user", "content": format!("old chat: {SECRET}"), "timestamp": "2026-03-10T14:30:00"})
+        ),
+    )
+    .unwrap();
+    ok(&r, &ann(&["import", "--format", "nanobot", &nanobot]));
+    // A compaction summary (extractive: no model), recorded on the tape.
+    let full: serde_json::Value =
+        serde_json::from_str(&ok(&r, &ann(&["context", "s1", "--json", "--dry-run"]))).unwrap();
+    let budget = ((full["tokens"].as_u64().unwrap() as f64 / 0.75) as usize - 1).to_string();
+    let compacted: serde_json::Value = serde_json::from_str(&ok(
+        &r,
+        &ann(&["context", "s1", "--budget", &budget, "--json"]),
+    ))
+    .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    let summary = ok(&r, &ann(&["entries", "s1", "--kind", "event", "--json"]));
+    assert!(
+        summary.contains("context.compaction") && summary.contains(SECRET),
+        "the summary holds it: {summary}"
+    );
+
+    // A model consolidates (its rewrite drops the old card line) and extracts.
+    let server = Scripted::start(vec![
+        tool_call(
+            "save_memory",
+            serde_json::json!({
+                "history_entry": format!("[2026-03-10 14:30] Planned a kayak trip; card {SECRET}."),
+                "memory_update": format!("- likes kayaks\n- card on file ending {SECRET}\n"),
+            }),
+        ),
+        text(
+            &serde_json::json!({"should_update": true,
+                "daily_entry": format!("## 10:00 Ann paid with {SECRET}"), "reason": "payment"})
+            .to_string(),
+        ),
+    ]);
+    configure(&r, &server);
+    let done: serde_json::Value =
+        serde_json::from_str(&ok(&r, &ann(&["memory", "consolidate", "s1", "--all"]))).unwrap();
+    assert!(done["dropped"].as_u64().unwrap() >= 1, "{done}");
+    let dropped = ok(&r, &ann(&["memory", "dropped"]));
+    assert!(dropped.contains("Ann's card"), "{dropped}");
+    ok(&r, &ann(&["memory", "extract", "s1"]));
+    assert_eq!(server.requests(), 2);
+    ok(&r, &ann(&["sync"]));
+    // A hand edit of the workspace, picked up by the erasure's own sync.
+    let memory = data.join("workspace/default/default/users/ann/MEMORY.md");
+    let edited = format!(
+        "{}\nAnn repeated {SECRET}\n",
+        std::fs::read_to_string(&memory).unwrap()
+    );
+    std::fs::write(&memory, edited).unwrap();
+    let hits = ok(&r, &ann(&["search", "4111", "--json"]));
+    assert!(hits.contains("4111"), "{hits}");
+    // Every way in holds it now: the tape, the workspace's files, the upload (the index
+    // finds it above; its terms are stored prefix-compressed).
+    let before = holding(&data, SECRET);
+    for place in [
+        "memtape.db",
+        "HISTORY.md",
+        "MEMORY.md",
+        "SESSION-STATE.md",
+        "/memory/20",
+        "card.md",
+        "card.txt",
+    ] {
+        assert!(
+            before.iter().any(|f| f.contains(place)),
+            "{place}: {before:?}"
+        );
+    }
+
+    let erased: serde_json::Value =
+        serde_json::from_str(&ok(&r, &ann(&["erase", "text", SECRET]))).unwrap();
+    assert_eq!(erased["files"], 1, "{erased}");
+    assert!(erased["redacted"].as_u64().unwrap() >= 10, "{erased}");
+    assert_eq!(holding(&data, SECRET), Vec::<String>::new());
+    // What was around the secret stays.
+    let history_md =
+        std::fs::read_to_string(data.join("workspace/default/default/users/ann/HISTORY.md"))
+            .unwrap();
+    assert!(history_md.contains("Planned a kayak trip"), "{history_md}");
+    let memory_md = std::fs::read_to_string(&memory).unwrap();
+    assert!(memory_md.contains("likes kayaks"), "{memory_md}");
+}
