@@ -97,6 +97,20 @@ where
             status,
             body,
         } if first == fingerprint => return Ok(Outcome::Replayed(status, body)),
+        // An erasure scrubbed the record (its request or answer may have held what was
+        // erased): the request ran once, and its answer cannot be given again.
+        Claim::Running { fingerprint: first }
+        | Claim::Answered {
+            fingerprint: first, ..
+        } if first.starts_with("erased:") => {
+            return Err(ApiError::unprocessable(format!(
+                "the request with this Idempotency-Key ran, and its record was then wiped by \
+                 erasure #{} (it could have held erased content): it is not run again and \
+                 its answer cannot be replayed; check what is stored, and send a new key for \
+                 a new request",
+                &first["erased:".len()..]
+            )));
+        }
         Claim::Running { .. } | Claim::Answered { .. } => return Err(mismatch()),
     }
     let (status, body) = write.await;

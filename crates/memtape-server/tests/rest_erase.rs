@@ -344,3 +344,122 @@ fn the_schedule_runs_retention_once_when_due() {
     assert_eq!(erased(), 2);
     drop((first, second));
 }
+
+/// Sends an erasure with an `Idempotency-Key`; the status and answer.
+fn erase_keyed(s: &Server, body: &Value, idempotency: &str) -> (u16, Value) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut response = agent
+        .post(&s.url("/v1/erase?user=ann"))
+        .header("Idempotency-Key", idempotency)
+        .send_json(body)
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+/// 64 clients at once: 32 append to their own sessions while 32 erase (a session each, or
+/// a word everywhere in the agent); every erasure answers with its own receipt, every
+/// acknowledged append that no erasure took is there, nothing erased is found, and an
+/// erasure sent again with its Idempotency-Key does not run again.
+#[test]
+fn sixty_four_clients_append_and_erase_at_once() {
+    let s = Server::start();
+    // What the erasers take: 16 sessions of ann, and 16 words spread through bob's.
+    for i in 0..16 {
+        let (status, body) = s.call(
+            "POST",
+            &format!("/v1/sessions/doomed{i}/messages?user=ann"),
+            Some(&json!({"role": "user", "content": format!("doomed text {i} of ann")})),
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = s.call(
+            "POST",
+            "/v1/sessions/words/messages?user=bob",
+            Some(&json!({"role": "user", "content": format!("the word zq{i}secret is said")})),
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let appended = std::sync::Mutex::new(Vec::new());
+    let receipts = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for c in 0..64 {
+            let (s, appended, receipts) = (&s, &appended, &receipts);
+            scope.spawn(move || {
+                if c < 32 {
+                    for n in 0..5 {
+                        let text = format!("kept c{c}n{n} words");
+                        let (status, body) = s.call(
+                            "POST",
+                            &format!("/v1/sessions/live{c}/messages?user=carol"),
+                            Some(&json!({"role": "user", "content": text})),
+                            None,
+                        );
+                        assert_eq!(status, 201, "{body}");
+                        appended.lock().unwrap().push((c, text));
+                    }
+                } else {
+                    let i = c - 32;
+                    let body = if i < 16 {
+                        json!({"what": "session", "session": format!("doomed{i}")})
+                    } else {
+                        json!({"what": "text", "text": format!("zq{}secret", i - 16)})
+                    };
+                    let query = if i < 16 { "?user=ann" } else { "?user=bob" };
+                    let (status, done) =
+                        s.call("POST", &format!("/v1/erase{query}"), Some(&body), None);
+                    assert_eq!(status, 200, "{body} → {done}");
+                    receipts
+                        .lock()
+                        .unwrap()
+                        .push(done["receipt"].as_u64().unwrap());
+                }
+            });
+        }
+    });
+    let mut receipts = receipts.into_inner().unwrap();
+    receipts.sort_unstable();
+    receipts.dedup();
+    assert_eq!(receipts.len(), 32, "each erasure its own receipt");
+    for (c, text) in appended.into_inner().unwrap() {
+        let (_, history) = s.call(
+            "GET",
+            &format!("/v1/sessions/live{c}/history?user=carol"),
+            None,
+            None,
+        );
+        assert!(history.to_string().contains(&text), "{text}: {history}");
+    }
+    for i in 0..16 {
+        let (_, history) = s.call(
+            "GET",
+            &format!("/v1/sessions/doomed{i}/history?user=ann"),
+            None,
+            None,
+        );
+        assert_eq!(history["messages"], json!([]), "{history}");
+    }
+    let (_, words) = s.call("GET", "/v1/sessions/words/history?user=bob", None, None);
+    assert!(!words.to_string().contains("secret"), "{words}");
+    assert_eq!(words["messages"].as_array().unwrap().len(), 16, "{words}");
+    let (_, hits) = s.call("GET", "/v1/search?q=doomed&mode=bm25&user=ann", None, None);
+    assert_eq!(hits["hits"], json!([]), "{hits}");
+
+    // A retried erasure does not run twice: the retry is told why.
+    let body = json!({"what": "text", "text": "kept c0n0"});
+    let (status, first) = erase_keyed(&s, &body, "erase-once");
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = erase_keyed(&s, &body, "erase-once");
+    assert_eq!(status, 422, "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains(&format!("erasure #{}", first["receipt"])),
+        "{again}"
+    );
+}
