@@ -544,3 +544,55 @@ fn a_secret_through_every_way_in_leaves_no_byte_after_its_erasure() {
     let memory_md = std::fs::read_to_string(&memory).unwrap();
     assert!(memory_md.contains("likes kayaks"), "{memory_md}");
 }
+
+/// `memtape erase` beside a running `memtape serve` on the same data directory: the
+/// server's reads stop showing the text, its index (the same file) stops finding it, and
+/// once the server has stopped no file holds a byte of it, whether or not the erasure
+/// could truncate the write-ahead log while the server held it open.
+#[test]
+fn the_cli_erases_beside_a_running_server() {
+    use crate::common::serving::Serving;
+
+    let r = Run::new();
+    let server = Serving::start(&r, &[]);
+    for text in [
+        format!("my card is {SECRET}"),
+        "and I like otters".to_owned(),
+    ] {
+        let (status, body) = server.call(
+            "POST",
+            "/v1/sessions/s1/messages?user=ann",
+            Some(serde_json::json!({"role": "user", "content": text})),
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let search = |q: &str| {
+        let (status, body) = server.call(
+            "GET",
+            &format!("/v1/search?q={q}&mode=bm25&user=ann"),
+            None,
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        body["hits"].as_array().unwrap().len()
+    };
+    // The server's indexer has caught up.
+    let started = std::time::Instant::now();
+    while search("4111") == 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let done: serde_json::Value =
+        serde_json::from_str(&ok(&r, &ann(&["erase", "text", SECRET]))).unwrap();
+    assert_eq!(done["redacted"].as_u64(), Some(2), "{done}");
+    assert_eq!(search("4111"), 0, "the index, shared, applied the receipt");
+    assert!(search("otters") > 0);
+    let (_, history) = server.call("GET", "/v1/sessions/s1/history?user=ann", None, None);
+    assert!(!history.to_string().contains("4111"), "{history}");
+    assert!(history.to_string().contains("[erased]"), "{history}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, Some(0));
+    let data = r.dir.path().join("data");
+    assert_eq!(holding(&data, SECRET), Vec::<String>::new());
+}

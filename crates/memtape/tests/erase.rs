@@ -239,3 +239,34 @@ fn an_erased_memory_version_keeps_its_number_and_applies_nothing() {
     assert_eq!(now.content(paths::MEMORY), Some("likes tea and kayaks"));
     assert_eq!(now.content(paths::PROFILE), None);
 }
+
+/// A user's workspace folder that is a symlink out of the data directory: the user's
+/// erasure removes the link, never what it points at.
+#[test]
+fn a_user_erasure_removes_a_symlinked_workspace_link_not_its_target() {
+    let data = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("MEMORY.md"), "not memtape's").unwrap();
+    let e = Engine::init(data.path()).unwrap();
+    let agent = Scope::agent("t", "a").unwrap();
+    let ann = agent.clone().with_user("ann").unwrap();
+    e.save_long_term(&ann, "likes tea").unwrap();
+    let link = memtape::workspace_dir(data.path(), &ann);
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    e.erase(
+        &agent,
+        Erase::User("ann".into()),
+        options(),
+        Some(data.path()),
+    )
+    .unwrap();
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "the link is gone"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("MEMORY.md")).unwrap(),
+        "not memtape's"
+    );
+}
