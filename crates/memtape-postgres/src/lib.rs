@@ -224,6 +224,7 @@ impl PostgresStore {
                 scopes: HashMap::new(),
                 pending: HashMap::new(),
                 rows: Vec::new(),
+                rewrites: Vec::new(),
             };
             let out = f(&mut tx)?;
             tx.flush()?;
@@ -258,6 +259,18 @@ struct Tx<'a> {
     /// Where each entry of this transaction belongs, for references within the batch.
     pending: HashMap<EntryId, (Scope, Kind)>,
     rows: Vec<(i64, EntryRow, String)>,
+    /// An erasure's rewrites, written together when it ends.
+    rewrites: Vec<RewriteRow>,
+}
+
+/// One entry's new content, as an erasure writes it.
+struct RewriteRow {
+    id: i64,
+    payload: String,
+    meta: String,
+    name: Option<String>,
+    by: i64,
+    how: &'static str,
 }
 
 const SCOPE_COLUMNS: &str = r#"scope_id, tenant, agent, "user", session, node, entries, messages, head, last_id, last_consolidated, first_at, last_at"#;
@@ -442,24 +455,39 @@ impl memtape_store::erase::EraseTransaction for Tx<'_> {
         by: memtape_core::Erasure,
     ) -> Result<()> {
         let meta = memtape_store::row::meta_text(rewrite.id, &rewrite.meta)?;
-        let payload = rewrite.payload.to_json().to_string();
-        self.conn.execute(
-            self.target,
-            "UPDATE memtape_entries SET payload = $2, meta = $3, name = $4, erased_by = $5,
-                 erased_how = $6 WHERE id = $1",
-            &[
-                &sql_id(rewrite.id),
-                &payload,
-                &meta,
-                &rewrite.payload.name(),
-                &sql_id(by.by),
-                &by.how.as_str(),
-            ],
-        )?;
+        self.rewrites.push(RewriteRow {
+            id: sql_id(rewrite.id),
+            payload: rewrite.payload.to_json().to_string(),
+            meta,
+            name: rewrite.payload.name().map(str::to_owned),
+            by: sql_id(by.by),
+            how: by.how.as_str(),
+        });
         Ok(())
     }
 
     fn end(&mut self) -> Result<()> {
+        // The rewrites go in a few statements (one round trip per row took minutes for
+        // 100,000 rows), while the erasure's setting is still on.
+        let rows = std::mem::take(&mut self.rewrites);
+        let size = |r: &RewriteRow| r.payload.len() + r.meta.len();
+        for chunk in statements(&rows, size) {
+            let ids: Vec<i64> = chunk.iter().map(|r| r.id).collect();
+            let payloads: Vec<&str> = chunk.iter().map(|r| r.payload.as_str()).collect();
+            let metas: Vec<&str> = chunk.iter().map(|r| r.meta.as_str()).collect();
+            let names: Vec<Option<&str>> = chunk.iter().map(|r| r.name.as_deref()).collect();
+            let bys: Vec<i64> = chunk.iter().map(|r| r.by).collect();
+            let hows: Vec<&str> = chunk.iter().map(|r| r.how).collect();
+            self.conn.execute(
+                self.target,
+                "UPDATE memtape_entries e SET payload = v.payload, meta = v.meta, name = v.name,
+                     erased_by = v.erased_by, erased_how = v.erased_how
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                             $6::text[]) AS v(id, payload, meta, name, erased_by, erased_how)
+                 WHERE e.id = v.id",
+                &[&ids, &payloads, &metas, &names, &bys, &hows],
+            )?;
+        }
         self.conn
             .execute(self.target, "SET LOCAL memtape.erasing = 'off'", &[])?;
         Ok(())
