@@ -331,10 +331,10 @@ async fn count_activity(
 /// How often the emergence schedule is looked at: a schedule fires within this of its time.
 const SCHEDULE_TICK: Duration = Duration::from_secs(20);
 
-/// Runs each agent's emergence on its schedule until `stop` (MateClaw's per-agent cron
-/// job), when the server has a model. Each tick covers the time since the last one, so a
-/// slow tick misses nothing.
-async fn emergence_schedule(state: state::WeakState, stop: impl Future<Output = ()>) {
+/// Runs the schedules until `stop`: each agent's emergence (MateClaw's per-agent cron job;
+/// only with a model) and retention ([`AppState::run_due_retention`]). Each tick covers
+/// the time since the last one, so a slow tick misses nothing.
+async fn schedules(state: state::WeakState, stop: impl Future<Output = ()>) {
     tokio::pin!(stop);
     let mut last = chrono::Utc::now();
     loop {
@@ -343,27 +343,8 @@ async fn emergence_schedule(state: state::WeakState, stop: impl Future<Output = 
             () = &mut stop => return,
         }
         let Some(state) = state.upgrade() else { return };
-        if state.background().is_none() {
-            return;
-        }
         let now = chrono::Utc::now();
         state.run_due_emergences(last, now).await;
-        last = now;
-    }
-}
-
-/// Runs retention on its schedule until `stop` ([`AppState::run_due_retention`]), with or
-/// without a model. Each tick covers the time since the last one.
-async fn retention_schedule(state: state::WeakState, stop: impl Future<Output = ()>) {
-    tokio::pin!(stop);
-    let mut last = chrono::Utc::now();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(SCHEDULE_TICK) => {}
-            () = &mut stop => return,
-        }
-        let Some(state) = state.upgrade() else { return };
-        let now = chrono::Utc::now();
         state.run_due_retention(last, now).await;
         last = now;
     }
@@ -409,15 +390,8 @@ pub async fn serve(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let header_timeout = state.limits().header_timeout;
-    tokio::spawn(emergence_schedule(
-        state.downgrade(),
-        stopped(stop_rx.clone()),
-    ));
+    tokio::spawn(schedules(state.downgrade(), stopped(stop_rx.clone())));
     tokio::spawn(recapture(state.downgrade(), stopped(stop_rx.clone())));
-    tokio::spawn(retention_schedule(
-        state.downgrade(),
-        stopped(stop_rx.clone()),
-    ));
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
     let weak = state.downgrade();
     let app = router(state, mcp);

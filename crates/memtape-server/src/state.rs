@@ -191,6 +191,35 @@ const SCHEDULER_TENANT: &str = "";
 const SCHEDULER_LOCK: &str = "emergence scheduler";
 const RETENTION_LOCK: &str = "retention scheduler";
 
+/// The scheduler lock `name`, held by this server from the first time it is free until the
+/// server stops (of all the servers on one store, only its holder runs that schedule):
+/// the guard while this server holds it, `None` while another does (or it could not be
+/// asked, logged).
+fn hold_scheduler<'a>(
+    scheduler: &'a std::sync::Mutex<Option<StoreLock>>,
+    engine: &Engine<DynStore>,
+    name: &str,
+) -> Option<std::sync::MutexGuard<'a, Option<StoreLock>>> {
+    let mut held = scheduler
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if held.is_none() {
+        match engine
+            .store()
+            .lock(SCHEDULER_TENANT, name, memtape::Wait::Try)
+        {
+            Ok(Some(lock)) => *held = Some(lock),
+            // Another server on this store runs the schedule.
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, lock = name, "could not take a scheduler's lock");
+                return None;
+            }
+        }
+    }
+    Some(held)
+}
+
 /// How many memory changes wait for a slow listener before it is told it missed some.
 const CHANGES_QUEUED: usize = 256;
 
@@ -458,23 +487,9 @@ impl AppState {
         let engine = self.inner.engine.clone();
         let scheduler = self.inner.scheduler.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let mut held = scheduler
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if held.is_none() {
-                match engine
-                    .store()
-                    .lock(SCHEDULER_TENANT, SCHEDULER_LOCK, memtape::Wait::Try)
-                {
-                    Ok(Some(lock)) => *held = Some(lock),
-                    // Another server on this store runs the schedule.
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not take the emergence scheduler's lock");
-                        return;
-                    }
-                }
-            }
+            let Some(_held) = hold_scheduler(&scheduler, &engine, SCHEDULER_LOCK) else {
+                return;
+            };
             let config = &background.config().emergence;
             let due = match engine.due_emergences(config, after, until) {
                 Ok(due) => due,
@@ -607,22 +622,9 @@ impl AppState {
         let scheduler = self.inner.retention_scheduler.clone();
         let dir = self.data_dir().map(std::path::Path::to_path_buf);
         let done = tokio::task::spawn_blocking(move || {
-            let mut held = scheduler
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if held.is_none() {
-                match engine
-                    .store()
-                    .lock(SCHEDULER_TENANT, RETENTION_LOCK, memtape::Wait::Try)
-                {
-                    Ok(Some(lock)) => *held = Some(lock),
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not take the retention scheduler's lock");
-                        return;
-                    }
-                }
-            }
+            let Some(_held) = hold_scheduler(&scheduler, &engine, RETENTION_LOCK) else {
+                return;
+            };
             match engine.run_retention(None, &config, "schedule", false, dir.as_deref()) {
                 Ok(runs) => {
                     for run in runs.iter().filter(|r| r.outcome.receipt.is_some()) {

@@ -225,8 +225,10 @@ impl<S: Store> Engine<S> {
                 ..Filter::default()
             };
             let mut entries = self.store.scan(scope, &named(events::MEMORY_CHANGE))?;
-            if last_erasure > EntryId(0) {
-                // A change erased whole is a tombstone that still counts as its version.
+            // A change erased whole is a tombstone that still counts as its version. Only
+            // an erasure makes one, and an erasure empties every cached log, so only a log
+            // read from the start looks for them.
+            if last_erasure > EntryId(0) && through == EntryId(0) {
                 let erased = self
                     .store
                     .scan(scope, &named(memtape_core::erasure::TOMBSTONE))?;
