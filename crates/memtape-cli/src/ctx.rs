@@ -317,12 +317,29 @@ pub fn init(ctx: &Ctx) -> Result<Engine<DynStore>> {
             ctx.tape_place().unwrap_or_default()
         )
     })?;
-    Ok(Engine::with_store(store))
+    finish_erasures(Engine::with_store(store), &dir)
 }
 
 /// Opens the store of `ctx`.
 pub fn open(ctx: &Ctx) -> Result<Engine<DynStore>> {
-    Ok(Engine::with_store(store(ctx, Opening::Open)?))
+    let engine = Engine::with_store(store(ctx, Opening::Open)?);
+    finish_erasures(engine, &ctx.data_dir()?)
+}
+
+/// Finishes the erasures a stopped process left unfinished before a command that writes
+/// goes on ([`Engine::finish_erasures`]; one read when there are none).
+fn finish_erasures(engine: Engine<DynStore>, dir: &std::path::Path) -> Result<Engine<DynStore>> {
+    for outcome in engine
+        .finish_erasures(Some(dir))
+        .context("finishing an erasure that a stopped process had begun")?
+    {
+        tracing::info!(
+            receipt = outcome.receipt.as_ref().map(|r| r.id.0),
+            entries = outcome.entries,
+            "finished an erasure that a stopped process had begun"
+        );
+    }
+    Ok(engine)
 }
 
 /// Opens the store for a command that only reads: nothing is written, so it works on a

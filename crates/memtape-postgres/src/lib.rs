@@ -411,33 +411,10 @@ impl Transaction for Tx<'_> {
 }
 
 impl memtape_store::erase::EraseTransaction for Tx<'_> {
-    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
-        let sql = format!(
-            "SELECT {SCOPE_COLUMNS} FROM memtape_scopes WHERE tenant = $1 ORDER BY scope_id"
-        );
+    fn entries_after(&mut self, tenant: &str, after: EntryId) -> Result<Vec<Entry>> {
+        let sql = format!("{ENTRY_SELECT} WHERE e.id > $1 AND e.tenant = $2 ORDER BY e.id");
         self.conn
-            .query(self.target, &sql, &[&tenant])?
-            .iter()
-            .map(|r| Ok(info_of(r)?.1.scope))
-            .collect()
-    }
-
-    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
-        let (scope_id, _) = Transaction::scope(self, scope)?;
-        let sql =
-            format!("SELECT {ENTRY_COLUMNS} FROM memtape_entries WHERE scope_id = $1 ORDER BY id");
-        self.conn
-            .query(self.target, &sql, &[&scope_id])?
-            .iter()
-            .map(|r| entry_in(scope, r, 0))
-            .collect()
-    }
-
-    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
-        let ids: Vec<i64> = ids.iter().map(|id| sql_id(*id)).collect();
-        let sql = format!("{ENTRY_SELECT} WHERE e.tenant = $1 AND e.id = ANY($2)");
-        self.conn
-            .query(self.target, &sql, &[&tenant, &ids])?
+            .query(self.target, &sql, &[&sql_id(after), &tenant])?
             .iter()
             .map(entry_of)
             .collect()
@@ -501,6 +478,35 @@ impl memtape_store::erase::EraseTransaction for Tx<'_> {
         })
     }
 
+    fn add_pending(&mut self, pending: &memtape_store::erase::Pending) -> Result<()> {
+        self.conn.execute(
+            self.target,
+            "INSERT INTO memtape_erasures_pending (receipt, tenant, plan) VALUES ($1, $2, $3)",
+            &[
+                &sql_id(pending.receipt),
+                &pending.tenant,
+                &pending.to_json()?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn remove_pending(&mut self, receipt: EntryId) -> Result<()> {
+        let id = sql_id(receipt);
+        self.conn.execute(
+            self.target,
+            "DELETE FROM memtape_erasures_pending WHERE receipt = $1",
+            &[&id],
+        )?;
+        // Followers stopped before the receipt: they may go on (delivered at commit).
+        self.conn.execute(
+            self.target,
+            "SELECT pg_notify($1, $2)",
+            &[&CHANNEL, &id.to_string()],
+        )?;
+        Ok(())
+    }
+
     fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
         let id = sql_id(receipt);
         self.conn.execute(
@@ -513,9 +519,27 @@ impl memtape_store::erase::EraseTransaction for Tx<'_> {
         )?;
         Ok(())
     }
+}
 
-    fn last_id(&mut self) -> Result<EntryId> {
-        Ok(self.last)
+impl memtape_store::erase::StepStore for PostgresStore {
+    fn erase_step(
+        &self,
+        f: &mut dyn FnMut(&mut dyn memtape_store::erase::EraseTransaction) -> Result<()>,
+    ) -> Result<()> {
+        self.write(|tx| f(tx))
+    }
+
+    fn pending_erasures(&self) -> Result<Vec<memtape_store::erase::Pending>> {
+        self.read(|c, t| {
+            c.query(
+                t,
+                "SELECT receipt, plan FROM memtape_erasures_pending ORDER BY receipt",
+                &[],
+            )?
+            .iter()
+            .map(|r| memtape_store::erase::Pending::from_json(r.get(0), r.get(1)))
+            .collect()
+        })
     }
 }
 
@@ -526,7 +550,9 @@ impl PostgresStore {
     fn vacuum(&self) -> bool {
         self.read(|c, t| {
             c.client
-                .batch_execute("VACUUM memtape_entries, memtape_request_keys")
+                .batch_execute(
+                    "VACUUM memtape_entries, memtape_request_keys, memtape_erasures_pending",
+                )
                 .map_err(|e| t.err(e))
         })
         .is_ok()
@@ -734,12 +760,16 @@ impl Store for PostgresStore {
     fn last_erasure(&self) -> Result<EntryId> {
         self.read(|c, t| {
             let id: Option<i64> = c
-                .query_one(
+                .query_opt(
                     t,
-                    "SELECT max(erased_by) FROM memtape_entries WHERE erased_by IS NOT NULL",
+                    // Down the erasure index from the top, past erasures not yet ended.
+                    "SELECT erased_by FROM memtape_entries
+                     WHERE erased_by IS NOT NULL
+                       AND erased_by NOT IN (SELECT receipt FROM memtape_erasures_pending)
+                     ORDER BY erased_by DESC LIMIT 1",
                     &[],
                 )?
-                .get(0);
+                .map(|r| r.get(0));
             Ok(unsql(id.unwrap_or(0)))
         })
     }
@@ -750,22 +780,36 @@ impl Store for PostgresStore {
         }
         self.read(|c, t| {
             c.client
-                .batch_execute("VACUUM FULL memtape_entries, memtape_request_keys")
+                .batch_execute(
+                    "VACUUM FULL memtape_entries, memtape_request_keys, memtape_erasures_pending",
+                )
                 .map_err(|e| t.err(e))
         })
     }
 
-    /// The rows are rewritten in one transaction with the receipt (the same plan as
-    /// SQLite's). PostgreSQL keeps the old row versions as dead tuples until a vacuum; the
-    /// erasure runs `VACUUM` on the tables it changed right after its commit
+    /// The rows are rewritten in steps after the receipt (the same plan as SQLite's).
+    /// PostgreSQL keeps the old row versions as dead tuples until a vacuum; the erasure
+    /// runs `VACUUM` on the tables it changed right after its last step
     /// ([`EraseOutcome::wiped`] says whether that ran), and what a vacuum leaves (bytes in
     /// a page's free space, WAL segments, archives, backups) is set out in ARCHITECTURE.md.
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        let mut outcome = self.write(|tx| memtape_store::erase::erase_in(tx, request))?;
-        if outcome.receipt.is_some() {
+        let mut outcome = memtape_store::erase::erase(self, request)?;
+        if outcome.receipt.is_some() || !outcome.finished.is_empty() {
             outcome.wiped = self.vacuum();
         }
         Ok(outcome)
+    }
+
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+        if self.target.read_only() {
+            return Ok(Vec::new());
+        }
+        let mut finished = memtape_store::erase::finish(self)?;
+        if !finished.is_empty() {
+            let wiped = self.vacuum();
+            finished.iter_mut().for_each(|o| o.wiped = wiped);
+        }
+        Ok(finished)
     }
 
     fn append_then(
@@ -862,8 +906,14 @@ impl Store for PostgresStore {
 
     fn last_id(&self) -> Result<EntryId> {
         self.read(|c, t| {
+            // While an erasure is under way, followers stop before its receipt.
             let last: i64 = c
-                .query_one(t, "SELECT last_id FROM memtape_tape", &[])?
+                .query_one(
+                    t,
+                    "SELECT coalesce((SELECT min(receipt) - 1 FROM memtape_erasures_pending), last_id)
+                     FROM memtape_tape",
+                    &[],
+                )?
                 .get(0);
             Ok(unsql(last))
         })
@@ -871,7 +921,13 @@ impl Store for PostgresStore {
 
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         self.read(|c, t| {
-            let sql = format!("{ENTRY_SELECT} WHERE e.id > $1 ORDER BY e.id LIMIT $2");
+            // Not past the receipt of an erasure under way (`Store::entries_after`).
+            let sql = format!(
+                "{ENTRY_SELECT} WHERE e.id > $1
+                   AND e.id < coalesce((SELECT min(receipt) FROM memtape_erasures_pending),
+                                       9223372036854775807)
+                 ORDER BY e.id LIMIT $2"
+            );
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             c.query(t, &sql, &[&sql_id(after), &limit])?
                 .iter()

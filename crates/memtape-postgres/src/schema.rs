@@ -9,7 +9,7 @@ use crate::Result;
 use crate::conn::{Conn, Target};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
 /// named locks, which use two 32-bit keys) that migrations take: "mtap".
@@ -31,6 +31,9 @@ const MIGRATION_LOCK: i64 = 0x6d74_6170;
 ///   scope, kind, parent or time), and is then marked (`erased_by`, `erased_how`), only in
 ///   a transaction that set `memtape.erasing` for itself (`SET LOCAL`, as an erasure does
 ///   around its rewrites); every other UPDATE, and every DELETE, still fails.
+/// - Version 4, erasure in steps: `memtape_erasures_pending` holds each erasure whose
+///   receipt is written and whose rewrites are not all done, with what finishing it needs
+///   (memtape-store's `erase::Pending` as JSON).
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE memtape_tape (
@@ -124,6 +127,13 @@ CREATE TRIGGER memtape_entries_only_erasure BEFORE UPDATE ON memtape_entries
     FOR EACH ROW EXECUTE FUNCTION memtape_only_erasure();
 CREATE TRIGGER memtape_entries_no_delete BEFORE DELETE ON memtape_entries
     FOR EACH ROW EXECUTE FUNCTION memtape_refuse_change();
+"#,
+    r#"
+CREATE TABLE memtape_erasures_pending (
+    receipt bigint PRIMARY KEY,
+    tenant  text NOT NULL,
+    plan    text NOT NULL
+);
 "#,
 ];
 

@@ -1,10 +1,13 @@
 //! Erasure under SIGKILL: a child process erases sessions one after another (the store's
-//! transaction, then the index's catch-up that applies the receipt) and acknowledges each
-//! on stdout; the parent kills it at a random moment, reopens both files and checks that
-//! each session is erased wholly (every entry a tombstone of one receipt, which names them
-//! all) or not at all, that every acknowledged erasure is there, that the database is
-//! sound, and that after a catch-up the index finds nothing erased and everything else.
-//! The child is this test binary re-run on the `erase_child` entry.
+//! steps: the receipt, then the rewrites [`STEP`] entries at a time, then the end; then
+//! the index's catch-up that applies the receipt) and acknowledges each on stdout; the
+//! parent kills it at a random moment and reopens both files. An erasure killed between
+//! its receipt and its end is still under way: no follower of the tape may pass its
+//! receipt, and the next opener finishes it. After that, each session is erased wholly
+//! (every entry a tombstone of one receipt, which names them all) or not at all, every
+//! acknowledged erasure is there, the database is sound, and after a catch-up the index
+//! finds nothing erased and everything else. The child is this test binary re-run on the
+//! `erase_child` entry.
 //!
 //! The suite runs 6 trials; `MEMTAPE_CRASH_TRIALS=100` runs more (`cargo test -p
 //! memtape-search --test erase_crash -- --nocapture` prints the totals).
@@ -21,12 +24,14 @@ use memtape_core::erasure::Selector;
 use memtape_core::events::BuiltinEvent;
 use memtape_core::{Filter, Message, NewEntry, Payload, Scope};
 use memtape_search::{Index, IndexConfig, Mode, SearchFilter, SearchRequest};
+use memtape_store::erase::{STEP, StepStore};
 use memtape_store::{EraseMode, EraseRequest, EraseTarget, SqliteStore, Store};
 
 const DIR_VAR: &str = "MEMTAPE_ERASE_CRASH_DIR";
 const TRIALS_VAR: &str = "MEMTAPE_CRASH_TRIALS";
-const SESSIONS: usize = 24;
-const MESSAGES: usize = 30;
+const SESSIONS: usize = 10;
+/// Enough for an erasure of three steps, so kills land between them.
+const MESSAGES: usize = 2 * STEP + 100;
 
 fn trials() -> u32 {
     match std::env::var(TRIALS_VAR) {
@@ -89,7 +94,7 @@ fn erase_child() {
 fn sigkill_while_erasing() {
     let exe = std::env::current_exe().unwrap();
     let mut rng = fastrand::Rng::with_seed(0x6572_6173);
-    let (trials, mut erased_total, mut acked_total) = (trials(), 0, 0);
+    let (trials, mut erased_total, mut acked_total, mut finished_total) = (trials(), 0, 0, 0);
     for trial in 0..trials {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -97,7 +102,7 @@ fn sigkill_while_erasing() {
             for k in 0..SESSIONS {
                 let entries = (0..MESSAGES)
                     .map(|i| {
-                        let text = format!("{} message {i} {}", word(k), "lorem ".repeat(i));
+                        let text = format!("{} message {i} {}", word(k), "lorem ".repeat(i % 30));
                         NewEntry::new(
                             session(k),
                             Payload::Message(Message::user(text)),
@@ -142,6 +147,25 @@ fn sigkill_while_erasing() {
 
         let store = SqliteStore::open(&dir.path().join("tape")).unwrap();
         assert_eq!(store.integrity_check().unwrap(), "ok", "trial {trial}");
+        // An erasure the kill left under way holds followers before its receipt until it
+        // is finished; then they go on.
+        let pending = store.pending_erasures().unwrap();
+        assert!(pending.len() <= 1, "trial {trial}: one erasure at a time");
+        if let Some(p) = pending.first() {
+            assert!(store.last_id().unwrap() < p.receipt, "trial {trial}");
+            let after = store.entries_after(memtape_core::EntryId(p.receipt.0 - 1), 10);
+            assert!(
+                after.unwrap().is_empty(),
+                "trial {trial}: a follower passed it"
+            );
+        }
+        let finished = store.finish_erasures().unwrap();
+        assert_eq!(finished.len(), pending.len(), "trial {trial}");
+        assert!(
+            store.pending_erasures().unwrap().is_empty(),
+            "trial {trial}"
+        );
+        finished_total += finished.len();
         let mut erased = Vec::new();
         for k in 0..SESSIONS {
             let entries = store.scan(&session(k), &Filter::default()).unwrap();
@@ -203,7 +227,8 @@ fn sigkill_while_erasing() {
         }
     }
     eprintln!(
-        "{trials} kills, {acked_total} acknowledged erasures, {erased_total} sessions erased, none torn, the index consistent after each"
+        "{trials} kills, {acked_total} acknowledged erasures, {erased_total} sessions erased \
+         ({finished_total} of them finished after the kill), none torn, the index consistent after each"
     );
     assert!(
         acked_total > 0,

@@ -350,18 +350,25 @@ async fn schedules(state: state::WeakState, stop: impl Future<Output = ()>) {
     }
 }
 
-/// How often the WAL captures that failed (a full disk) are retried.
+/// How often the WAL captures that failed (a full disk) are retried, and unfinished
+/// erasures looked for.
 const RECAPTURE_TICK: Duration = Duration::from_secs(5);
 
-/// Retries the WAL captures that failed until `stop` ([`AppState::retry_captures`]).
+/// Until `stop`: finishes the erasures a stopped process left unfinished
+/// ([`AppState::finish_erasures`]), at once and then each tick, and retries the WAL
+/// captures that failed ([`AppState::retry_captures`]).
 async fn recapture(state: state::WeakState, stop: impl Future<Output = ()>) {
     tokio::pin!(stop);
+    if let Some(state) = state.upgrade() {
+        state.finish_erasures().await;
+    }
     loop {
         tokio::select! {
             () = tokio::time::sleep(RECAPTURE_TICK) => {}
             () = &mut stop => return,
         }
         let Some(state) = state.upgrade() else { return };
+        state.finish_erasures().await;
         state.retry_captures().await;
     }
 }

@@ -598,6 +598,31 @@ impl AppState {
         self.inner.retention.get_or_init(Default::default)
     }
 
+    /// Finishes the erasures that a process which died left unfinished, with their
+    /// projections ([`memtape::Engine::finish_erasures`]), on the blocking pool. One read
+    /// when there are none; run at start and every few seconds, so the tape's followers
+    /// (every server's index), which wait at an unfinished erasure's receipt, never wait
+    /// long for a process that will not come back.
+    pub async fn finish_erasures(&self) {
+        let engine = self.inner.engine.clone();
+        let dir = self.data_dir().map(std::path::Path::to_path_buf);
+        let done = tokio::task::spawn_blocking(move || engine.finish_erasures(dir.as_deref()));
+        match done.await {
+            Ok(Ok(finished)) => {
+                for outcome in finished {
+                    tracing::info!(
+                        receipt = outcome.receipt.as_ref().map(|r| r.id.0),
+                        entries = outcome.entries,
+                        redacted = outcome.redacted,
+                        "finished an erasure that a stopped process had begun"
+                    );
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "finishing an unfinished erasure failed"),
+            Err(e) => tracing::warn!(error = %e, "finishing an unfinished erasure panicked"),
+        }
+    }
+
     /// Runs retention over every tenant when its schedule fell between `after` and
     /// `until`, on the blocking pool, if this server holds (or can take) the retention
     /// scheduler's lock: one server of a store runs it.

@@ -173,6 +173,14 @@ pub struct EraseOutcome {
     pub attachments: Vec<memtape_core::FileRef>,
     /// How many attached files were removed from the files folder (set by the engine).
     pub files_removed: u64,
+    /// What the erasure did to what it selected. An erasure by text holds its text here,
+    /// as its request does: for the engine (which removes only the attached files that
+    /// hold it), never to show or log.
+    pub mode: EraseMode,
+    /// Erasures of the same tenant that an earlier process began and did not end, which
+    /// this one finished before it began ([`finish`]): the engine brings their
+    /// projections along too.
+    pub finished: Vec<EraseOutcome>,
 }
 
 /// One entry's new content.
@@ -225,14 +233,68 @@ pub fn rewrite(entry: &Entry, mode: &EraseMode) -> Option<Rewrite> {
     }
 }
 
-/// The store's side of an erasure: the entries of a scope, and rewriting one.
+/// The name of the store lock (per tenant) an erasure holds from its selection to its
+/// last step: erasures of one tenant run one after another, so no two rewrite the same
+/// entry at once and each receipt counts exactly what its erasure changed.
+pub const ERASURE_LOCK: &str = "erasure";
+
+/// How many entries one step of an erasure rewrites: each step is one short write
+/// transaction, and appends (of anyone) go in between steps.
+pub const STEP: usize = 500;
+
+/// An erasure whose receipt is on the tape and whose rewrites are not all done: what
+/// finishing it needs. Kept by the store (a row per erasure) from the transaction that
+/// writes the receipt to the one that ends the erasure; followers of the tape
+/// ([`crate::Store::entries_after`]) stop before its receipt meanwhile.
+///
+/// For an erasure by text it holds the text until the erasure ends, as the erasure's
+/// own request does; the row is then deleted (SQLite zeroes it, `secure_delete`;
+/// PostgreSQL's copy goes with the vacuum that follows).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pending {
+    /// The receipt's id.
+    pub receipt: EntryId,
+    /// The tenant erased in.
+    pub tenant: String,
+    /// The text to redact; `None` when entries are erased whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The attached files the erasure takes, for the engine to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<memtape_core::FileRef>,
+}
+
+impl Pending {
+    /// What the erasure does to what it selected.
+    pub fn mode(&self) -> EraseMode {
+        match &self.text {
+            Some(text) => EraseMode::Text(text.clone()),
+            None => EraseMode::Whole,
+        }
+    }
+
+    /// The row as a store keeps it: JSON.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| crate::Error::Corrupt {
+            id: crate::row::sql_id(self.receipt),
+            why: format!("an unfinished erasure could not be written: {e}"),
+        })
+    }
+
+    /// Reads a row [`Pending::to_json`] wrote.
+    pub fn from_json(receipt: i64, json: &str) -> Result<Self> {
+        serde_json::from_str(json).map_err(|e| crate::Error::Corrupt {
+            id: receipt,
+            why: format!("an unfinished erasure's record is unreadable: {e}"),
+        })
+    }
+}
+
+/// The store's side of one step of an erasure, inside one write transaction.
 pub trait EraseTransaction {
-    /// Every scope of `tenant` with entries.
-    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>>;
-    /// Every entry of `scope`, in id order.
-    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>>;
-    /// The entries with these ids (at most 500) that exist in `tenant`.
-    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>>;
+    /// The entries of `tenant` with ids above `after`, in id order (those appended since
+    /// an erasure read its selection).
+    fn entries_after(&mut self, tenant: &str, after: EntryId) -> Result<Vec<Entry>>;
     /// Lets rewrites through (SQLite: the guard its trigger checks).
     fn begin(&mut self) -> Result<()>;
     /// Writes `rewrite`, marked as erased by `by`.
@@ -241,32 +303,74 @@ pub trait EraseTransaction {
     fn end(&mut self) -> Result<()>;
     /// Appends the receipt.
     fn append_receipt(&mut self, receipt: NewEntry) -> Result<Entry>;
+    /// Records `pending` as begun.
+    fn add_pending(&mut self, pending: &Pending) -> Result<()>;
+    /// Records the erasure of `receipt` as ended.
+    fn remove_pending(&mut self, receipt: EntryId) -> Result<()>;
     /// Scrubs the idempotency records of `tenant`: an answer's body may quote erased
     /// content and a fingerprint is a hash of a request that held it, so each record keeps
     /// its key and status and gets `{"erased": <receipt id>}` as its body and
     /// `erased:<receipt id>` as its fingerprint. A retry of such a request is then told
     /// its key was used for another request: it never stores twice.
     fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()>;
-    /// The last id given so far.
-    fn last_id(&mut self) -> Result<EntryId>;
 }
 
-/// Runs `request` inside `tx`: selects, rewrites each entry, appends the receipt and
-/// scrubs the tenant's idempotency records.
-pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result<EraseOutcome> {
-    request.validate()?;
-    let mut rewrites = Vec::new();
-    let mut attachments = Attachments::default();
+/// A store that erases in steps ([`erase`]): short write transactions, reads between
+/// them on its readers.
+pub trait StepStore: crate::Store {
+    /// Runs `f` in one write transaction, committed when `f` succeeds and rolled back
+    /// otherwise.
+    fn erase_step(&self, f: &mut dyn FnMut(&mut dyn EraseTransaction) -> Result<()>) -> Result<()>;
+    /// The erasures begun and not ended, in receipt order.
+    fn pending_erasures(&self) -> Result<Vec<Pending>>;
+}
+
+/// What an erasure selected, read on the store's readers before anything is written.
+struct Selection {
+    rewrites: Vec<(EntryId, ErasedHow)>,
+    attachments: Attachments,
+    /// The last id the selection read up to: entries after it are read again in the
+    /// step that writes the receipt.
+    through: EntryId,
+}
+
+impl Selection {
+    fn take(&mut self, entry: &Entry, mode: &EraseMode) {
+        self.attachments.note(entry);
+        if let Some(r) = rewrite(entry, mode) {
+            self.rewrites.push((r.id, r.how));
+        }
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        let whole = self
+            .rewrites
+            .iter()
+            .filter(|(_, how)| *how == ErasedHow::Whole)
+            .count() as u64;
+        (whole, self.rewrites.len() as u64 - whole)
+    }
+}
+
+/// Reads what `request` selects, through the store's ordinary reads (no writer held).
+fn select<S: crate::Store + ?Sized>(store: &S, request: &EraseRequest) -> Result<Selection> {
+    // Every id at or below this one is committed: the selection reads no further, and
+    // the receipt's step reads what came after.
+    let through = store.last_id()?;
+    let mut sel = Selection {
+        rewrites: Vec::new(),
+        attachments: Attachments::default(),
+        through,
+    };
     if let EraseTarget::Entries { within, ids } = &request.target {
         // Read by id: naming two entries never reads the whole agent.
         let mut ids = ids.clone();
         ids.sort_unstable();
         ids.dedup();
-        for chunk in ids.chunks(500) {
-            for entry in tx.entries_by_id(within.tenant(), chunk)? {
+        for chunk in ids.chunks(STEP) {
+            for entry in store.get_many(within.tenant(), chunk)? {
                 if within.contains(&entry.scope) {
-                    attachments.note(&entry);
-                    rewrites.extend(rewrite(&entry, &request.mode));
+                    sel.take(&entry, &request.mode);
                 }
             }
         }
@@ -275,85 +379,239 @@ pub fn erase_in(tx: &mut dyn EraseTransaction, request: &EraseRequest) -> Result
             EraseTarget::Expired { expiry, .. } => Some(expiry),
             _ => None,
         };
-        for scope in tx.scopes(request.target.tenant())? {
+        for info in store.scopes(request.target.tenant())? {
+            let scope = info.scope;
             if !request.target.takes_scope(&scope) {
                 continue;
             }
-            let entries = tx.entries(&scope)?;
+            let entries = store.scan(&scope, &memtape_core::Filter::default())?;
             let pointer = match expiry {
-                // The scope's consolidation pointer, as its own entries leave it (read in
-                // this transaction: a consolidation cannot move it meanwhile).
+                // The scope's consolidation pointer, as its own entries up to the
+                // selection's end leave it.
                 Some(_) => {
                     let mut info = crate::ScopeInfo::empty(scope.clone());
-                    entries.iter().for_each(|e| info.apply(e));
+                    entries
+                        .iter()
+                        .filter(|e| e.id <= through)
+                        .for_each(|e| info.apply(e));
                     info.last_consolidated
                 }
                 None => EntryId(0),
             };
-            for entry in &entries {
+            for entry in entries.iter().filter(|e| e.id <= through) {
                 if expiry.is_none_or(|x| x.takes(entry, pointer)) {
-                    attachments.note(entry);
-                    rewrites.extend(rewrite(entry, &request.mode));
+                    sel.take(entry, &request.mode);
                 }
             }
         }
     }
-    rewrites.sort_by_key(|r| r.id);
-    let whole = rewrites
-        .iter()
-        .filter(|r| r.how == ErasedHow::Whole)
-        .count() as u64;
-    let text = rewrites.len() as u64 - whole;
-    let ids: Vec<EntryId> = rewrites.iter().map(|r| r.id).collect();
-    // A retention run that finds nothing expired leaves no receipt: it runs every day.
-    let nothing = ids.is_empty() && matches!(request.target, EraseTarget::Expired { .. });
+    sel.rewrites.sort_by_key(|(id, _)| *id);
+    Ok(sel)
+}
+
+/// Runs `request` on `store` in steps, so the store's writer is never held for long:
+///
+/// 1. Under the tenant's [`ERASURE_LOCK`], any erasure of the tenant left unfinished (its
+///    process died) is finished first ([`EraseOutcome::finished`]).
+/// 2. The selection is read on the store's readers: appends go on meanwhile.
+/// 3. One transaction reads what was appended to the target since, appends the receipt
+///    (its counts and ids final) and records the erasure as [`Pending`]. From here the
+///    erasure is certain: if the process dies, whoever opens the store next finishes it
+///    ([`finish`]).
+/// 4. The entries are rewritten [`STEP`] at a time, each step its own transaction.
+/// 5. One transaction scrubs the tenant's idempotency records and ends the erasure.
+///
+/// A dry run stops after 2 and takes no lock.
+pub fn erase<S: StepStore + ?Sized>(store: &S, request: &EraseRequest) -> Result<EraseOutcome> {
+    request.validate()?;
+    let tenant = request.target.tenant().to_owned();
+    let _lock = if request.dry_run {
+        None
+    } else {
+        store.lock(&tenant, ERASURE_LOCK, crate::Wait::Block)?
+    };
+    let finished = if request.dry_run {
+        Vec::new()
+    } else {
+        finish_locked(store, Some(&tenant))?
+    };
+    let mut sel = select(store, request)?;
+    let (whole, text) = sel.counts();
+    let nothing = sel.rewrites.is_empty() && matches!(request.target, EraseTarget::Expired { .. });
     if request.dry_run || nothing {
+        // A retention run that finds nothing expired leaves no receipt: it runs every day.
         return Ok(EraseOutcome {
             receipt: None,
             entries: whole,
             redacted: text,
-            ids,
+            ids: sel.rewrites.iter().map(|(id, _)| *id).collect(),
             wiped: true,
-            attachments: attachments.0,
+            attachments: sel.attachments.0,
             files_removed: 0,
+            mode: request.mode.clone(),
+            finished,
         });
     }
-    let receipt_id = crate::rules::next_id(tx.last_id()?)?;
-    tx.begin()?;
-    for r in &rewrites {
-        tx.rewrite(
-            r,
-            Erasure {
-                by: receipt_id,
-                how: r.how,
-            },
-        )?;
-    }
-    tx.end()?;
-    let receipt = tx.append_receipt(request.receipt(whole, text, &ids))?;
-    tx.scrub_requests(request.target.tenant(), receipt.id)?;
-    if receipt.id != receipt_id {
+    let mut receipt = None;
+    let text_of = match &request.mode {
+        EraseMode::Text(t) => Some(t.clone()),
+        EraseMode::Whole => None,
+    };
+    store.erase_step(&mut |tx| {
+        // What the target gained since the selection was read. A retention run leaves
+        // it: what was appended after it began is not what its policy expired.
+        let mut fresh = Selection {
+            rewrites: sel.rewrites.clone(),
+            attachments: Attachments::default(),
+            through: sel.through,
+        };
+        if !matches!(
+            request.target,
+            EraseTarget::Entries { .. } | EraseTarget::Expired { .. }
+        ) {
+            for entry in tx.entries_after(&tenant, sel.through)? {
+                if request.target.takes_scope(&entry.scope) {
+                    fresh.take(&entry, &request.mode);
+                }
+            }
+        }
+        let (whole, text) = fresh.counts();
+        let ids: Vec<EntryId> = fresh.rewrites.iter().map(|(id, _)| *id).collect();
+        let stored = tx.append_receipt(request.receipt(whole, text, &ids))?;
+        let mut files = sel.attachments.clone();
+        files.extend(fresh.attachments.0.iter());
+        tx.add_pending(&Pending {
+            receipt: stored.id,
+            tenant: tenant.clone(),
+            text: text_of.clone(),
+            files: files.0.clone(),
+        })?;
+        receipt = Some((stored, fresh.rewrites, files));
+        Ok(())
+    })?;
+    let Some((receipt, rewrites, files)) = receipt else {
         return Err(crate::Error::Corrupt {
-            id: crate::row::sql_id(receipt.id),
-            why: format!(
-                "an erasure's receipt took id {} instead of {receipt_id}",
-                receipt.id
-            ),
+            id: 0,
+            why: "an erasure's receipt was not written".into(),
         });
-    }
+    };
+    sel.rewrites = rewrites;
+    let (whole, text) = sel.counts();
+    let ids: Vec<EntryId> = sel.rewrites.iter().map(|(id, _)| *id).collect();
+    let pending = Pending {
+        receipt: receipt.id,
+        tenant,
+        text: text_of,
+        files: files.0,
+    };
+    complete(store, &pending, &ids)?;
     Ok(EraseOutcome {
         receipt: Some(receipt),
         entries: whole,
         redacted: text,
         ids,
         wiped: true,
-        attachments: attachments.0,
+        attachments: pending.files,
         files_removed: 0,
+        mode: request.mode.clone(),
+        finished,
+    })
+}
+
+/// Finishes every erasure left unfinished (its process died between its receipt and its
+/// end) that no live process is finishing: each under its tenant's [`ERASURE_LOCK`],
+/// taken without waiting (a held lock is a live erasure, which finishes its own).
+/// Returns what each did, as its erasure would have.
+pub fn finish<S: StepStore + ?Sized>(store: &S) -> Result<Vec<EraseOutcome>> {
+    let mut out = Vec::new();
+    for pending in store.pending_erasures()? {
+        let Some(_lock) = store.lock(&pending.tenant, ERASURE_LOCK, crate::Wait::Try)? else {
+            continue;
+        };
+        out.extend(finish_locked(store, Some(&pending.tenant))?);
+    }
+    Ok(out)
+}
+
+/// [`finish`] for `tenant` (or every tenant), its lock held by the caller.
+fn finish_locked<S: StepStore + ?Sized>(
+    store: &S,
+    tenant: Option<&str>,
+) -> Result<Vec<EraseOutcome>> {
+    let mut out = Vec::new();
+    // Read again under the lock: the erasure may have ended meanwhile.
+    for pending in store.pending_erasures()? {
+        if tenant.is_some_and(|t| t != pending.tenant) {
+            continue;
+        }
+        let receipt = store
+            .get(&pending.tenant, pending.receipt)?
+            .ok_or_else(|| crate::Error::Corrupt {
+                id: crate::row::sql_id(pending.receipt),
+                why: "an unfinished erasure's receipt is not on the tape".into(),
+            })?;
+        let Ok(Some(BuiltinEvent::Erased(erased))) = BuiltinEvent::from_payload(&receipt.payload)
+        else {
+            return Err(crate::Error::Corrupt {
+                id: crate::row::sql_id(pending.receipt),
+                why: "an unfinished erasure's receipt is not a tape.erased event".into(),
+            });
+        };
+        let ids: Vec<EntryId> = erased.each_id().collect();
+        complete(store, &pending, &ids)?;
+        out.push(EraseOutcome {
+            receipt: Some(receipt),
+            entries: erased.entries,
+            redacted: erased.redacted,
+            ids,
+            wiped: true,
+            mode: pending.mode(),
+            attachments: pending.files,
+            files_removed: 0,
+            finished: Vec::new(),
+        });
+    }
+    Ok(out)
+}
+
+/// Steps 4 and 5 of [`erase`]: rewrites `ids` (those not yet rewritten by this erasure)
+/// a step at a time, then ends the erasure. Each step reads its entries on a reader, so
+/// the writer is held only for the rewrites themselves, and whoever waited for it gets
+/// it between steps.
+fn complete<S: StepStore + ?Sized>(store: &S, pending: &Pending, ids: &[EntryId]) -> Result<()> {
+    let mode = pending.mode();
+    for chunk in ids.chunks(STEP) {
+        let rewrites: Vec<Rewrite> = store
+            .get_many(&pending.tenant, chunk)?
+            .iter()
+            .filter(|e| e.erased.is_none_or(|x| x.by != pending.receipt))
+            .filter_map(|e| rewrite(e, &mode))
+            .collect();
+        if rewrites.is_empty() {
+            continue;
+        }
+        store.erase_step(&mut |tx| {
+            tx.begin()?;
+            for r in &rewrites {
+                tx.rewrite(
+                    r,
+                    Erasure {
+                        by: pending.receipt,
+                        how: r.how,
+                    },
+                )?;
+            }
+            tx.end()
+        })?;
+    }
+    store.erase_step(&mut |tx| {
+        tx.scrub_requests(&pending.tenant, pending.receipt)?;
+        tx.remove_pending(pending.receipt)
     })
 }
 
 /// The attached files an erasure takes, each once.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Attachments(
     Vec<memtape_core::FileRef>,
     std::collections::HashSet<String>,
@@ -364,10 +622,14 @@ impl Attachments {
     /// searched for a text (the file may hold the text where the message does not). URLs
     /// are not ours to remove; a tombstone has no files.
     fn note(&mut self, entry: &Entry) {
-        let Some(message) = entry.message() else {
-            return;
-        };
-        for file in &message.files {
+        if let Some(message) = entry.message() {
+            self.extend(message.files.iter());
+        }
+    }
+
+    /// Adds `files`, each once. URLs are not ours to remove.
+    fn extend<'a>(&mut self, files: impl Iterator<Item = &'a memtape_core::FileRef>) {
+        for file in files {
             let key = match &file.source {
                 memtape_core::FileSource::LocalFile { upload_file_id } => {
                     format!("uploads/{upload_file_id}")

@@ -106,10 +106,18 @@ pub trait Store: Send + Sync {
     /// with their ids when they all come after the store's last id, else renumbered.
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored>;
 
-    /// Erases what `request` selects, in one transaction with its `tape.erased` receipt
-    /// ([`erase`]): each entry keeps its id, scope, kind, time and parent, and loses its
-    /// content (or the text asked). The only change a store makes to a written entry.
+    /// Erases what `request` selects, with its `tape.erased` receipt ([`erase::erase`]):
+    /// each entry keeps its id, scope, kind, time and parent, and loses its content (or
+    /// the text asked). The only change a store makes to a written entry. It runs in
+    /// short steps, so other writers wait at most one of them; once the receipt is
+    /// written the erasure is certain, and one that a dead process left unfinished is
+    /// finished by [`Store::finish_erasures`] or by the tenant's next erasure.
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome>;
+
+    /// Finishes the erasures that processes which died left unfinished (their receipts
+    /// written, not all their rewrites: [`erase::Pending`]), as [`erase::finish`]
+    /// describes; what each did. A store that cannot write finishes nothing.
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>>;
 
     /// Rewrites the store's files so that nothing an erasure freed is left in them. SQLite
     /// needs nothing (`secure_delete` zeroes freed pages, and an erasure truncates the
@@ -155,7 +163,9 @@ pub trait Store: Send + Sync {
     /// they were built from.
     fn tape_id(&self) -> Result<String>;
 
-    /// The highest id in the store (0 when empty).
+    /// The highest id a follower of the tape may read (0 when empty): the highest in the
+    /// store, or, while an erasure is under way, the one before its receipt (see
+    /// [`Store::entries_after`]).
     fn last_id(&self) -> Result<EntryId>;
 
     /// Up to `limit` entries with ids above `after`, in id order, across all tenants.
@@ -163,6 +173,12 @@ pub trait Store: Send + Sync {
     /// This is the one read that crosses tenants. It exists for projections (the search
     /// index), which follow the whole tape and record how far they have read; it is not
     /// for serving callers.
+    ///
+    /// It stops before the receipt of an erasure not yet ended ([`erase::Pending`]): a
+    /// follower that reads a receipt applies it (the search index drops what it names),
+    /// so it must find every entry the receipt names already rewritten. What is appended
+    /// meanwhile is stored and acknowledged as always, and followed once the erasure ends
+    /// (seconds, for 100,000 entries).
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
 
     /// Takes the lock `name` of `tenant`, which holds across every process that opens this
@@ -220,6 +236,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
         (**self).erase(request)
+    }
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+        (**self).finish_erasures()
     }
     fn last_erasure(&self) -> Result<EntryId> {
         (**self).last_erasure()

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use memtape_core::{Entry, EntryId, Erasure, Filter, Kind, NewEntry, Order, Scope};
 
-use crate::erase::{EraseTransaction, Rewrite, erase_in};
+use crate::erase::{EraseTransaction, Pending, Rewrite, StepStore};
 use crate::locks::MemoryLocks;
 use crate::rules::{check_restored, plan_restore, prepare};
 use crate::{
@@ -56,8 +56,10 @@ fn random_tape_id() -> String {
 struct Inner {
     entries: BTreeMap<u64, Entry>,
     scopes: BTreeMap<Scope, ScopeInfo>,
-    /// The receipt of the latest erasure that changed an entry.
+    /// The receipt of the latest ended erasure that changed an entry.
     last_erasure: EntryId,
+    /// Erasures begun and not ended, by receipt.
+    pending: BTreeMap<u64, Pending>,
 }
 
 impl Inner {
@@ -69,6 +71,14 @@ impl Inner {
         self.entries
             .last_key_value()
             .map_or(EntryId(0), |(_, e)| e.id)
+    }
+
+    /// The highest id a follower may read ([`Store::last_id`]).
+    fn followed_id(&self) -> EntryId {
+        match self.pending.first_key_value() {
+            Some((receipt, _)) => EntryId(receipt - 1),
+            None => self.last_id(),
+        }
     }
 
     /// Runs `f` and undoes everything it did to the entries and scopes if it fails.
@@ -111,41 +121,26 @@ fn append_to(inner: &mut Inner, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
-/// An erasure inside `inner`: rewrites wait in `pending` until the whole erasure has
-/// succeeded (the receipt included), so a failure leaves every entry as it was.
+/// One step of an erasure inside `inner`: what it writes waits here until the step has
+/// succeeded (the receipt, appended at once, is undone by [`Inner::atomically`]), so a
+/// failure leaves everything as it was.
 struct Erasing<'a> {
     inner: &'a mut Inner,
-    pending: Vec<(Rewrite, Erasure)>,
-    /// The tenant whose idempotency records are scrubbed once the erasure succeeds, and
+    rewrites: Vec<(Rewrite, Erasure)>,
+    added: Vec<Pending>,
+    removed: Vec<EntryId>,
+    /// The tenant whose idempotency records are scrubbed once the step succeeds, and
     /// the receipt's id.
     scrub: Option<(String, EntryId)>,
 }
 
 impl EraseTransaction for Erasing<'_> {
-    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
-        Ok(self
-            .inner
-            .scopes
-            .keys()
-            .filter(|s| s.tenant() == tenant)
-            .cloned()
-            .collect())
-    }
-
-    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
+    fn entries_after(&mut self, tenant: &str, after: EntryId) -> Result<Vec<Entry>> {
         Ok(self
             .inner
             .entries
-            .values()
-            .filter(|e| &e.scope == scope)
-            .cloned()
-            .collect())
-    }
-
-    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
-        Ok(ids
-            .iter()
-            .filter_map(|id| self.inner.entries.get(&id.0))
+            .range(after.0.saturating_add(1)..)
+            .map(|(_, e)| e)
             .filter(|e| e.scope.tenant() == tenant)
             .cloned()
             .collect())
@@ -156,7 +151,7 @@ impl EraseTransaction for Erasing<'_> {
     }
 
     fn rewrite(&mut self, rewrite: &Rewrite, by: Erasure) -> Result<()> {
-        self.pending.push((rewrite.clone(), by));
+        self.rewrites.push((rewrite.clone(), by));
         Ok(())
     }
 
@@ -172,13 +167,76 @@ impl EraseTransaction for Erasing<'_> {
         })
     }
 
+    fn add_pending(&mut self, pending: &Pending) -> Result<()> {
+        self.added.push(pending.clone());
+        Ok(())
+    }
+
+    fn remove_pending(&mut self, receipt: EntryId) -> Result<()> {
+        self.removed.push(receipt);
+        Ok(())
+    }
+
     fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
         self.scrub = Some((tenant.to_owned(), receipt));
         Ok(())
     }
+}
 
-    fn last_id(&mut self) -> Result<EntryId> {
-        Ok(self.inner.last_id())
+impl StepStore for MemoryStore {
+    fn erase_step(&self, f: &mut dyn FnMut(&mut dyn EraseTransaction) -> Result<()>) -> Result<()> {
+        let scrub = self.data().atomically(|inner| {
+            let mut tx = Erasing {
+                inner,
+                rewrites: Vec::new(),
+                added: Vec::new(),
+                removed: Vec::new(),
+                scrub: None,
+            };
+            f(&mut tx)?;
+            let Erasing {
+                inner,
+                rewrites,
+                added,
+                removed,
+                scrub,
+            } = tx;
+            for (rewrite, by) in rewrites {
+                if let Some(entry) = inner.entries.get_mut(&rewrite.id.0) {
+                    entry.payload = rewrite.payload;
+                    entry.meta = rewrite.meta;
+                    entry.erased = Some(by);
+                }
+            }
+            for pending in added {
+                inner.pending.insert(pending.receipt.0, pending);
+            }
+            for receipt in removed {
+                inner.pending.remove(&receipt.0);
+                // An ended erasure is one a cache of what it read must notice.
+                inner.last_erasure = inner.last_erasure.max(receipt);
+            }
+            Ok(scrub)
+        })?;
+        if let Some((tenant, receipt)) = scrub {
+            let mut requests = self
+                .requests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for ((t, _), (fingerprint, _, answer)) in requests.iter_mut() {
+                if *t == tenant {
+                    *fingerprint = format!("erased:{receipt}");
+                    if let Some((_, body)) = answer {
+                        *body = format!("{{\"erased\":{receipt}}}").into_bytes();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pending_erasures(&self) -> Result<Vec<Pending>> {
+        Ok(self.data().pending.values().cloned().collect())
     }
 }
 
@@ -239,44 +297,11 @@ impl Store for MemoryStore {
     }
 
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        let outcome = self.data().atomically(|inner| {
-            let mut tx = Erasing {
-                inner,
-                pending: Vec::new(),
-                scrub: None,
-            };
-            let outcome = erase_in(&mut tx, request)?;
-            let Erasing {
-                inner,
-                pending,
-                scrub,
-            } = tx;
-            for (rewrite, by) in pending {
-                if let Some(entry) = inner.entries.get_mut(&rewrite.id.0) {
-                    entry.payload = rewrite.payload;
-                    entry.meta = rewrite.meta;
-                    entry.erased = Some(by);
-                    inner.last_erasure = inner.last_erasure.max(by.by);
-                }
-            }
-            Ok((outcome, scrub))
-        })?;
-        let (outcome, scrub) = outcome;
-        if let Some((tenant, receipt)) = scrub {
-            let mut requests = self
-                .requests
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for ((t, _), (fingerprint, _, answer)) in requests.iter_mut() {
-                if *t == tenant {
-                    *fingerprint = format!("erased:{receipt}");
-                    if let Some((_, body)) = answer {
-                        *body = format!("{{\"erased\":{receipt}}}").into_bytes();
-                    }
-                }
-            }
-        }
-        Ok(outcome)
+        crate::erase::erase(self, request)
+    }
+
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+        crate::erase::finish(self)
     }
 
     fn last_erasure(&self) -> Result<EntryId> {
@@ -343,7 +368,11 @@ impl Store for MemoryStore {
 
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         let inner = self.data();
-        let range = inner.entries.range(after.0.saturating_add(1)..);
+        let until = inner.followed_id().0;
+        if after.0 >= until {
+            return Ok(Vec::new());
+        }
+        let range = inner.entries.range(after.0.saturating_add(1)..=until);
         Ok(range.take(limit).map(|(_, e)| e.clone()).collect())
     }
 
@@ -352,7 +381,7 @@ impl Store for MemoryStore {
     }
 
     fn last_id(&self) -> Result<EntryId> {
-        Ok(self.data().last_id())
+        Ok(self.data().followed_id())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

@@ -12,7 +12,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 
-use crate::erase::{EraseTransaction, Rewrite, erase_in};
+use crate::erase::{EraseTransaction, Pending, Rewrite, StepStore};
 use crate::locks::{file_lock, lock_dir};
 use crate::row::{
     EntryRow, decode, from_nanos, scope_from_key, scope_key, sql_id, to_nanos, unsql,
@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
@@ -100,6 +100,15 @@ CREATE TRIGGER entries_append_only_update BEFORE UPDATE ON entries
       OR NEW.parent IS NOT OLD.parent OR NEW.created_at IS NOT OLD.created_at
       OR NEW.erased_by IS NULL OR NEW.erased_how IS NULL OR NEW.erased_how NOT IN ('whole', 'text')
     BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only (an erasure only replaces content)'); END;
+"#,
+    // Erasure in steps: an erasure whose receipt is written and whose rewrites are not all
+    // done, with what finishing it needs (`erase::Pending` as JSON).
+    r#"
+CREATE TABLE erasures_pending (
+    receipt INTEGER PRIMARY KEY,
+    tenant  TEXT NOT NULL,
+    plan    TEXT NOT NULL
+);
 "#,
 ];
 
@@ -342,9 +351,10 @@ fn read_only_connection(path: &Path, immutable: bool) -> Result<Connection> {
     Ok(c)
 }
 
-/// On a store of a schema before erasure (version 3, read where it cannot be migrated),
-/// a temporary view in this connection's own `temp` schema, which is searched before
-/// `main`, gives `entries` the erasure columns as NULL: such a store has no erased entry.
+/// On a store of a schema before erasure (version 3 or 4, read where it cannot be
+/// migrated), temporary views in this connection's own `temp` schema, which is searched
+/// before `main`, stand in for what it lacks: `entries` with the erasure columns as NULL
+/// (such a store has no erased entry), and no unfinished erasure.
 fn before_erasure(c: &Connection) -> Result<()> {
     // A file that is not a database fails here; the identity check names that.
     let Ok(version) = c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)) else {
@@ -354,6 +364,12 @@ fn before_erasure(c: &Connection) -> Result<()> {
         c.execute_batch(
             "CREATE TEMP VIEW IF NOT EXISTS entries AS
              SELECT *, NULL AS erased_by, NULL AS erased_how FROM main.entries",
+        )?;
+    }
+    if (1..5).contains(&version) {
+        c.execute_batch(
+            "CREATE TEMP VIEW IF NOT EXISTS erasures_pending AS
+             SELECT NULL AS receipt, NULL AS tenant, NULL AS plan WHERE 0",
         )?;
     }
     Ok(())
@@ -573,23 +589,21 @@ impl Transaction for Writer<'_> {
 }
 
 impl EraseTransaction for Writer<'_> {
-    fn scopes(&mut self, tenant: &str) -> Result<Vec<Scope>> {
-        let sql = format!("SELECT {SCOPE_COLUMNS} FROM scopes WHERE tenant = ?1 ORDER BY scope_id");
+    fn entries_after(&mut self, tenant: &str, after: EntryId) -> Result<Vec<Entry>> {
+        // CROSS JOIN: the entries by id first (few, after a recent id), then each scope.
+        let sql = format!(
+            "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e CROSS JOIN scopes s USING (scope_id)
+             WHERE e.id > ?1 AND s.tenant = ?2 ORDER BY e.id",
+            prefixed_entry_columns()
+        );
         let mut stmt = self.tx.prepare_cached(&sql)?;
-        let rows = stmt.query_map([tenant], info_from_row)?;
-        rows.map(|r| Ok(r??.1.scope)).collect()
-    }
-
-    fn entries(&mut self, scope: &Scope) -> Result<Vec<Entry>> {
-        let (scope_id, _) = Transaction::scope(self, scope)?;
-        let sql = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE scope_id = ?1 ORDER BY id");
-        let mut stmt = self.tx.prepare_cached(&sql)?;
-        let rows = stmt.query_map([scope_id], |r| entry_from_row(scope, r, 0))?;
-        rows.map(|r| r?).collect()
-    }
-
-    fn entries_by_id(&mut self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
-        entries_by_id(self.tx, tenant, ids)
+        let mut rows = stmt.query(params![sql_id(after), tenant])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let scope = scope_from_row(row, 0)??;
+            out.push(entry_from_row(&scope, row, 5)??);
+        }
+        Ok(out)
     }
 
     fn begin(&mut self) -> Result<()> {
@@ -628,6 +642,22 @@ impl EraseTransaction for Writer<'_> {
         })
     }
 
+    fn add_pending(&mut self, pending: &Pending) -> Result<()> {
+        self.tx.execute(
+            "INSERT INTO erasures_pending (receipt, tenant, plan) VALUES (?1, ?2, ?3)",
+            params![sql_id(pending.receipt), pending.tenant, pending.to_json()?],
+        )?;
+        Ok(())
+    }
+
+    fn remove_pending(&mut self, receipt: EntryId) -> Result<()> {
+        self.tx.execute(
+            "DELETE FROM erasures_pending WHERE receipt = ?1",
+            [sql_id(receipt)],
+        )?;
+        Ok(())
+    }
+
     fn scrub_requests(&mut self, tenant: &str, receipt: EntryId) -> Result<()> {
         self.tx.execute(
             "UPDATE request_keys SET fingerprint = 'erased:' || ?2,
@@ -637,9 +667,24 @@ impl EraseTransaction for Writer<'_> {
         )?;
         Ok(())
     }
+}
 
-    fn last_id(&mut self) -> Result<EntryId> {
-        last_id(self.tx)
+impl StepStore for SqliteStore {
+    fn erase_step(&self, f: &mut dyn FnMut(&mut dyn EraseTransaction) -> Result<()>) -> Result<()> {
+        self.write(|w| f(w))
+    }
+
+    fn pending_erasures(&self) -> Result<Vec<Pending>> {
+        self.read(|c| {
+            let mut stmt =
+                c.prepare_cached("SELECT receipt, plan FROM erasures_pending ORDER BY receipt")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+            rows.map(|r| {
+                let (receipt, plan) = r?;
+                Pending::from_json(receipt, &plan)
+            })
+            .collect()
+        })
     }
 }
 
@@ -667,8 +712,20 @@ fn entries_by_id(conn: &Connection, tenant: &str, ids: &[EntryId]) -> Result<Vec
     Ok(out)
 }
 
+/// The highest id given (the next entry's comes after it).
 fn last_id(conn: &Connection) -> Result<EntryId> {
     let id: Option<i64> = conn.query_row("SELECT max(id) FROM entries", [], |r| r.get(0))?;
+    Ok(unsql(id.unwrap_or(0)))
+}
+
+/// The highest id a follower of the tape may read ([`Store::last_id`]): the one before
+/// the receipt of the first erasure not yet ended, else the highest.
+fn followed_id(conn: &Connection) -> Result<EntryId> {
+    let id: Option<i64> = conn.query_row(
+        "SELECT coalesce((SELECT min(receipt) - 1 FROM erasures_pending), (SELECT max(id) FROM entries))",
+        [],
+        |r| r.get(0),
+    )?;
     Ok(unsql(id.unwrap_or(0)))
 }
 
@@ -749,7 +806,9 @@ fn prefixed_entry_columns() -> String {
 fn entries_after_query() -> String {
     format!(
         "SELECT s.tenant, s.agent, s.user, s.session, s.node, {} FROM entries e JOIN scopes s USING (scope_id)
-         WHERE e.id > ?1 ORDER BY e.id LIMIT ?2",
+         WHERE e.id > ?1
+           AND e.id < (SELECT coalesce(min(receipt), 9223372036854775807) FROM erasures_pending)
+         ORDER BY e.id LIMIT ?2",
         prefixed_entry_columns()
     )
 }
@@ -851,11 +910,23 @@ impl Store for SqliteStore {
     }
 
     fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        let mut outcome = self.write(|w| erase_in(w, request))?;
-        if outcome.receipt.is_some() {
+        let mut outcome = crate::erase::erase(self, request)?;
+        if outcome.receipt.is_some() || !outcome.finished.is_empty() {
             outcome.wiped = self.wipe()?;
         }
         Ok(outcome)
+    }
+
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+        if self.writer.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut finished = crate::erase::finish(self)?;
+        if !finished.is_empty() {
+            let wiped = self.wipe()?;
+            finished.iter_mut().for_each(|o| o.wiped = wiped);
+        }
+        Ok(finished)
     }
 
     fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
@@ -1001,11 +1072,17 @@ impl Store for SqliteStore {
 
     fn last_erasure(&self) -> Result<EntryId> {
         self.read(|c| {
-            let id: Option<i64> = c.query_row(
-                "SELECT max(erased_by) FROM entries WHERE erased_by IS NOT NULL",
-                [],
-                |r| r.get(0),
-            )?;
+            // Down the erasure index from the top, past erasures not yet ended.
+            let id: Option<i64> = c
+                .query_row(
+                    "SELECT erased_by FROM entries
+                     WHERE erased_by IS NOT NULL
+                       AND erased_by NOT IN (SELECT receipt FROM erasures_pending)
+                     ORDER BY erased_by DESC LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
             Ok(unsql(id.unwrap_or(0)))
         })
     }
@@ -1025,7 +1102,7 @@ impl Store for SqliteStore {
     }
 
     fn last_id(&self) -> Result<EntryId> {
-        self.read(last_id)
+        self.read(followed_id)
     }
 }
 

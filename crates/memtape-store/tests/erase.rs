@@ -11,7 +11,10 @@ use memtape_core::events::BuiltinEvent;
 use memtape_core::{
     Entry, EntryId, ErasedHow, Event, Filter, Kind, Message, NewEntry, Payload, Scope, ToolCall,
 };
-use memtape_store::{Claim, EraseMode, EraseRequest, EraseTarget, MemoryStore, SqliteStore, Store};
+use memtape_store::erase::{EraseTransaction, Pending, STEP, StepStore};
+use memtape_store::{
+    Claim, EraseMode, EraseOutcome, EraseRequest, EraseTarget, MemoryStore, SqliteStore, Store,
+};
 use serde_json::json;
 
 const SECRET: &str = "4111-1111-ZOË";
@@ -379,14 +382,19 @@ fn bad_requests_are_refused_before_anything_changes() {
     });
 }
 
-/// Every file under `dir`, and whether any holds `needle` (UTF-8, UTF-16LE or as a JSON
-/// `\u` escape of its non-ASCII letter).
+/// Every file under `dir` (its folders too: the erasure's lock file lives in `locks/`)
+/// that holds `needle` (UTF-8, UTF-16LE or as a JSON `\u` escape of its non-ASCII
+/// letter).
 fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
     let utf16: Vec<u8> = needle.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let escaped = needle.replace('Ë', "\\u00cb");
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+            continue;
+        }
         let bytes = std::fs::read(&path).unwrap();
         for pattern in [needle.as_bytes(), &utf16, escaped.as_bytes(), b"4111-1111"] {
             if bytes.windows(pattern.len()).any(|w| w == pattern) {
@@ -645,4 +653,254 @@ fn no_byte_of_the_erased_text_is_left_in_the_postgres_tables_after_the_vacuum() 
         let err = tx.batch_execute(sql).unwrap_err();
         assert!(format!("{err:?}").contains("append-only"), "{sql}: {err:?}");
     }
+}
+
+/// A store whose erasure steps fail after the first `steps` (as if its process died
+/// there: what the failed step would have written is rolled back, the rest stays), to
+/// stop an erasure between its receipt and its end.
+struct Interrupted<'a, S> {
+    inner: &'a S,
+    steps: std::sync::atomic::AtomicUsize,
+}
+
+impl<S: StepStore> StepStore for Interrupted<'_, S> {
+    fn erase_step(
+        &self,
+        f: &mut dyn FnMut(&mut dyn EraseTransaction) -> memtape_store::Result<()>,
+    ) -> memtape_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self
+            .steps
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(memtape_store::Error::ReadOnly("interrupted".into()));
+        }
+        self.inner.erase_step(f)
+    }
+
+    fn pending_erasures(&self) -> memtape_store::Result<Vec<Pending>> {
+        self.inner.pending_erasures()
+    }
+}
+
+/// Every read and write as the store underneath does it.
+impl<S: StepStore> Store for Interrupted<'_, S> {
+    fn append(&self, entries: Vec<NewEntry>) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.append(entries)
+    }
+    fn append_reserved(&self, entries: Vec<NewEntry>) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.append_reserved(entries)
+    }
+    fn append_then(
+        &self,
+        entries: Vec<NewEntry>,
+        then: &mut dyn FnMut(&[Entry]) -> Vec<NewEntry>,
+    ) -> memtape_store::Result<(Vec<Entry>, Vec<Entry>)> {
+        self.inner.append_then(entries, then)
+    }
+    fn restore(&self, entries: Vec<Entry>) -> memtape_store::Result<memtape_store::Restored> {
+        self.inner.restore(entries)
+    }
+    fn erase(&self, request: &EraseRequest) -> memtape_store::Result<EraseOutcome> {
+        memtape_store::erase::erase(self, request)
+    }
+    fn finish_erasures(&self) -> memtape_store::Result<Vec<EraseOutcome>> {
+        memtape_store::erase::finish(self)
+    }
+    fn last_erasure(&self) -> memtape_store::Result<EntryId> {
+        self.inner.last_erasure()
+    }
+    fn get(&self, tenant: &str, id: EntryId) -> memtape_store::Result<Option<Entry>> {
+        self.inner.get(tenant, id)
+    }
+    fn get_many(&self, tenant: &str, ids: &[EntryId]) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.get_many(tenant, ids)
+    }
+    fn scan(&self, scope: &Scope, filter: &Filter) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.scan(scope, filter)
+    }
+    fn scope_info(&self, scope: &Scope) -> memtape_store::Result<Option<memtape_store::ScopeInfo>> {
+        self.inner.scope_info(scope)
+    }
+    fn scopes(&self, tenant: &str) -> memtape_store::Result<Vec<memtape_store::ScopeInfo>> {
+        self.inner.scopes(tenant)
+    }
+    fn tenants(&self) -> memtape_store::Result<Vec<String>> {
+        self.inner.tenants()
+    }
+    fn tape_id(&self) -> memtape_store::Result<String> {
+        self.inner.tape_id()
+    }
+    fn last_id(&self) -> memtape_store::Result<EntryId> {
+        self.inner.last_id()
+    }
+    fn entries_after(&self, after: EntryId, limit: usize) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.entries_after(after, limit)
+    }
+    fn lock(
+        &self,
+        tenant: &str,
+        name: &str,
+        wait: memtape_store::Wait,
+    ) -> memtape_store::Result<Option<memtape_store::StoreLock>> {
+        self.inner.lock(tenant, name, wait)
+    }
+    fn claim_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: DateTime<Utc>,
+    ) -> memtape_store::Result<Claim> {
+        self.inner.claim_request(tenant, key, fingerprint, now)
+    }
+    fn finish_request(
+        &self,
+        tenant: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> memtape_store::Result<()> {
+        self.inner.finish_request(tenant, key, status, body)
+    }
+    fn release_request(&self, tenant: &str, key: &str) -> memtape_store::Result<()> {
+        self.inner.release_request(tenant, key)
+    }
+}
+
+/// An erasure stopped after its receipt and its first step of rewrites (its process
+/// died, or a step failed): the receipt stands and says what will go, the erasure is
+/// under way (the entries of the steps done are rewritten, the rest not yet), no follower
+/// of the tape passes its receipt, appends go on and are read at once by scope, and
+/// whoever finishes it — `finish_erasures`, or the tenant's next erasure — rewrites the
+/// rest exactly as the receipt says; then followers go on past it.
+fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &S) {
+    use std::sync::atomic::AtomicUsize;
+    let ann = session("acme", "ann", "long");
+    let bob = session("acme", "bob", "s1");
+    let many: Vec<NewEntry> = (0..2 * STEP + 10)
+        .map(|i| msg(&ann, Message::user(format!("line {i}: {SECRET}"))))
+        .collect();
+    let anns = store.append(many).unwrap();
+    store.claim_request("acme", "k", "fp", t(0)).unwrap();
+    let interrupted = Interrupted {
+        inner: store,
+        steps: AtomicUsize::new(2),
+    };
+    let user = |dry_run| EraseRequest {
+        dry_run,
+        ..request(
+            EraseTarget::User {
+                tenant: "acme".into(),
+                user: "ann".into(),
+            },
+            EraseMode::Whole,
+            agent("acme"),
+            Selector::User { user: "ann".into() },
+        )
+    };
+    assert!(memtape_store::erase::erase(&interrupted, &user(false)).is_err());
+    let pending = store.pending_erasures().unwrap();
+    assert_eq!(pending.len(), 1);
+    let receipt_id = pending[0].receipt;
+    let receipt = store.get("acme", receipt_id).unwrap().unwrap();
+    assert_eq!(receipt_of(&receipt).entries, anns.len() as u64);
+    let read = store.scan(&ann, &Filter::default()).unwrap();
+    let done = read.iter().filter(|e| e.erased.is_some()).count();
+    assert_eq!(done, STEP, "the first step's rewrites stand, the rest wait");
+    // Followers wait at the receipt; the memory logs' mark does not move yet.
+    assert_eq!(store.last_id().unwrap(), EntryId(receipt_id.0 - 1));
+    let before = EntryId(receipt_id.0 - 1);
+    assert!(store.entries_after(before, 10).unwrap().is_empty());
+    assert_eq!(store.last_erasure().unwrap(), EntryId(0));
+    // Another user's append is stored and read at once by scope, followed later.
+    let later = store
+        .append(vec![msg(&bob, Message::user("meanwhile"))])
+        .unwrap();
+    assert_eq!(store.scan(&bob, &Filter::default()).unwrap(), later);
+    assert!(store.entries_after(before, 10).unwrap().is_empty());
+    // A dry run counts without waiting for the erasure.
+    let dry = store.erase(&user(true)).unwrap();
+    assert!(dry.receipt.is_none());
+
+    let finished = store.finish_erasures().unwrap();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0].entries, anns.len() as u64);
+    assert_eq!(finished[0].receipt.as_ref().unwrap().id, receipt_id);
+    assert!(store.pending_erasures().unwrap().is_empty());
+    let read = store.scan(&ann, &Filter::default()).unwrap();
+    assert!(
+        read.iter()
+            .all(|e| e.is_tombstone() && e.erased.unwrap().by == receipt_id)
+    );
+    assert_eq!(store.last_erasure().unwrap(), receipt_id);
+    let followed: Vec<EntryId> = store
+        .entries_after(before, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(followed, vec![receipt_id, later[0].id]);
+    // The idempotency records were scrubbed by the last step.
+    assert_eq!(
+        store.claim_request("acme", "k", "fp", t(0)).unwrap(),
+        Claim::Running {
+            fingerprint: format!("erased:{receipt_id}")
+        }
+    );
+
+    // By text, stopped after its receipt: the tenant's next erasure finishes it first.
+    let bobs = store
+        .append(vec![msg(&bob, Message::user(format!("bob's {SECRET}")))])
+        .unwrap();
+    let interrupted = Interrupted {
+        inner: store,
+        steps: AtomicUsize::new(1),
+    };
+    let text = request(
+        EraseTarget::Within(agent("acme")),
+        EraseMode::Text(SECRET.into()),
+        agent("acme"),
+        Selector::Text,
+    );
+    assert!(memtape_store::erase::erase(&interrupted, &text).is_err());
+    assert_eq!(store.pending_erasures().unwrap().len(), 1);
+    assert!(
+        store
+            .get("acme", bobs[0].id)
+            .unwrap()
+            .unwrap()
+            .erased
+            .is_none()
+    );
+    let next = store
+        .erase(&request(
+            EraseTarget::Session(bob.clone()),
+            EraseMode::Whole,
+            bob.clone(),
+            Selector::Session {
+                session: "s1".into(),
+            },
+        ))
+        .unwrap();
+    assert_eq!(next.finished.len(), 1);
+    assert_eq!(next.finished[0].redacted, 1);
+    assert!(store.pending_erasures().unwrap().is_empty());
+    let bob_now = store.get("acme", bobs[0].id).unwrap().unwrap();
+    assert!(bob_now.is_tombstone(), "redacted first, then erased whole");
+    assert_eq!(bob_now.erased.unwrap().by, next.receipt.unwrap().id);
+}
+
+#[test]
+fn an_interrupted_erasure_is_finished_on_every_store() {
+    an_interrupted_erasure_is_finished_as_its_receipt_says(&MemoryStore::new());
+    let dir = tempfile::tempdir().unwrap();
+    an_interrupted_erasure_is_finished_as_its_receipt_says(
+        &SqliteStore::create(dir.path()).unwrap(),
+    );
+    let db = memtape_postgres::testing::Scratch::new();
+    an_interrupted_erasure_is_finished_as_its_receipt_says(
+        &memtape_postgres::PostgresStore::connect(db.url()).unwrap(),
+    );
 }

@@ -1,7 +1,8 @@
 //! Erasure through the engine: what a caller may erase within its scope (a user, a
 //! session, entries, a piece of text), the store's erasure and its receipt, then the
-//! projections brought along: the search index (through the write hooks, which apply the
-//! receipt), the memory logs this process keeps, and the markdown workspaces.
+//! projections brought along: attached files, the search index (through the write hooks,
+//! which apply the receipt), the memory logs this process keeps, and the markdown
+//! workspaces; and the same for erasures a dead process left unfinished.
 
 use std::path::Path;
 
@@ -150,11 +151,82 @@ impl<S: Store> Engine<S> {
             }
         }
         let mut outcome = self.store.erase(&request)?;
-        let Some(receipt) = &outcome.receipt else {
+        let finished = std::mem::take(&mut outcome.finished);
+        let receipts = self.erased_along(&mut outcome, data_dir)?;
+        outcome.finished = self.finished_along(finished, data_dir)?;
+        if receipts.is_empty() {
             return Ok(outcome);
+        }
+        for (memory, dir) in &workspaces {
+            if user {
+                // The whole user is gone: so is the folder, sync state and all.
+                remove_workspace(dir)?;
+            } else {
+                self.sync_workspace(memory, dir, Some(Prefer::Tape))?;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Finishes the erasures that processes which died left unfinished
+    /// ([`Store::finish_erasures`]) and brings their projections along, as the erasure
+    /// would have: attached files, the search index, the memory logs and, with
+    /// `data_dir`, the workspaces (a user's folders removed; the others synced, which
+    /// writes the tape's side over a file not edited since). Cheap when there are none
+    /// (one read): a server runs it at start and every few seconds, a command that
+    /// writes when it opens the store.
+    pub fn finish_erasures(&self, data_dir: Option<&Path>) -> Result<Vec<EraseOutcome>> {
+        let finished = self.store.finish_erasures()?;
+        self.finished_along(finished, data_dir)
+    }
+
+    fn finished_along(
+        &self,
+        mut finished: Vec<EraseOutcome>,
+        data_dir: Option<&Path>,
+    ) -> Result<Vec<EraseOutcome>> {
+        for outcome in &mut finished {
+            self.erased_along(outcome, data_dir)?;
+            let (Some(dir), Some(receipt)) = (data_dir, &outcome.receipt) else {
+                continue;
+            };
+            let Ok(Some(memtape_core::events::BuiltinEvent::Erased(erased))) =
+                memtape_core::events::BuiltinEvent::from_payload(&receipt.payload)
+            else {
+                continue;
+            };
+            let tenant = receipt.scope.tenant().to_owned();
+            let target = match erased.selector {
+                Selector::User { user } => EraseTarget::User { tenant, user },
+                Selector::Retention { .. } => continue,
+                _ => EraseTarget::Within(receipt.scope.clone()),
+            };
+            let user = matches!(target, EraseTarget::User { .. });
+            for (memory, dir) in self.workspaces_of(&target, dir)? {
+                if user {
+                    remove_workspace(&dir)?;
+                } else {
+                    self.sync_workspace(&memory, &dir, None)?;
+                }
+            }
+        }
+        Ok(finished)
+    }
+
+    /// What every erasure brings along once the store has ended it: its attached files
+    /// removed (with `data_dir`), the search index caught up (which applies the receipt),
+    /// the write hooks told, and every memory log read anew. Returns the receipt, if the
+    /// erasure wrote one.
+    fn erased_along(
+        &self,
+        outcome: &mut EraseOutcome,
+        data_dir: Option<&Path>,
+    ) -> Result<Vec<Entry>> {
+        let Some(receipt) = outcome.receipt.clone() else {
+            return Ok(Vec::new());
         };
         if let Some(dir) = data_dir {
-            let text = match &request.mode {
+            let text = match &outcome.mode {
                 EraseMode::Text(text) => Some(text.as_str()),
                 EraseMode::Whole => None,
             };
@@ -166,17 +238,9 @@ impl<S: Store> Engine<S> {
         if let Some(index) = &self.index {
             index.catch_up(&self.store)?;
         }
-        self.after_write(std::slice::from_ref(receipt));
+        self.after_write(std::slice::from_ref(&receipt));
         self.memory_logs.clear();
-        for (memory, dir) in &workspaces {
-            if user {
-                // The whole user is gone: so is the folder, sync state and all.
-                remove_workspace(dir)?;
-            } else {
-                self.sync_workspace(memory, dir, Some(Prefer::Tape))?;
-            }
-        }
-        Ok(outcome)
+        Ok(vec![receipt])
     }
 
     /// `entries` of `scope` as a read at `as_of` shows them: now (`None`), tombstones are
