@@ -26,6 +26,8 @@ pub struct Config {
     pub user_entries: usize,
     /// Whether a BM25 search index (no embedder) follows the tape and applies the erasure.
     pub index: bool,
+    /// Whether another thread appends to another user's session while the store erases.
+    pub appends: bool,
     /// Where to put the scratch store (a temporary directory when `None`).
     pub dir: Option<PathBuf>,
     /// A PostgreSQL cluster to run on instead of SQLite (its address, with a role that
@@ -189,9 +191,10 @@ pub fn run(config: &Config) -> Result<Report, Error> {
     let appender = {
         let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
         let scope = session("other", 0)?;
+        let appends = config.appends;
         std::thread::spawn(move || -> Result<Vec<(Instant, f64)>, memtape::Error> {
             let mut latencies = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
+            while appends && !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 let entry = NewEntry::new(
                     scope.clone(),

@@ -60,6 +60,9 @@ pub struct EraseBenchArgs {
     /// Without a search index (the store's part alone).
     #[arg(long)]
     no_index: bool,
+    /// Without another user appending meanwhile (the erasure's own time, uncontended).
+    #[arg(long)]
+    no_appends: bool,
     /// Where to put the scratch store (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -205,6 +208,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 entries: a.entries,
                 user_entries: a.user_entries,
                 index: !a.no_index,
+                appends: !a.no_appends,
                 dir: a.dir.clone(),
                 database: a.database.clone(),
             })?;

@@ -259,7 +259,13 @@ pub fn migrate(ctx: &Ctx, a: &MigrateArgs, out: &mut impl Write) -> Result<()> {
     let total = source.last_id()?.0;
     let (mut after, mut copied) = (memtape::EntryId(0), 0u64);
     loop {
-        let batch = source.entries_after(after, MIGRATE_BATCH)?;
+        // Past an erasure under way, once it ends: the copy holds the whole tape.
+        let batch = memtape::entries_after_all(
+            source.as_ref(),
+            after,
+            MIGRATE_BATCH,
+            std::time::Duration::from_secs(60),
+        )?;
         let Some(tail) = batch.last() else {
             break;
         };

@@ -440,3 +440,73 @@ fn a_disk_that_fills_while_the_model_thinks_fails_the_consolidation_and_changes_
     );
     assert_eq!(server.requests(), 2);
 }
+
+/// An erasure that the disk stops after its receipt (a full disk, mid-way through its
+/// rewrites) fails naming the cause, leaves the erasure under way (no follower passes
+/// it), and the next command that opens the store for writing once there is room
+/// finishes it: every entry the receipt names is erased, and no file holds a byte of the
+/// text.
+#[test]
+fn an_erasure_the_disk_stops_is_finished_by_the_next_command_once_there_is_room() {
+    use crate::erase::{SECRET, holding};
+    let Some(disk) = Disk::mount("24m") else {
+        eprintln!("skipped: this machine does not allow mounting a tmpfs (the test needs root)");
+        return;
+    };
+    let data = disk.mount.join("data");
+    ok(&data, &["init"]);
+    let session = memtape::Scope::agent("default", "default")
+        .unwrap()
+        .with_user("ann")
+        .unwrap()
+        .with_session("s1")
+        .unwrap();
+    {
+        let store = memtape::SqliteStore::open(&data).unwrap();
+        let entries = (0..1500)
+            .map(|i| {
+                let text = format!("{SECRET} line {i} {}", "lorem ipsum ".repeat(20));
+                memtape::NewEntry::new(
+                    session.clone(),
+                    memtape::Payload::Message(memtape::Message::user(text)),
+                    chrono::Utc::now(),
+                )
+            })
+            .collect();
+        store.append(entries).unwrap();
+    }
+    // Room for the receipt's step, not for every step of rewrites.
+    disk.fill_leaving(160 * 1024);
+    let out = memtape(&data, &["--user", "ann", "erase", "user"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the erasure fit: make the room smaller"
+    );
+    assert!(err.contains("the disk is full"), "{err}");
+    let under_way = {
+        let store = memtape::SqliteStore::open_read_only(&data).unwrap();
+        let under_way = store.erasures_under_way().unwrap();
+        assert_eq!(under_way.len(), 1, "stopped after its receipt: {err}");
+        assert!(store.last_id().unwrap() < under_way[0], "followers wait");
+        let read = store.scan(&session, &memtape::Filter::default()).unwrap();
+        let erased = read.iter().filter(|e| e.erased.is_some()).count();
+        assert!(erased < read.len(), "stopped before its last step");
+        under_way[0]
+    };
+    disk.free();
+    // Any command that writes finishes it first (a dry run counts what is left: nothing).
+    let dry = ok(&data, &["--user", "ann", "erase", "user", "--dry-run"]);
+    let dry: Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(dry["entries"], 0, "{dry}");
+    let store = memtape::SqliteStore::open_read_only(&data).unwrap();
+    assert!(store.erasures_under_way().unwrap().is_empty());
+    let read = store.scan(&session, &memtape::Filter::default()).unwrap();
+    assert_eq!(read.len(), 1500);
+    assert!(
+        read.iter()
+            .all(|e| e.is_tombstone() && e.erased.unwrap().by == under_way)
+    );
+    drop(store);
+    assert_eq!(holding(&data, SECRET), Vec::<String>::new());
+}

@@ -8,11 +8,11 @@ use std::path::Path;
 
 use crate::common::Run;
 
-const SECRET: &str = "4111-1111-ZOË";
+pub(crate) const SECRET: &str = "4111-1111-ZOË";
 
 /// Every file under `dir` (recursively) holding `needle` in UTF-8, UTF-16LE or with its
 /// non-ASCII letter as a JSON `\u` escape, or the stem the search index keeps of it.
-fn holding(dir: &Path, needle: &str) -> Vec<String> {
+pub(crate) fn holding(dir: &Path, needle: &str) -> Vec<String> {
     let utf16: Vec<u8> = needle.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let escaped = needle.replace('Ë', "\\u00cb");
     let patterns: Vec<&[u8]> = vec![needle.as_bytes(), &utf16, escaped.as_bytes(), b"4111"];

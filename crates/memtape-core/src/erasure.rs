@@ -3,7 +3,7 @@
 //! receipt that records an erasure without holding anything it erased.
 //!
 //! The tape is append-only except for this: an erasure rewrites the payloads (and meta) of
-//! the entries it selects, in one transaction with its receipt. Everything else that holds
+//! the entries its receipt names (memtape-store runs it in steps). Everything else that holds
 //! an entry's text (the index, the memory files, the workspace) is a projection that
 //! follows the receipt.
 

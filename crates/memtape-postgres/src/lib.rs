@@ -792,19 +792,26 @@ impl Store for PostgresStore {
     /// runs `VACUUM` on the tables it changed right after its last step
     /// ([`EraseOutcome::wiped`] says whether that ran), and what a vacuum leaves (bytes in
     /// a page's free space, WAL segments, archives, backups) is set out in ARCHITECTURE.md.
-    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        let mut outcome = memtape_store::erase::erase(self, request)?;
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: memtape_store::erase::BeforeEnd<'_>,
+    ) -> Result<EraseOutcome> {
+        let mut outcome = memtape_store::erase::erase(self, request, before_end)?;
         if outcome.receipt.is_some() || !outcome.finished.is_empty() {
             outcome.wiped = self.vacuum();
         }
         Ok(outcome)
     }
 
-    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+    fn finish_erasures_with(
+        &self,
+        before_end: memtape_store::erase::BeforeEnd<'_>,
+    ) -> Result<Vec<EraseOutcome>> {
         if self.target.read_only() {
             return Ok(Vec::new());
         }
-        let mut finished = memtape_store::erase::finish(self)?;
+        let mut finished = memtape_store::erase::finish(self, before_end)?;
         if !finished.is_empty() {
             let wiped = self.vacuum();
             finished.iter_mut().for_each(|o| o.wiped = wiped);
@@ -1030,6 +1037,15 @@ impl Store for PostgresStore {
             )?;
             Ok(())
         })
+    }
+
+    fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
+        Ok(
+            <Self as memtape_store::erase::StepStore>::pending_erasures(self)?
+                .into_iter()
+                .map(|p| p.receipt)
+                .collect(),
+        )
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

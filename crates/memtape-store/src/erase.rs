@@ -1,6 +1,8 @@
 //! Erasure in a store: what a request selects, how each selected entry is rewritten (a
-//! tombstone, or its text redacted), and the `tape.erased` receipt written in the same
-//! transaction. One plan for every store, so an erasure means the same everywhere.
+//! tombstone, or its text redacted), the `tape.erased` receipt, and the short steps an
+//! erasure runs in (the receipt first, then the rewrites, then the end), with the record
+//! that lets whoever comes next finish one a dead process left. One plan for every store,
+//! so an erasure means the same everywhere.
 
 use chrono::{DateTime, Utc};
 use memtape_core::erasure::{
@@ -419,10 +421,17 @@ fn select<S: crate::Store + ?Sized>(store: &S, request: &EraseRequest) -> Result
 ///    erasure is certain: if the process dies, whoever opens the store next finishes it
 ///    ([`finish`]).
 /// 4. The entries are rewritten [`STEP`] at a time, each step its own transaction.
-/// 5. One transaction scrubs the tenant's idempotency records and ends the erasure.
+/// 5. `before_end` runs with the outcome: what lies outside the store (the attached
+///    files) goes here, while the erasure is still under way, so a crash before the end
+///    has whoever finishes the erasure do it again.
+/// 6. One transaction scrubs the tenant's idempotency records and ends the erasure.
 ///
 /// A dry run stops after 2 and takes no lock.
-pub fn erase<S: StepStore + ?Sized>(store: &S, request: &EraseRequest) -> Result<EraseOutcome> {
+pub fn erase<S: StepStore + ?Sized>(
+    store: &S,
+    request: &EraseRequest,
+    before_end: BeforeEnd<'_>,
+) -> Result<EraseOutcome> {
     request.validate()?;
     let tenant = request.target.tenant().to_owned();
     let _lock = if request.dry_run {
@@ -433,7 +442,7 @@ pub fn erase<S: StepStore + ?Sized>(store: &S, request: &EraseRequest) -> Result
     let finished = if request.dry_run {
         Vec::new()
     } else {
-        finish_locked(store, Some(&tenant))?
+        finish_locked(store, Some(&tenant), before_end)?
     };
     let mut sel = select(store, request)?;
     let (whole, text) = sel.counts();
@@ -504,31 +513,42 @@ pub fn erase<S: StepStore + ?Sized>(store: &S, request: &EraseRequest) -> Result
         text: text_of,
         files: files.0,
     };
-    complete(store, &pending, &ids)?;
-    Ok(EraseOutcome {
+    rewrite_steps(store, &pending, &ids)?;
+    let mut outcome = EraseOutcome {
         receipt: Some(receipt),
         entries: whole,
         redacted: text,
         ids,
         wiped: true,
-        attachments: pending.files,
+        attachments: pending.files.clone(),
         files_removed: 0,
         mode: request.mode.clone(),
         finished,
-    })
+    };
+    before_end(&mut outcome);
+    end(store, &pending)?;
+    Ok(outcome)
 }
+
+/// What a caller does with an erasure's outcome after its rewrites and before its end
+/// ([`erase`], step 5): it cannot fail the erasure (an error is the caller's to keep
+/// and report after the end; the store's own steps are done by then).
+pub type BeforeEnd<'a> = &'a mut dyn FnMut(&mut EraseOutcome);
 
 /// Finishes every erasure left unfinished (its process died between its receipt and its
 /// end) that no live process is finishing: each under its tenant's [`ERASURE_LOCK`],
 /// taken without waiting (a held lock is a live erasure, which finishes its own).
 /// Returns what each did, as its erasure would have.
-pub fn finish<S: StepStore + ?Sized>(store: &S) -> Result<Vec<EraseOutcome>> {
+pub fn finish<S: StepStore + ?Sized>(
+    store: &S,
+    before_end: BeforeEnd<'_>,
+) -> Result<Vec<EraseOutcome>> {
     let mut out = Vec::new();
     for pending in store.pending_erasures()? {
         let Some(_lock) = store.lock(&pending.tenant, ERASURE_LOCK, crate::Wait::Try)? else {
             continue;
         };
-        out.extend(finish_locked(store, Some(&pending.tenant))?);
+        out.extend(finish_locked(store, Some(&pending.tenant), before_end)?);
     }
     Ok(out)
 }
@@ -537,6 +557,7 @@ pub fn finish<S: StepStore + ?Sized>(store: &S) -> Result<Vec<EraseOutcome>> {
 fn finish_locked<S: StepStore + ?Sized>(
     store: &S,
     tenant: Option<&str>,
+    before_end: BeforeEnd<'_>,
 ) -> Result<Vec<EraseOutcome>> {
     let mut out = Vec::new();
     // Read again under the lock: the erasure may have ended meanwhile.
@@ -558,27 +579,33 @@ fn finish_locked<S: StepStore + ?Sized>(
             });
         };
         let ids: Vec<EntryId> = erased.each_id().collect();
-        complete(store, &pending, &ids)?;
-        out.push(EraseOutcome {
+        rewrite_steps(store, &pending, &ids)?;
+        let mut outcome = EraseOutcome {
             receipt: Some(receipt),
             entries: erased.entries,
             redacted: erased.redacted,
             ids,
             wiped: true,
             mode: pending.mode(),
-            attachments: pending.files,
+            attachments: pending.files.clone(),
             files_removed: 0,
             finished: Vec::new(),
-        });
+        };
+        before_end(&mut outcome);
+        end(store, &pending)?;
+        out.push(outcome);
     }
     Ok(out)
 }
 
-/// Steps 4 and 5 of [`erase`]: rewrites `ids` (those not yet rewritten by this erasure)
-/// a step at a time, then ends the erasure. Each step reads its entries on a reader, so
-/// the writer is held only for the rewrites themselves, and whoever waited for it gets
-/// it between steps.
-fn complete<S: StepStore + ?Sized>(store: &S, pending: &Pending, ids: &[EntryId]) -> Result<()> {
+/// Step 4 of [`erase`]: rewrites `ids` (those not yet rewritten by this erasure) a step
+/// at a time. Each step reads its entries on a reader, so the writer is held only for
+/// the rewrites themselves, and whoever waited for it gets it between steps.
+fn rewrite_steps<S: StepStore + ?Sized>(
+    store: &S,
+    pending: &Pending,
+    ids: &[EntryId],
+) -> Result<()> {
     let mode = pending.mode();
     for chunk in ids.chunks(STEP) {
         let rewrites: Vec<Rewrite> = store
@@ -604,10 +631,48 @@ fn complete<S: StepStore + ?Sized>(store: &S, pending: &Pending, ids: &[EntryId]
             tx.end()
         })?;
     }
+    Ok(())
+}
+
+/// Step 6 of [`erase`]: scrubs the tenant's idempotency records and ends the erasure.
+fn end<S: StepStore + ?Sized>(store: &S, pending: &Pending) -> Result<()> {
     store.erase_step(&mut |tx| {
         tx.scrub_requests(&pending.tenant, pending.receipt)?;
         tx.remove_pending(pending.receipt)
     })
+}
+
+/// [`crate::Store::entries_after`] for a reader of the whole tape (an export, a
+/// migration), which must not stop at an erasure under way as the index may: when the
+/// page comes back empty while an erasure is under way, it finishes those a dead process
+/// left ([`crate::Store::finish_erasures`]) and waits for the others, up to `wait` without
+/// progress, then names the erasure that did not end.
+pub fn entries_after_all<S: crate::Store + ?Sized>(
+    store: &S,
+    after: EntryId,
+    limit: usize,
+    wait: std::time::Duration,
+) -> Result<Vec<Entry>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let page = store.entries_after(after, limit)?;
+        let under_way = if page.is_empty() {
+            store.erasures_under_way()?
+        } else {
+            Vec::new()
+        };
+        let Some(first) = under_way.first() else {
+            return Ok(page);
+        };
+        store.finish_erasures()?;
+        if std::time::Instant::now() >= deadline {
+            return Err(crate::Error::ErasureUnderWay {
+                receipt: *first,
+                secs: wait.as_secs(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// The attached files an erasure takes, each once.

@@ -67,6 +67,16 @@ pub enum Error {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// A reader of the whole tape waited for an erasure under way, and it did not end.
+    #[error(
+        "the erasure with receipt #{receipt} is still under way after {secs}s, and the tape cannot be read past it until it ends: open the store for writing (a server, or any command that writes) to finish it, then try again"
+    )]
+    ErasureUnderWay {
+        /// The erasure's receipt.
+        receipt: EntryId,
+        /// How long it was waited for.
+        secs: u64,
+    },
     /// This store cannot do what was asked yet (said where it is not built).
     #[error("{0}")]
     Unsupported(String),

@@ -112,12 +112,30 @@ pub trait Store: Send + Sync {
     /// short steps, so other writers wait at most one of them; once the receipt is
     /// written the erasure is certain, and one that a dead process left unfinished is
     /// finished by [`Store::finish_erasures`] or by the tenant's next erasure.
-    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome>;
+    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
+        self.erase_with(request, &mut |_| {})
+    }
+
+    /// [`Store::erase`], running `before_end` with the outcome (and with that of each
+    /// unfinished erasure it finishes first) after the rewrites and before the end: the
+    /// engine removes attached files there, so a crash before the end has them removed
+    /// again by whoever finishes the erasure.
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: erase::BeforeEnd<'_>,
+    ) -> Result<EraseOutcome>;
 
     /// Finishes the erasures that processes which died left unfinished (their receipts
     /// written, not all their rewrites: [`erase::Pending`]), as [`erase::finish`]
     /// describes; what each did. A store that cannot write finishes nothing.
-    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>>;
+    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+        self.finish_erasures_with(&mut |_| {})
+    }
+
+    /// [`Store::finish_erasures`], running `before_end` for each as
+    /// [`Store::erase_with`] does.
+    fn finish_erasures_with(&self, before_end: erase::BeforeEnd<'_>) -> Result<Vec<EraseOutcome>>;
 
     /// Rewrites the store's files so that nothing an erasure freed is left in them. SQLite
     /// needs nothing (`secure_delete` zeroes freed pages, and an erasure truncates the
@@ -181,6 +199,10 @@ pub trait Store: Send + Sync {
     /// (seconds, for 100,000 entries).
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
 
+    /// The receipts of the erasures under way ([`erase::Pending`]), in id order: a
+    /// follower of the tape waits at the first.
+    fn erasures_under_way(&self) -> Result<Vec<EntryId>>;
+
     /// Takes the lock `name` of `tenant`, which holds across every process that opens this
     /// store (and across threads of one process): with [`Wait::Try`], `None` when someone
     /// holds it. The lock is released when the returned guard is dropped, or when its
@@ -234,11 +256,15 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn restore(&self, entries: Vec<Entry>) -> Result<Restored> {
         (**self).restore(entries)
     }
-    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        (**self).erase(request)
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: erase::BeforeEnd<'_>,
+    ) -> Result<EraseOutcome> {
+        (**self).erase_with(request, before_end)
     }
-    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
-        (**self).finish_erasures()
+    fn finish_erasures_with(&self, before_end: erase::BeforeEnd<'_>) -> Result<Vec<EraseOutcome>> {
+        (**self).finish_erasures_with(before_end)
     }
     fn last_erasure(&self) -> Result<EntryId> {
         (**self).last_erasure()
@@ -272,6 +298,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         (**self).entries_after(after, limit)
+    }
+    fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
+        (**self).erasures_under_way()
     }
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
         (**self).lock(tenant, name, wait)

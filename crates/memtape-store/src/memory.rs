@@ -296,12 +296,19 @@ impl Store for MemoryStore {
         })
     }
 
-    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        crate::erase::erase(self, request)
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: crate::erase::BeforeEnd<'_>,
+    ) -> Result<EraseOutcome> {
+        crate::erase::erase(self, request, before_end)
     }
 
-    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
-        crate::erase::finish(self)
+    fn finish_erasures_with(
+        &self,
+        before_end: crate::erase::BeforeEnd<'_>,
+    ) -> Result<Vec<EraseOutcome>> {
+        crate::erase::finish(self, before_end)
     }
 
     fn last_erasure(&self) -> Result<EntryId> {
@@ -382,6 +389,13 @@ impl Store for MemoryStore {
 
     fn last_id(&self) -> Result<EntryId> {
         Ok(self.data().followed_id())
+    }
+
+    fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
+        Ok(<Self as crate::erase::StepStore>::pending_erasures(self)?
+            .into_iter()
+            .map(|p| p.receipt)
+            .collect())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

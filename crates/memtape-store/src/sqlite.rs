@@ -124,7 +124,11 @@ pub struct SqliteStore {
     // Declared before the writer so they close first: the writer, closing last, checkpoints
     // the write-ahead log and removes it (a read-only connection cannot).
     readers: Mutex<Vec<Connection>>,
-    writer: Option<Mutex<Connection>>,
+    /// parking_lot's lock, which is eventually fair: a thread waiting for the writer gets
+    /// it within about half a millisecond, however busy another keeps it (an erasure's
+    /// steps among a stream of appends: with std's lock the appender could re-take it for
+    /// seconds on end).
+    writer: Option<parking_lot::Mutex<Connection>>,
     /// Readers open the file as immutable: it sits on a read-only filesystem with no
     /// write-ahead log beside it, so no writer can change it while we read.
     immutable: bool,
@@ -224,7 +228,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path,
             readers: Mutex::new(Vec::new()),
-            writer: Some(Mutex::new(writer)),
+            writer: Some(parking_lot::Mutex::new(writer)),
             immutable: false,
         })
     }
@@ -246,7 +250,9 @@ impl SqliteStore {
         };
         // The writer is taken for each try only, so appends go on between them.
         truncate_wal(std::time::Duration::from_secs(10), || {
-            lock(writer).query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            writer
+                .lock()
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
         })
         .map_err(|e| diagnose(e.into(), &self.path))
     }
@@ -274,7 +280,7 @@ impl SqliteStore {
             .writer
             .as_ref()
             .ok_or_else(|| Error::ReadOnly(self.path.display().to_string()))?;
-        let mut conn = lock(writer);
+        let mut conn = writer.lock();
         let run = |conn: &mut Connection| -> Result<T> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut w = Writer {
@@ -909,19 +915,26 @@ impl Store for SqliteStore {
         self.write(|w| restore_in(w, entries))
     }
 
-    fn erase(&self, request: &EraseRequest) -> Result<EraseOutcome> {
-        let mut outcome = crate::erase::erase(self, request)?;
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: crate::erase::BeforeEnd<'_>,
+    ) -> Result<EraseOutcome> {
+        let mut outcome = crate::erase::erase(self, request, before_end)?;
         if outcome.receipt.is_some() || !outcome.finished.is_empty() {
             outcome.wiped = self.wipe()?;
         }
         Ok(outcome)
     }
 
-    fn finish_erasures(&self) -> Result<Vec<EraseOutcome>> {
+    fn finish_erasures_with(
+        &self,
+        before_end: crate::erase::BeforeEnd<'_>,
+    ) -> Result<Vec<EraseOutcome>> {
         if self.writer.is_none() {
             return Ok(Vec::new());
         }
-        let mut finished = crate::erase::finish(self)?;
+        let mut finished = crate::erase::finish(self, before_end)?;
         if !finished.is_empty() {
             let wiped = self.wipe()?;
             finished.iter_mut().for_each(|o| o.wiped = wiped);
@@ -1000,6 +1013,13 @@ impl Store for SqliteStore {
             )?;
             Ok(())
         })
+    }
+
+    fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
+        Ok(<Self as crate::erase::StepStore>::pending_erasures(self)?
+            .into_iter()
+            .map(|p| p.receipt)
+            .collect())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

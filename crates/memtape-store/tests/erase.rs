@@ -702,11 +702,18 @@ impl<S: StepStore> Store for Interrupted<'_, S> {
     fn restore(&self, entries: Vec<Entry>) -> memtape_store::Result<memtape_store::Restored> {
         self.inner.restore(entries)
     }
-    fn erase(&self, request: &EraseRequest) -> memtape_store::Result<EraseOutcome> {
-        memtape_store::erase::erase(self, request)
+    fn erase_with(
+        &self,
+        request: &EraseRequest,
+        before_end: memtape_store::erase::BeforeEnd<'_>,
+    ) -> memtape_store::Result<EraseOutcome> {
+        memtape_store::erase::erase(self, request, before_end)
     }
-    fn finish_erasures(&self) -> memtape_store::Result<Vec<EraseOutcome>> {
-        memtape_store::erase::finish(self)
+    fn finish_erasures_with(
+        &self,
+        before_end: memtape_store::erase::BeforeEnd<'_>,
+    ) -> memtape_store::Result<Vec<EraseOutcome>> {
+        memtape_store::erase::finish(self, before_end)
     }
     fn last_erasure(&self) -> memtape_store::Result<EntryId> {
         self.inner.last_erasure()
@@ -737,6 +744,9 @@ impl<S: StepStore> Store for Interrupted<'_, S> {
     }
     fn entries_after(&self, after: EntryId, limit: usize) -> memtape_store::Result<Vec<Entry>> {
         self.inner.entries_after(after, limit)
+    }
+    fn erasures_under_way(&self) -> memtape_store::Result<Vec<EntryId>> {
+        self.inner.erasures_under_way()
     }
     fn lock(
         &self,
@@ -800,7 +810,10 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
             Selector::User { user: "ann".into() },
         )
     };
-    assert!(memtape_store::erase::erase(&interrupted, &user(false)).is_err());
+    let mut ends = 0;
+    let mut count = |_: &mut EraseOutcome| ends += 1;
+    assert!(memtape_store::erase::erase(&interrupted, &user(false), &mut count).is_err());
+    assert_eq!(ends, 0, "stopped before its end");
     let pending = store.pending_erasures().unwrap();
     assert_eq!(pending.len(), 1);
     let receipt_id = pending[0].receipt;
@@ -824,7 +837,11 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
     let dry = store.erase(&user(true)).unwrap();
     assert!(dry.receipt.is_none());
 
-    let finished = store.finish_erasures().unwrap();
+    let mut files_of = Vec::new();
+    let finished = store
+        .finish_erasures_with(&mut |o| files_of.push(o.receipt.as_ref().map(|r| r.id)))
+        .unwrap();
+    assert_eq!(files_of, vec![Some(receipt_id)], "before its end");
     assert_eq!(finished.len(), 1);
     assert_eq!(finished[0].entries, anns.len() as u64);
     assert_eq!(finished[0].receipt.as_ref().unwrap().id, receipt_id);
@@ -864,7 +881,7 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
         agent("acme"),
         Selector::Text,
     );
-    assert!(memtape_store::erase::erase(&interrupted, &text).is_err());
+    assert!(memtape_store::erase::erase(&interrupted, &text, &mut |_| {}).is_err());
     assert_eq!(store.pending_erasures().unwrap().len(), 1);
     assert!(
         store
@@ -890,6 +907,35 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
     let bob_now = store.get("acme", bobs[0].id).unwrap().unwrap();
     assert!(bob_now.is_tombstone(), "redacted first, then erased whole");
     assert_eq!(bob_now.erased.unwrap().by, next.receipt.unwrap().id);
+
+    // A reader of the whole tape (an export, a migration) does not stop at an erasure
+    // under way: it finishes one a dead process left and reads on.
+    let last = store.last_id().unwrap();
+    let interrupted = Interrupted {
+        inner: store,
+        steps: AtomicUsize::new(1),
+    };
+    let entries = request(
+        EraseTarget::Entries {
+            within: agent("acme"),
+            ids: vec![anns[0].id],
+        },
+        EraseMode::Whole,
+        agent("acme"),
+        Selector::Entries,
+    );
+    assert!(memtape_store::erase::erase(&interrupted, &entries, &mut |_| {}).is_err());
+    let receipt = store.pending_erasures().unwrap()[0].receipt;
+    let after = store
+        .append(vec![msg(&bob, Message::user("after"))])
+        .unwrap();
+    assert_eq!(store.last_id().unwrap(), last);
+    let all =
+        memtape_store::erase::entries_after_all(store, last, 10, std::time::Duration::from_secs(5))
+            .unwrap();
+    let all: Vec<EntryId> = all.iter().map(|e| e.id).collect();
+    assert_eq!(all, vec![receipt, after[0].id]);
+    assert!(store.pending_erasures().unwrap().is_empty());
 }
 
 #[test]

@@ -46,11 +46,12 @@ pub struct EraseOptions {
 }
 
 impl<S: Store> Engine<S> {
-    /// Erases `what` within `scope` (an agent, or an agent and a user): the store rewrites
-    /// every selected entry (a tombstone, or its text redacted) and appends a `tape.erased`
-    /// receipt in one transaction; the search index applies the receipt before this
-    /// returns (when this engine keeps one: an error from it comes after the erasure was
-    /// committed, and the next catch-up applies it); memory read afterwards is read anew.
+    /// Erases `what` within `scope` (an agent, or an agent and a user): the store appends
+    /// a `tape.erased` receipt and rewrites every selected entry (a tombstone, or its text
+    /// redacted) in short steps ([`Store::erase_with`]), and the attached files go before
+    /// its end; the search index applies the receipt before this returns (when this
+    /// engine keeps one: an error from it comes after the erasure ended, and the next
+    /// catch-up applies it); memory read afterwards is read anew.
     ///
     /// With `data_dir`, the default markdown workspaces of the memory scopes erased are
     /// brought along: an erasure by text first records hand edits not yet synced (so a
@@ -150,11 +151,13 @@ impl<S: Store> Engine<S> {
                 self.sync_workspace(memory, dir, None)?;
             }
         }
-        let mut outcome = self.store.erase(&request)?;
+        let mut files = FilesRemoval::new(data_dir);
+        let mut outcome = self.store.erase_with(&request, &mut |o| files.remove(o))?;
         let finished = std::mem::take(&mut outcome.finished);
-        let receipts = self.erased_along(&mut outcome, data_dir)?;
+        let erased = self.erased_along(&outcome)?;
         outcome.finished = self.finished_along(finished, data_dir)?;
-        if receipts.is_empty() {
+        files.check()?;
+        if !erased {
             return Ok(outcome);
         }
         for (memory, dir) in &workspaces {
@@ -176,8 +179,11 @@ impl<S: Store> Engine<S> {
     /// (one read): a server runs it at start and every few seconds, a command that
     /// writes when it opens the store.
     pub fn finish_erasures(&self, data_dir: Option<&Path>) -> Result<Vec<EraseOutcome>> {
-        let finished = self.store.finish_erasures()?;
-        self.finished_along(finished, data_dir)
+        let mut files = FilesRemoval::new(data_dir);
+        let finished = self.store.finish_erasures_with(&mut |o| files.remove(o))?;
+        let finished = self.finished_along(finished, data_dir)?;
+        files.check()?;
+        Ok(finished)
     }
 
     fn finished_along(
@@ -186,7 +192,7 @@ impl<S: Store> Engine<S> {
         data_dir: Option<&Path>,
     ) -> Result<Vec<EraseOutcome>> {
         for outcome in &mut finished {
-            self.erased_along(outcome, data_dir)?;
+            self.erased_along(outcome)?;
             let (Some(dir), Some(receipt)) = (data_dir, &outcome.receipt) else {
                 continue;
             };
@@ -213,34 +219,21 @@ impl<S: Store> Engine<S> {
         Ok(finished)
     }
 
-    /// What every erasure brings along once the store has ended it: its attached files
-    /// removed (with `data_dir`), the search index caught up (which applies the receipt),
-    /// the write hooks told, and every memory log read anew. Returns the receipt, if the
-    /// erasure wrote one.
-    fn erased_along(
-        &self,
-        outcome: &mut EraseOutcome,
-        data_dir: Option<&Path>,
-    ) -> Result<Vec<Entry>> {
-        let Some(receipt) = outcome.receipt.clone() else {
-            return Ok(Vec::new());
+    /// What every erasure brings along once the store has ended it: the search index
+    /// caught up (which applies the receipt), the write hooks told, and every memory log
+    /// read anew. Returns whether the erasure wrote a receipt.
+    fn erased_along(&self, outcome: &EraseOutcome) -> Result<bool> {
+        let Some(receipt) = &outcome.receipt else {
+            return Ok(false);
         };
-        if let Some(dir) = data_dir {
-            let text = match &outcome.mode {
-                EraseMode::Text(text) => Some(text.as_str()),
-                EraseMode::Whole => None,
-            };
-            outcome.files_removed =
-                FilesDir::new(dir.join(FILES_DIR)).erase(&outcome.attachments, text)?;
-        }
         // The index applies the receipt now, whether or not it follows writes as they
         // are made (a server's indexer would get to it a moment later).
         if let Some(index) = &self.index {
             index.catch_up(&self.store)?;
         }
-        self.after_write(std::slice::from_ref(&receipt));
+        self.after_write(std::slice::from_ref(receipt));
         self.memory_logs.clear();
-        Ok(vec![receipt])
+        Ok(true)
     }
 
     /// `entries` of `scope` as a read at `as_of` shows them: now (`None`), tombstones are
@@ -299,6 +292,45 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(out)
+    }
+}
+
+/// The attached files of the erasures a store runs, removed in each one's last moment
+/// under way ([`Store::erase_with`]): a crash before its end has whoever finishes it
+/// remove them again. A failure does not stop the erasure (its entries are rewritten by
+/// then); the first is kept and reported once the store is done.
+struct FilesRemoval {
+    files: Option<FilesDir>,
+    failed: Option<Error>,
+}
+
+impl FilesRemoval {
+    fn new(data_dir: Option<&Path>) -> Self {
+        FilesRemoval {
+            files: data_dir.map(|dir| FilesDir::new(dir.join(FILES_DIR))),
+            failed: None,
+        }
+    }
+
+    fn remove(&mut self, outcome: &mut EraseOutcome) {
+        let Some(files) = &self.files else {
+            return;
+        };
+        let text = match &outcome.mode {
+            EraseMode::Text(text) => Some(text.as_str()),
+            EraseMode::Whole => None,
+        };
+        match files.erase(&outcome.attachments, text) {
+            Ok(removed) => outcome.files_removed = removed,
+            Err(e) => {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// The first failure, if any.
+    fn check(self) -> Result<()> {
+        self.failed.map_or(Ok(()), Err)
     }
 }
 

@@ -282,7 +282,13 @@ impl<S: Store> Engine<S> {
     pub fn export_store(&self, out: &mut dyn Write) -> Result<()> {
         let mut after = EntryId(0);
         loop {
-            let batch = self.store.entries_after(after, 1024)?;
+            // Past an erasure under way, once it ends: a backup holds the whole tape.
+            let batch = memtape_store::erase::entries_after_all(
+                &self.store,
+                after,
+                1024,
+                std::time::Duration::from_secs(60),
+            )?;
             let Some(last) = batch.last() else {
                 return Ok(());
             };

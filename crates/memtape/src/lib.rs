@@ -94,6 +94,7 @@ pub use memtape_search::{
     EmbedError, Embedder, Error as SearchError, Fusion, Hit, Index, IndexConfig, MAX_QUERY_BYTES,
     Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
 };
+pub use memtape_store::erase::entries_after_all;
 pub use memtape_store::{
     Claim, EraseMode, EraseOutcome, EraseRequest, EraseTarget, MemoryStore, Placement, ScopeInfo,
     SqliteStore, Store, StoreLock, Wait, lock_serving, lock_unserved, requests,
