@@ -177,6 +177,9 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
+        // What the last line wrote (a command's answer, a turn's end) shows now, not when
+        // the buffer fills or the chat ends.
+        out.flush().context("writing standard output")?;
         if interactive {
             eprint!("you> ");
         }

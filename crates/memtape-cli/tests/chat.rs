@@ -254,3 +254,42 @@ fn a_stream_cut_mid_way_stores_no_half_answer() {
         ["tell me something", "again please", "A whole answer."]
     );
 }
+
+/// A command's answer shows as soon as the command is read, not when the chat ends
+/// (stdout was buffered and flushed only at exit: `/help` printed nothing until `/quit`).
+#[test]
+fn a_commands_answer_shows_before_the_next_line_is_read() {
+    use std::io::{BufRead, BufReader};
+    let r = Run::new();
+    let server = Scripted::start(Vec::new());
+    configure(&r, &server);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["chat", "s1"])
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .envs(common::no_model_settings())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    stdin.write_all(b"/help\n").unwrap();
+    stdin.flush().unwrap();
+    // Standard input stays open: the answer must come while the chat waits for more.
+    let first = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("/help answered nothing while the chat was still running");
+    assert!(first.starts_with("/new"), "{first}");
+    stdin.write_all(b"/quit\n").unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
