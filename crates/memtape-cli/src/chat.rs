@@ -54,6 +54,17 @@ pub enum PolicyArg {
     Qanot,
 }
 
+/// The end of `memtape chat --help`: where the model's settings come from.
+pub const ENVIRONMENT: &str = "\
+The model: memtape.toml's [llm] table in the data directory, and these variables, which win key by key:
+  MEMTAPE_LLM_PROVIDER     openai (the default: any OpenAI-compatible server) or anthropic
+  MEMTAPE_LLM_BASE_URL     the server's address, e.g. http://127.0.0.1:8080/v1
+  MEMTAPE_LLM_MODEL        the model's name
+  MEMTAPE_LLM_API_KEY      the key, when the server wants one
+  MEMTAPE_LLM_TIMEOUT      seconds per attempt
+  MEMTAPE_LLM_MAX_RETRIES  retries of a failed call
+With no provider, address or model set anywhere there is no model, and nothing is sent anywhere.";
+
 /// `memtape chat`'s arguments.
 #[derive(Args, Debug)]
 pub struct ChatArgs {

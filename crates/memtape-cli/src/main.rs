@@ -61,6 +61,7 @@ enum Command {
     Usage(tape::UsageArgs),
     /// Talk to the configured model in a terminal, with memtape keeping its memory: the
     /// WAL, the context builder, the memory tools, daily notes, consolidation, extraction.
+    #[command(after_help = chat::ENVIRONMENT)]
     Chat(chat::ChatArgs),
     /// Show the thread that ends at an entry (regenerated answers replace their siblings).
     Thread(tape::ThreadArgs),

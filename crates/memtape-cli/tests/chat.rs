@@ -293,3 +293,24 @@ fn a_commands_answer_shows_before_the_next_line_is_read() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+/// `memtape chat --help` names every variable that chooses the model.
+#[test]
+fn chat_help_lists_the_model_variables() {
+    let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["chat", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for var in [
+        "MEMTAPE_LLM_PROVIDER",
+        "MEMTAPE_LLM_BASE_URL",
+        "MEMTAPE_LLM_MODEL",
+        "MEMTAPE_LLM_API_KEY",
+        "MEMTAPE_LLM_TIMEOUT",
+        "MEMTAPE_LLM_MAX_RETRIES",
+    ] {
+        assert!(help.contains(var), "{var} missing from:\n{help}");
+    }
+}
