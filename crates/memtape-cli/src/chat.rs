@@ -209,10 +209,27 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
         if let Err(e) = chat.turn(line, out) {
             // The user's message is on the tape; the turn can be tried again.
             writeln!(out)?;
+            if unreachable(&e) {
+                // Nothing answers at the model's address: no later turn would fare better.
+                chat.background.wait_idle();
+                out.flush()?;
+                return Err(
+                    e.context("the model server cannot be reached; the message is on the tape")
+                );
+            }
             eprintln!("error: {e:#}");
         }
     }
     chat.finish(out)
+}
+
+/// Whether `e` says nothing answered at the model's address.
+fn unreachable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<memtape_llm::Error>()
+            .is_some_and(|e| matches!(e, memtape_llm::Error::Unreachable { .. }))
+    })
 }
 
 impl Chat<'_> {

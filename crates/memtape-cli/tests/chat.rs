@@ -314,3 +314,42 @@ fn chat_help_lists_the_model_variables() {
         assert!(help.contains(var), "{var} missing from:\n{help}");
     }
 }
+
+/// A model server that cannot be reached is named by its address, and the chat stops
+/// with a failure rather than go on answering nothing; the message stays on the tape.
+#[test]
+fn an_unreachable_model_server_is_named_and_the_chat_fails() {
+    let r = Run::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let toml = format!(
+        "[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\ntimeout = 5\nmax_retries = 0\n"
+    );
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["chat", "s1"])
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .envs(common::no_model_settings())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nstill there?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("http://127.0.0.1:{port}/v1")),
+        "{stderr}"
+    );
+    assert_eq!(history_texts(&r), vec!["hello".to_owned()]);
+}

@@ -35,7 +35,16 @@ pub enum Error {
     #[error("the model server did not answer within {0:?}")]
     Timeout(Duration),
 
-    /// The server could not be reached, or the connection broke.
+    /// Nothing answered at the server's address: refused, no such host, no route.
+    #[error("could not reach the model server at {url}: {detail}")]
+    Unreachable {
+        /// The address called.
+        url: String,
+        /// What the system said.
+        detail: String,
+    },
+
+    /// The connection to the server broke.
     #[error("could not reach the model server: {0}")]
     Connection(String),
 
@@ -72,7 +81,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Status { retryable, .. } => *retryable,
-            Error::Timeout(_) | Error::Connection(_) => true,
+            Error::Timeout(_) | Error::Connection(_) | Error::Unreachable { .. } => true,
             _ => false,
         }
     }

@@ -151,7 +151,28 @@ impl Http {
         for (name, value) in headers {
             call = call.header(*name, value);
         }
-        let mut response = call.send(body).map_err(|e| self.transport(e))?;
+        let mut response = call.send(body).map_err(|e| match e {
+            // Nothing listens there: named by its address, which is what to check.
+            ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => Error::Unreachable {
+                url: url.to_owned(),
+                detail: e.to_string(),
+            },
+            ureq::Error::Io(io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::AddrNotAvailable
+                        | std::io::ErrorKind::HostUnreachable
+                        | std::io::ErrorKind::NetworkUnreachable
+                ) =>
+            {
+                Error::Unreachable {
+                    url: url.to_owned(),
+                    detail: io.to_string(),
+                }
+            }
+            other => self.transport(other),
+        })?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(response);

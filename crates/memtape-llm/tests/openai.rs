@@ -175,7 +175,7 @@ fn malformed_replies_and_arguments_are_typed_errors() {
 }
 
 #[test]
-fn nothing_listening_is_a_connection_error_and_a_bad_url_a_config_error() {
+fn nothing_listening_is_named_by_its_address_and_a_bad_url_a_config_error() {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -187,7 +187,14 @@ fn nothing_listening_is_a_connection_error_and_a_bad_url_a_config_error() {
     let err = llm
         .chat(&ChatRequest::new(vec![Message::user("hi")]))
         .unwrap_err();
-    assert!(matches!(err, Error::Connection(_)), "{err:?}");
+    assert!(
+        matches!(&err, Error::Unreachable { url, .. } if url == &format!("http://127.0.0.1:{port}/v1/chat/completions")),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
     assert!(matches!(
         OpenAi::new("localhost:11434", "m"),
         Err(Error::Config(_))
