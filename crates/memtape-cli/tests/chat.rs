@@ -31,9 +31,9 @@ fn history_texts(r: &Run) -> Vec<String> {
         .collect()
 }
 
-/// Runs `memtape chat ARGS` with `input` on standard input; returns (stdout, stderr).
-fn chat(r: &Run, args: &[&str], input: &str) -> (String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+/// Starts `memtape chat ARGS` on `r`'s data directory, its standard streams piped.
+fn spawn_chat(r: &Run, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_memtape"))
         .arg("chat")
         .args(args)
         .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
@@ -42,7 +42,12 @@ fn chat(r: &Run, args: &[&str], input: &str) -> (String, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `memtape chat ARGS` with `input` on standard input; returns (stdout, stderr).
+fn chat(r: &Run, args: &[&str], input: &str) -> (String, String) {
+    let mut child = spawn_chat(r, args);
     child
         .stdin
         .take()
@@ -263,15 +268,7 @@ fn a_commands_answer_shows_before_the_next_line_is_read() {
     let r = Run::new();
     let server = Scripted::start(Vec::new());
     configure(&r, &server);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
-        .args(["chat", "s1"])
-        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
-        .envs(common::no_model_settings())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_chat(&r, &["s1"]);
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -303,14 +300,13 @@ fn chat_help_lists_the_model_variables() {
         .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for var in [
-        "MEMTAPE_LLM_PROVIDER",
-        "MEMTAPE_LLM_BASE_URL",
-        "MEMTAPE_LLM_MODEL",
-        "MEMTAPE_LLM_API_KEY",
-        "MEMTAPE_LLM_TIMEOUT",
-        "MEMTAPE_LLM_MAX_RETRIES",
-    ] {
+    let vars: Vec<&str> = common::no_model_settings()
+        .into_iter()
+        .map(|(var, _)| var)
+        .filter(|var| var.starts_with("MEMTAPE_LLM_"))
+        .collect();
+    assert_eq!(vars.len(), 6, "{vars:?}");
+    for var in vars {
         assert!(help.contains(var), "{var} missing from:\n{help}");
     }
 }
@@ -329,15 +325,7 @@ fn an_unreachable_model_server_is_named_and_the_chat_fails() {
         "[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\ntimeout = 5\nmax_retries = 0\n"
     );
     std::fs::write(r.dir.path().join("data/memtape.toml"), toml).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
-        .args(["chat", "s1"])
-        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
-        .envs(common::no_model_settings())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_chat(&r, &["s1"]);
     child
         .stdin
         .take()

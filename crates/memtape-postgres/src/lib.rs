@@ -541,21 +541,20 @@ impl memtape_store::erase::StepStore for PostgresStore {
             .collect()
         })
     }
-}
 
-impl PostgresStore {
     /// Vacuums the tables an erasure rewrote, so the old row versions (dead tuples) are
-    /// removed now rather than whenever autovacuum comes by. Returns whether it ran (a
-    /// failure is logged by the caller's outcome, not an error: the erasure committed).
-    fn vacuum(&self) -> bool {
-        self.read(|c, t| {
-            c.client
-                .batch_execute(
-                    "VACUUM memtape_entries, memtape_request_keys, memtape_erasures_pending",
-                )
-                .map_err(|e| t.err(e))
-        })
-        .is_ok()
+    /// removed now rather than whenever autovacuum comes by. Says whether it ran (a
+    /// failure is not an error: the erasure has ended).
+    fn wipe(&self) -> Result<bool> {
+        Ok(self
+            .read(|c, t| {
+                c.client
+                    .batch_execute(
+                        "VACUUM memtape_entries, memtape_request_keys, memtape_erasures_pending",
+                    )
+                    .map_err(|e| t.err(e))
+            })
+            .is_ok())
     }
 }
 
@@ -797,11 +796,7 @@ impl Store for PostgresStore {
         request: &EraseRequest,
         before_end: memtape_store::erase::BeforeEnd<'_>,
     ) -> Result<EraseOutcome> {
-        let mut outcome = memtape_store::erase::erase(self, request, before_end)?;
-        if outcome.receipt.is_some() || !outcome.finished.is_empty() {
-            outcome.wiped = self.vacuum();
-        }
-        Ok(outcome)
+        memtape_store::erase::erase(self, request, before_end)
     }
 
     fn finish_erasures_with(
@@ -811,12 +806,7 @@ impl Store for PostgresStore {
         if self.target.read_only() {
             return Ok(Vec::new());
         }
-        let mut finished = memtape_store::erase::finish(self, before_end)?;
-        if !finished.is_empty() {
-            let wiped = self.vacuum();
-            finished.iter_mut().for_each(|o| o.wiped = wiped);
-        }
-        Ok(finished)
+        memtape_store::erase::finish(self, before_end)
     }
 
     fn append_then(

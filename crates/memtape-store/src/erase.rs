@@ -325,6 +325,21 @@ pub trait StepStore: crate::Store {
     fn erase_step(&self, f: &mut dyn FnMut(&mut dyn EraseTransaction) -> Result<()>) -> Result<()>;
     /// The erasures begun and not ended, in receipt order.
     fn pending_erasures(&self) -> Result<Vec<Pending>>;
+    /// Takes what ended erasures replaced out of the store's files (SQLite: the
+    /// write-ahead log truncated; PostgreSQL: a vacuum of the tables they changed);
+    /// whether it got through ([`EraseOutcome::wiped`]).
+    fn wipe(&self) -> Result<bool>;
+}
+
+/// Wipes the store's files ([`StepStore::wipe`]) when `outcome` ended an erasure (its
+/// own, or earlier ones it finished), and says so on each.
+fn wipe_after<S: StepStore + ?Sized>(store: &S, outcome: &mut EraseOutcome) -> Result<()> {
+    if outcome.receipt.is_some() || !outcome.finished.is_empty() {
+        let wiped = store.wipe()?;
+        outcome.wiped = wiped;
+        outcome.finished.iter_mut().for_each(|o| o.wiped = wiped);
+    }
+    Ok(())
 }
 
 /// What an erasure selected, read on the store's readers before anything is written.
@@ -449,7 +464,7 @@ pub fn erase<S: StepStore + ?Sized>(
     let nothing = sel.rewrites.is_empty() && matches!(request.target, EraseTarget::Expired { .. });
     if request.dry_run || nothing {
         // A retention run that finds nothing expired leaves no receipt: it runs every day.
-        return Ok(EraseOutcome {
+        let mut outcome = EraseOutcome {
             receipt: None,
             entries: whole,
             redacted: text,
@@ -459,7 +474,9 @@ pub fn erase<S: StepStore + ?Sized>(
             files_removed: 0,
             mode: request.mode.clone(),
             finished,
-        });
+        };
+        wipe_after(store, &mut outcome)?;
+        return Ok(outcome);
     }
     let mut receipt = None;
     let text_of = match &request.mode {
@@ -527,6 +544,7 @@ pub fn erase<S: StepStore + ?Sized>(
     };
     before_end(&mut outcome);
     end(store, &pending)?;
+    wipe_after(store, &mut outcome)?;
     Ok(outcome)
 }
 
@@ -549,6 +567,10 @@ pub fn finish<S: StepStore + ?Sized>(
             continue;
         };
         out.extend(finish_locked(store, Some(&pending.tenant), before_end)?);
+    }
+    if !out.is_empty() {
+        let wiped = store.wipe()?;
+        out.iter_mut().for_each(|o| o.wiped = wiped);
     }
     Ok(out)
 }

@@ -238,6 +238,11 @@ impl StepStore for MemoryStore {
     fn pending_erasures(&self) -> Result<Vec<Pending>> {
         Ok(self.data().pending.values().cloned().collect())
     }
+
+    /// Nothing is kept on disk.
+    fn wipe(&self) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 impl MemoryStore {

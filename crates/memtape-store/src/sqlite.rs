@@ -238,25 +238,6 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Takes what an erasure left in the write-ahead log out of the files: copies the log
-    /// into the database and truncates it to nothing (the freed space in the database's
-    /// pages was zeroed as it was freed: the writer runs with `secure_delete`). A reader in
-    /// this or another process that still holds an older snapshot keeps the log in use;
-    /// this waits up to 10 seconds for it, then says `false`, and the next checkpoint (at
-    /// the latest, the writer's close) finishes the job.
-    fn wipe(&self) -> Result<bool> {
-        let Some(writer) = self.writer.as_ref() else {
-            return Ok(false);
-        };
-        // The writer is taken for each try only, so appends go on between them.
-        truncate_wal(std::time::Duration::from_secs(10), || {
-            writer
-                .lock()
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-        })
-        .map_err(|e| diagnose(e.into(), &self.path))
-    }
-
     /// Runs SQLite's integrity check; `"ok"` when the file is sound.
     pub fn integrity_check(&self) -> Result<String> {
         self.read(|c| Ok(c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?))
@@ -692,6 +673,25 @@ impl StepStore for SqliteStore {
             .collect()
         })
     }
+
+    /// Takes what an erasure left in the write-ahead log out of the files: copies the log
+    /// into the database and truncates it to nothing (the freed space in the database's
+    /// pages was zeroed as it was freed: the writer runs with `secure_delete`). A reader in
+    /// this or another process that still holds an older snapshot keeps the log in use;
+    /// this waits up to 10 seconds for it, then says `false`, and the next checkpoint (at
+    /// the latest, the writer's close) finishes the job.
+    fn wipe(&self) -> Result<bool> {
+        let Some(writer) = self.writer.as_ref() else {
+            return Ok(false);
+        };
+        // The writer is taken for each try only, so appends go on between them.
+        truncate_wal(std::time::Duration::from_secs(10), || {
+            writer
+                .lock()
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+        })
+        .map_err(|e| diagnose(e.into(), &self.path))
+    }
 }
 
 /// The entries with these ids (a chunk of at most 500) that exist in `tenant`, in no
@@ -920,11 +920,7 @@ impl Store for SqliteStore {
         request: &EraseRequest,
         before_end: crate::erase::BeforeEnd<'_>,
     ) -> Result<EraseOutcome> {
-        let mut outcome = crate::erase::erase(self, request, before_end)?;
-        if outcome.receipt.is_some() || !outcome.finished.is_empty() {
-            outcome.wiped = self.wipe()?;
-        }
-        Ok(outcome)
+        crate::erase::erase(self, request, before_end)
     }
 
     fn finish_erasures_with(
@@ -934,12 +930,7 @@ impl Store for SqliteStore {
         if self.writer.is_none() {
             return Ok(Vec::new());
         }
-        let mut finished = crate::erase::finish(self, before_end)?;
-        if !finished.is_empty() {
-            let wiped = self.wipe()?;
-            finished.iter_mut().for_each(|o| o.wiped = wiped);
-        }
-        Ok(finished)
+        crate::erase::finish(self, before_end)
     }
 
     fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {

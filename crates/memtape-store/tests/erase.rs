@@ -682,6 +682,10 @@ impl<S: StepStore> StepStore for Interrupted<'_, S> {
     fn pending_erasures(&self) -> memtape_store::Result<Vec<Pending>> {
         self.inner.pending_erasures()
     }
+
+    fn wipe(&self) -> memtape_store::Result<bool> {
+        self.inner.wipe()
+    }
 }
 
 /// Every read and write as the store underneath does it.
