@@ -121,6 +121,7 @@ enum Command {
     #[command(subcommand)]
     Models(retrieval::ModelsCommand),
     /// Serve the REST API, MCP over HTTP and the OpenAPI document (loopback by default).
+    #[command(after_help = serve::ENVIRONMENT)]
     Serve(serve::ServeArgs),
     /// API keys: each decides the tenant of the requests that carry it.
     #[command(subcommand)]

@@ -95,12 +95,30 @@ fn sites(a: &ServeArgs) -> Result<memtape_server::Sites> {
     })
 }
 
+/// The environment variable a program that starts `memtape serve` puts a key of its own
+/// in: kept only in memory, it grants the default tenant (admin), and with it every request
+/// needs a key. Not a flag, so it never shows in the process list.
+pub const PROCESS_KEY_VAR: &str = "MEMTAPE_SERVE_KEY";
+
+/// What `memtape serve --help` says of the variables only the environment sets.
+pub const ENVIRONMENT: &str = "Environment:\n  MEMTAPE_SERVE_KEY  a key of this process only (at least 32 letters, digits, `_`, `-`), \
+     never stored: requests carrying it act as an admin of the default tenant, and with it every \
+     request needs a key (how a program that starts its own server keeps it private)";
+
 /// `memtape serve`: opens (or creates) the store, loads the model and the index, then
 /// serves until SIGINT or SIGTERM; requests in flight get `--grace` seconds to finish, then
 /// the store is closed and the command exits 0.
 pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let dir = ctx.data_dir()?;
-    let keys = KeyStore::open(&dir);
+    let mut keys = KeyStore::open(&dir);
+    if let Some(key) = std::env::var_os(PROCESS_KEY_VAR) {
+        let key = key
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("{PROCESS_KEY_VAR} is not UTF-8"))?;
+        keys = keys
+            .with_process_key(&key, memtape_server::DEFAULT_TENANT)
+            .context(PROCESS_KEY_VAR)?;
+    }
     let loopback = a.addr.ip().is_loopback();
     if !loopback && !keys.enabled()? {
         bail!(

@@ -102,6 +102,54 @@ fn keys_decide_tenant_and_role() {
     assert_eq!(code, Some(0));
 }
 
+/// A program that starts its own server (the Python package's `Memtape.local()`) gives it a
+/// key in `MEMTAPE_SERVE_KEY`: only requests carrying it are served, it acts as the default
+/// tenant's admin, and nothing of it is stored. A short or odd key is refused at start.
+#[test]
+fn a_process_key_keeps_a_private_server_private_and_is_never_stored() {
+    let r = Run::new();
+    let key = "local_0123456789abcdefghijklmnopqrstuv";
+    let s = Serving::start_env(&r, "none", &[], &[("MEMTAPE_SERVE_KEY", key)]);
+    let message = || Some(json!({"role": "user", "content": "a private note"}));
+    assert_eq!(
+        s.call("POST", "/v1/sessions/p/messages", message(), None).0,
+        401
+    );
+    assert_eq!(
+        s.call(
+            "POST",
+            "/v1/sessions/p/messages",
+            message(),
+            Some("local_wrong")
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        s.call("POST", "/v1/sessions/p/messages", message(), Some(key))
+            .0,
+        201
+    );
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+    // The default tenant's data, readable by the CLI; no key file was written.
+    let history = r.json(&["history", "p", "--json"]);
+    assert_eq!(history[0]["content"], "a private note");
+    assert!(!r.dir.path().join("data/keys.json").exists());
+    let mut weak = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(["--model", "none", "serve", "--addr", "127.0.0.1:0"])
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .env("MEMTAPE_SERVE_KEY", "short")
+        .output()
+        .unwrap();
+    assert!(!weak.status.success());
+    let err = String::from_utf8(std::mem::take(&mut weak.stderr)).unwrap();
+    assert!(
+        err.contains("MEMTAPE_SERVE_KEY") && err.contains("32"),
+        "{err}"
+    );
+}
+
 #[test]
 fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
     let r = Run::new();

@@ -3,6 +3,9 @@
 //! grants. A key reads `mtk_<id>_<secret>`: the id finds the record, the secret's hash must
 //! match. The file is re-read when it changes, so keys created or revoked by the CLI take
 //! effect in a running server; writers hold `keys.lock` and replace the file atomically.
+//! A server may also hold a **process key** ([`KeyStore::with_process_key`]): given by the
+//! program that started it (`MEMTAPE_SERVE_KEY`), kept only in memory, gone with the
+//! process — how the Python package's `Memtape.local()` keeps its private server private.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -76,7 +79,15 @@ struct KeyFile {
 pub struct KeyStore {
     path: PathBuf,
     cache: Mutex<(Option<SystemTime>, Vec<KeyRecord>)>,
+    /// The process key's hash and the tenant it grants, if there is one.
+    process: Option<(String, String)>,
 }
+
+/// The shortest process key accepted: 32 characters of a random token.
+pub const PROCESS_KEY_MIN_LEN: usize = 32;
+
+/// The id a process key stands under on receipts (`key:process`).
+pub const PROCESS_KEY_ID: &str = "process";
 
 impl KeyStore {
     /// The keys of the data directory `dir` (none yet is fine).
@@ -84,7 +95,28 @@ impl KeyStore {
         KeyStore {
             path: dir.join(KEYS_FILE),
             cache: Mutex::new((None, Vec::new())),
+            process: None,
         }
+    }
+
+    /// Adds a key known only to this process: requests carrying it act as an admin of
+    /// `tenant`, and with it every request needs a key. Nothing is written. Refused unless
+    /// it is at least [`PROCESS_KEY_MIN_LEN`] characters of letters, digits, `_` and `-`.
+    pub fn with_process_key(mut self, key: &str, tenant: &str) -> Result<Self, KeyError> {
+        if key.len() < PROCESS_KEY_MIN_LEN
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(KeyError::Invalid(format!(
+                "a process key must be at least {PROCESS_KEY_MIN_LEN} letters, digits, `_` or \
+                 `-` (a random token)"
+            )));
+        }
+        memtape::Scope::agent(tenant, "default")
+            .map_err(|e| KeyError::Invalid(format!("tenant {tenant:?}: {e}")))?;
+        self.process = Some((hash(key), tenant.to_owned()));
+        Ok(self)
     }
 
     /// Every key record, revoked ones included.
@@ -94,7 +126,7 @@ impl KeyStore {
 
     /// Whether any key that is not revoked exists: then every request needs one.
     pub fn enabled(&self) -> Result<bool, KeyError> {
-        Ok(self.current()?.iter().any(|k| k.revoked_at.is_none()))
+        Ok(self.process.is_some() || self.current()?.iter().any(|k| k.revoked_at.is_none()))
     }
 
     /// Creates a key for `tenant` with `role`; returns the key (shown once) and its record.
@@ -144,6 +176,15 @@ impl KeyStore {
 
     /// The caller a presented key stands for, if it is a valid, unrevoked key.
     pub fn verify(&self, key: &str) -> Result<Option<Caller>, KeyError> {
+        if let Some((hashed, tenant)) = &self.process
+            && hash(key) == *hashed
+        {
+            return Ok(Some(Caller {
+                tenant: tenant.clone(),
+                role: Role::Admin,
+                key: Some(PROCESS_KEY_ID.to_owned()),
+            }));
+        }
         let Some((id, secret)) = key.strip_prefix("mtk_").and_then(|k| k.split_once('_')) else {
             return Ok(None);
         };

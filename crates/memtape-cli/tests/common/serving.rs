@@ -27,11 +27,17 @@ impl Serving {
 
     /// [`Serving::start`] with the embedding model `model`.
     pub fn start_with(r: &Run, model: &str, extra: &[&str]) -> Serving {
+        Serving::start_env(r, model, extra, &[])
+    }
+
+    /// [`Serving::start_with`] with more environment variables.
+    pub fn start_env(r: &Run, model: &str, extra: &[&str], vars: &[(&str, &str)]) -> Serving {
         let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
             .args(["--model", model, "serve", "--addr", "127.0.0.1:0"])
             .args(extra)
             .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
             .envs(super::no_model_settings())
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
