@@ -225,12 +225,12 @@ pub struct EntryWire {
     pub created_at: String,
     /// Set when an erasure changed the entry: which one and how.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub erased: Option<ErasedWire>,
+    pub erased: Option<ErasureMark>,
 }
 
 /// The mark an erasure left on an entry.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErasedWire {
+pub struct ErasureMark {
     /// The erasure's receipt (a `tape.erased` entry).
     pub by: u64,
     /// `whole` (a tombstone: nothing of its content is left) or `text` (a piece of text
@@ -251,7 +251,7 @@ impl EntryWire {
             payload: e.payload.to_json(),
             meta: e.meta.clone(),
             created_at: e.created_at.to_rfc3339(),
-            erased: e.erased.map(|x| ErasedWire {
+            erased: e.erased.map(|x| ErasureMark {
                 by: x.by.0,
                 how: x.how.as_str().to_owned(),
             }),
