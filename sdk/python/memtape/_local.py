@@ -70,7 +70,8 @@ class LocalServer:
         self._log.seek(0)
         said = self._log.read().decode("utf-8", "replace").strip()
         self._log.close()
-        why = said.splitlines()[-1] if said else f"no address within {timeout:.0f} s"
+        # What it said, its last lines (an error and its hint).
+        why = "\n".join(said.splitlines()[-12:]) if said else f"no address within {timeout:.0f} s"
         raise MemtapeError(f"memtape serve did not start: {why}")
 
     def _drain(self) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import keyword
-import re
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -187,8 +187,11 @@ def doc_line(s: dict) -> str:
 
 def model_source(name: str, s: dict, types: Types) -> str:
     doc = doc_line(s)
-    if "enum" in s or "oneOf" in s or s.get("type") not in (None, "object") or (
-        s.get("type") == "object" and not s.get("properties")
+    if (
+        "enum" in s
+        or "oneOf" in s
+        or s.get("type") not in (None, "object")
+        or (s.get("type") == "object" and not s.get("properties"))
     ):
         if "allOf" not in s:
             line = f"{name} = {types.annotation(s)}\n"
@@ -234,7 +237,8 @@ def generate_models(spec: dict) -> str:
     done: list[str] = []
     while aliases:
         ready = [
-            n for n in aliases
+            n
+            for n in aliases
             if not any(re.search(rf"\b{m}\b", sources[n].split("\n")[0]) for m in aliases if m != n)
         ]
         if not ready:
@@ -248,7 +252,9 @@ def generate_models(spec: dict) -> str:
     return "\n".join(parts)
 
 
-def operation_source(method: str, path: str, op: dict, name: str, types: Types, asynchronous: bool, on_client: bool) -> str:
+def operation_source(
+    method: str, path: str, op: dict, name: str, types: Types, asynchronous: bool, on_client: bool
+) -> str:
     params = op.get("parameters", [])
     path_params = [p for p in params if p["in"] == "path"]
     query = [p for p in params if p["in"] == "query"]
@@ -278,7 +284,14 @@ def operation_source(method: str, path: str, op: dict, name: str, types: Types, 
         if field in required:
             kwargs.append((0, f"{py_name(field)}: {ann}"))
         else:
-            kwargs.append((1, f"{py_name(field)}: {ann} | None = None" if "None" not in ann.split(" | ") else f"{py_name(field)}: {ann} = None"))
+            kwargs.append(
+                (
+                    1,
+                    f"{py_name(field)}: {ann} | None = None"
+                    if "None" not in ann.split(" | ")
+                    else f"{py_name(field)}: {ann} = None",
+                )
+            )
     for p in query:
         if p["name"] in ("agent", "user"):
             continue
@@ -353,6 +366,7 @@ def generate_resources(spec: dict) -> str:
             raise SystemExit(f"OPERATIONS names {key}, which the API does not have")
     out = [
         HEADER.format(doc="The API's operations: one method per route of /openapi.json, sync and async."),
+        "# ruff: noqa: F405 (the types come from the star import)\n",
         "from __future__ import annotations\n",
         "from typing import TYPE_CHECKING, Any, Literal\n",
         "from ._models import *  # noqa: F403",
@@ -375,7 +389,9 @@ def generate_resources(spec: dict) -> str:
             out.append("        self._client = client\n")
             for (method, path), (r, name) in OPERATIONS.items():
                 if r == resource:
-                    out.append(operation_source(method, path, ops[(method, path)], name, types, asynchronous, False))
+                    out.append(
+                        operation_source(method, path, ops[(method, path)], name, types, asynchronous, False)
+                    )
         out.append(f"\nclass {prefix}Operations:")
         out.append('    """The operations that belong to no resource, and the resources."""\n')
         for resource in resources:
@@ -384,11 +400,15 @@ def generate_resources(spec: dict) -> str:
         out.append("")
         out.append("    def _resources(self) -> None:")
         for resource in resources:
-            out.append(f"        self.{resource} = {prefix}{resource.capitalize()}Resource(self)  # type: ignore[arg-type]")
+            out.append(
+                f"        self.{resource} = {prefix}{resource.capitalize()}Resource(self)  # type: ignore[arg-type]"
+            )
         out.append("")
         for (method, path), (r, name) in OPERATIONS.items():
             if r is None:
-                out.append(operation_source(method, path, ops[(method, path)], name, types, asynchronous, True))
+                out.append(
+                    operation_source(method, path, ops[(method, path)], name, types, asynchronous, True)
+                )
     return "\n".join(out)
 
 
@@ -410,7 +430,10 @@ def main() -> int:
             path.write_text(text)
     if stale:
         names = ", ".join(str(p.relative_to(ROOT)) for p in stale)
-        print(f"{names}: not what {SPEC.relative_to(ROOT)} generates; run {pathlib.Path(__file__).relative_to(ROOT)}", file=sys.stderr)
+        print(
+            f"{names}: not what {SPEC.relative_to(ROOT)} generates; run {pathlib.Path(__file__).relative_to(ROOT)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

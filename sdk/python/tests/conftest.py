@@ -40,7 +40,9 @@ class Scripted:
     def __init__(self, answers: list[dict], tmp: pathlib.Path) -> None:
         binary = os.environ.get("MEMTAPE_SCRIPTED_BIN", str(ROOT / "target" / "debug" / "memtape-scripted"))
         if not os.path.exists(binary):
-            pytest.fail(f"{binary}: build it with `cargo build -p memtape-scripted` (or set MEMTAPE_SCRIPTED_BIN)")
+            pytest.fail(
+                f"{binary}: build it with `cargo build -p memtape-scripted` (or set MEMTAPE_SCRIPTED_BIN)"
+            )
         script = tmp / f"script-{uuid.uuid4().hex[:8]}.json"
         script.write_text(json.dumps(answers))
         self.record = tmp / f"{script.stem}.jsonl"

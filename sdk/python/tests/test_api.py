@@ -16,7 +16,9 @@ from memtape import types
 def test_messages_with_tool_calls_and_parts_round_trip(client, session):
     appended = client.sessions.append(session, role="user", content="What's the weather in Oslo?")
     assert isinstance(appended, types.Appended) and len(appended.ids) == 1
-    call = types.ToolCallWire(id="call_1", type="function", function={"name": "weather", "arguments": '{"city": "Oslo"}'})
+    call = types.ToolCallWire(
+        id="call_1", type="function", function={"name": "weather", "arguments": '{"city": "Oslo"}'}
+    )
     client.sessions.append(
         session,
         messages=[
@@ -89,7 +91,9 @@ def test_memory_versions_diff_undo_blame_and_as_of(client):
     view = client.memory.view(**scope)
     assert "MEMORY.md" in view.files and any(p.startswith("memory/") for p in view.files)
     read = client.memory.read_file("MEMORY.md", **scope)
-    written = client.memory.write_file("MEMORY.md", read.content + "- Likes tea.\n", if_version=read.memory_version, **scope)
+    written = client.memory.write_file(
+        "MEMORY.md", read.content + "- Likes tea.\n", if_version=read.memory_version, **scope
+    )
     assert written.recorded is not None
     assert "Likes tea" in client.memory.recall(query="tea", **scope).text or client.memory.show(**scope).text
 
@@ -98,8 +102,12 @@ def test_memory_files_under_memories(client):
     scope = {"agent": "files-test"}
     client.memories.create("/memories/notes.md", "line one\nline two\n", **scope)
     assert "line two" in client.memories.view(path="/memories/notes.md", **scope).text
-    client.memories.edit(path="/memories/notes.md", command="str_replace", old_str="line two", new_str="line 2", **scope)
-    client.memories.edit(path="/memories/notes.md", command="insert", insert_line=0, insert_text="first", **scope)
+    client.memories.edit(
+        path="/memories/notes.md", command="str_replace", old_str="line two", new_str="line 2", **scope
+    )
+    client.memories.edit(
+        path="/memories/notes.md", command="insert", insert_line=0, insert_text="first", **scope
+    )
     text = client.memories.view(path="/memories/notes.md", **scope).text
     assert "line 2" in text and "first" in text
     client.memories.rename("/memories/notes.md", "/memories/renamed.md", **scope)
@@ -155,7 +163,9 @@ def test_retention_agents_and_health(client):
     runs = client.retention.run(dry_run=True)
     assert isinstance(runs, list)
     assert client.health().status == "ok"
-    assert any(a.agent == "retention-test" for a in client.agents.list().agents) or client.agents.list().agents
+    assert (
+        any(a.agent == "retention-test" for a in client.agents.list().agents) or client.agents.list().agents
+    )
 
 
 def test_flags_forget_prune_clear_and_dropped(client):

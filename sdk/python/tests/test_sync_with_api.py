@@ -5,6 +5,7 @@ every one of its operations is a method."""
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -13,8 +14,7 @@ import httpx
 import memtape
 from memtape._resources import OPERATIONS
 
-from .conftest import ROOT
-
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SPEC = ROOT / "crates" / "memtape-server" / "openapi.json"
 
 
@@ -41,7 +41,17 @@ def test_every_operation_is_a_method(client):
         if method in ("get", "post", "put", "patch", "delete")
     )
     assert operations == OPERATIONS
-    for resource in ("sessions", "memory", "memories", "workspace", "tools", "wal", "retention", "entries", "agents"):
+    for resource in (
+        "sessions",
+        "memory",
+        "memories",
+        "workspace",
+        "tools",
+        "wal",
+        "retention",
+        "entries",
+        "agents",
+    ):
         assert hasattr(client, resource)
         assert hasattr(memtape.AsyncMemtape("http://x"), resource)
 

@@ -17,7 +17,9 @@ def text_of(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
         )
     return json.dumps(content)
 

@@ -9,7 +9,8 @@ one (searchable, archived into memory); `client.erase("session", session=...)` d
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -35,7 +36,8 @@ from ._convert import entry_metadata, entry_text
 
 class MemtapeChatMessageHistory(BaseChatMessageHistory):
     """The messages of memtape session `session_id` (the history memtape gives a model:
-    its unconsolidated tail). `async_client` serves the `a*` methods when given."""
+    its unconsolidated tail; system messages stay on the tape but out of it, the prompt's
+    own system text comes first). `async_client` serves the `a*` methods when given."""
 
     def __init__(
         self,

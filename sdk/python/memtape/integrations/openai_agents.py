@@ -23,8 +23,8 @@ from ._convert import text_of
 
 _CONVERSATION = ("message", "tool_call", "tool_result")
 
-# The largest entry id: reading a session backwards starts before it.
-_END = 2**63 - 1
+# The largest entry id the API takes (2^53 - 1): reading a session backwards starts there.
+_END = 2**53 - 1
 
 
 class MemtapeSession:
@@ -131,7 +131,12 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
                 "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
             }
             last = messages[-1] if messages else None
-            if last and last["role"] == "assistant" and last.get("tool_calls") and last.get("content") is None:
+            if (
+                last
+                and last["role"] == "assistant"
+                and last.get("tool_calls")
+                and last.get("content") is None
+            ):
                 last["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
@@ -183,7 +188,11 @@ def to_items(message: dict[str, Any] | ChatMessage) -> list[dict[str, Any]]:
     role = m.get("role")
     if role == "tool":
         return [
-            {"type": "function_call_output", "call_id": m.get("tool_call_id", ""), "output": text_of(m.get("content"))}
+            {
+                "type": "function_call_output",
+                "call_id": m.get("tool_call_id", ""),
+                "output": text_of(m.get("content")),
+            }
         ]
     items: list[dict[str, Any]] = []
     content = m.get("content")
@@ -212,6 +221,10 @@ def _input_part(part: dict[str, Any]) -> dict[str, Any]:
         return {"type": "input_text", "text": part.get("text", "")}
     if part.get("type") == "image_url":
         image = part.get("image_url") or {}
-        out = {"type": "input_image", "image_url": image.get("url", ""), "detail": image.get("detail", "auto")}
+        out = {
+            "type": "input_image",
+            "image_url": image.get("url", ""),
+            "detail": image.get("detail", "auto"),
+        }
         return out
     return part
