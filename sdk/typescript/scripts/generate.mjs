@@ -11,7 +11,7 @@
 //                                        ../../crates/memtape-server/openapi.json)
 
 import { readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -325,7 +325,7 @@ function main(argv) {
   const spec = JSON.parse(readFileSync(specFile, 'utf8'));
   // The path the header names is the default document's, relative to the repository, so
   // the output does not depend on where the repository is checked out.
-  const shown = i >= 0 ? relative(root, specFile) : 'crates/memtape-server/openapi.json';
+  const shown = i >= 0 ? specFile : 'crates/memtape-server/openapi.json';
   const files = generate(spec, shown);
   let stale = [];
   for (const [file, text] of Object.entries(files)) {
