@@ -136,3 +136,16 @@ test('baseURL and apiKey default to MEMTAPE_URL and MEMTAPE_API_KEY, then to the
     }
   }
 });
+
+test('without a global crypto (Node 18), the Idempotency-Key comes from node:crypto', async () => {
+  const saved = Object.getOwnPropertyDescriptor(globalThis, 'crypto');
+  Object.defineProperty(globalThis, 'crypto', { value: undefined, configurable: true, writable: true });
+  try {
+    const { requests, fetch } = recorder();
+    await new Memtape({ baseURL: 'http://memtape.test', fetch }).memory.save({ content: 'x' });
+    assert.match(requests[0].headers.get('idempotency-key'), UUID);
+  } finally {
+    if (saved) Object.defineProperty(globalThis, 'crypto', saved);
+    else delete globalThis.crypto;
+  }
+});
