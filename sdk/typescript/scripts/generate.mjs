@@ -92,6 +92,11 @@ function tsType(schema, ctx, indent = '') {
   if (schema === true || schema === undefined || schema === null) return 'unknown';
   if (schema === false) return 'never';
   if (schema.$ref) return ctx.ref(refName(schema.$ref));
+  if (schema.nullable === true) {
+    // OpenAPI 3.0's spelling of `type: [..., "null"]`.
+    const { nullable, ...rest } = schema;
+    return union([tsType(rest, ctx, indent), 'null']);
+  }
   if (schema.oneOf || schema.anyOf) {
     return union((schema.oneOf ?? schema.anyOf).map((s) => tsType(s, { ...ctx, name: undefined }, indent)));
   }

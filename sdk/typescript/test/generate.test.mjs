@@ -77,6 +77,7 @@ const small = {
           meta: { type: 'object', description: 'Anything.' },
           'odd-name': { type: 'boolean' },
           kind: { type: 'string', const: 'thing' },
+          size: { type: 'number', nullable: true },
         },
         additionalProperties: false,
       },
@@ -106,6 +107,7 @@ test('JSON Schema into TypeScript: refs, unions, enums, nullables, arrays, maps,
   assert.match(types, /  meta\?: \{ \[key: string\]: unknown \};/);
   assert.match(types, /  "odd-name"\?: boolean;/);
   assert.match(types, /  kind\?: "thing";/);
+  assert.match(types, /  size\?: number \| null;/);
   assert.match(types, /export type Either =\n  \/\*\* A text\. \*\/\n  \| string\n  \/\*\* A box\. \*\/\n  \| \{\n    box: number;\n  \};/);
   assert.match(types, /export type Both = Thing & \{\n  more\?: boolean;\n\};/);
   assert.match(types, /export type Any =\n  \| number\n  \| Array<string \| number>;/);
