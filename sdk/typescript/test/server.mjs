@@ -48,6 +48,9 @@ export async function startServer({ keys = {} } = {}) {
     stderr += chunk;
   });
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  // Should the test process end without stopping it (a crash), the server ends with it.
+  const orphan = () => child.kill('SIGKILL');
+  process.once('exit', orphan);
   const url = await new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout });
     const timer = setTimeout(() => reject(new Error(`memtape serve printed no address in 30 s:\n${stderr}`)), 30_000);
@@ -73,6 +76,7 @@ export async function startServer({ keys = {} } = {}) {
         await exited;
         clearTimeout(kill);
       }
+      process.removeListener('exit', orphan);
       rmSync(dir, { recursive: true, force: true });
     })();
     return stopped;
