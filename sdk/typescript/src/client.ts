@@ -215,14 +215,14 @@ export class Memtape {
   private readonly options: ClientOptions;
   private readonly fetch: typeof fetch;
 
-  readonly agents: Agents;
-  readonly sessions: Sessions;
-  readonly memory: Memory;
-  readonly memories: Memories;
-  readonly workspace: Workspace;
-  readonly tools: Tools;
-  readonly wal: Wal;
-  readonly retention: Retention;
+  readonly agents: AgentsResource;
+  readonly sessions: SessionsResource;
+  readonly memory: MemoryResource;
+  readonly memories: MemoriesResource;
+  readonly workspace: WorkspaceResource;
+  readonly tools: ToolsResource;
+  readonly wal: WalResource;
+  readonly retention: RetentionResource;
 
   constructor(options: ClientOptions = {}) {
     this.options = options;
@@ -235,14 +235,14 @@ export class Memtape {
     const f = options.fetch ?? (globalThis as { fetch?: typeof fetch }).fetch;
     if (!f) throw new MemtapeError('no fetch: pass `fetch` in the options (Node 18 or later has one)');
     this.fetch = f;
-    this.agents = new Agents(this);
-    this.sessions = new Sessions(this);
-    this.memory = new Memory(this);
-    this.memories = new Memories(this);
-    this.workspace = new Workspace(this);
-    this.tools = new Tools(this);
-    this.wal = new Wal(this);
-    this.retention = new Retention(this);
+    this.agents = new AgentsResource(this);
+    this.sessions = new SessionsResource(this);
+    this.memory = new MemoryResource(this);
+    this.memories = new MemoriesResource(this);
+    this.workspace = new WorkspaceResource(this);
+    this.tools = new ToolsResource(this);
+    this.wal = new WalResource(this);
+    this.retention = new RetentionResource(this);
   }
 
   /** A client like this one with some options changed (another agent, user, key, ...). */
@@ -415,7 +415,7 @@ class Resource {
 }
 
 /** The tenant's agents. */
-export class Agents extends Resource {
+export class AgentsResource extends Resource {
   /** The tenant's agents, with their users and how much each holds. */
   list(options?: RequestOptions): Promise<S.Agents> {
     return this.client.request('GET /v1/agents', {}, undefined, options);
@@ -423,7 +423,7 @@ export class Agents extends Resource {
 }
 
 /** Sessions: the tape of a conversation, its history, and what is built from it. */
-export class Sessions extends Resource {
+export class SessionsResource extends Resource {
   /** The agent's sessions (of every user, or of `user`). */
   list(params?: Params<'GET /v1/sessions'>): Promise<S.Sessions> {
     return this.client.request('GET /v1/sessions', {}, undefined, params);
@@ -526,7 +526,7 @@ export class Sessions extends Resource {
 }
 
 /** Memory: long-term facts (MEMORY.md), daily notes, files, versions, diff, undo, blame. */
-export class Memory extends Resource {
+export class MemoryResource extends Resource {
   /** Every memory file of the scope, and the memory's version (`as_of`: as it stood then). */
   view(params?: Params<'GET /v1/memory'>): Promise<S.MemoryWire> {
     return this.client.request('GET /v1/memory', {}, undefined, params);
@@ -624,7 +624,7 @@ export class Memory extends Resource {
 }
 
 /** Memory files under /memories, as Anthropic's memory tool sees them. */
-export class Memories extends Resource {
+export class MemoriesResource extends Resource {
   /** Lists a directory or shows a file (`path`; `start`/`end`: a range of lines). */
   view(params?: Params<'GET /v1/memories'>): Promise<S.FileText> {
     return this.client.request('GET /v1/memories', {}, undefined, params);
@@ -652,7 +652,7 @@ export class Memories extends Resource {
 }
 
 /** Workspace files, as MateClaw's tools see them (JSON answers in MateClaw's shape). */
-export class Workspace extends Resource {
+export class WorkspaceResource extends Resource {
   /** Lists the workspace's files (`prefix`: only those under it). */
   list(params?: Params<'GET /v1/workspace/files'>): Promise<S.WorkspaceAnswer> {
     return this.client.request('GET /v1/workspace/files', {}, undefined, params);
@@ -675,7 +675,7 @@ export class Workspace extends Resource {
 }
 
 /** The memory tools a model calls, run by the server. */
-export class Tools extends Resource {
+export class ToolsResource extends Resource {
   /** Every tool, with its input schema. */
   list(options?: RequestOptions): Promise<S.Tools> {
     return this.client.request('GET /v1/tools', {}, undefined, options);
@@ -688,7 +688,7 @@ export class Tools extends Resource {
 }
 
 /** The WAL scanner. */
-export class Wal extends Resource {
+export class WalResource extends Resource {
   /** What the WAL scanner finds in a user message (stores nothing). */
   scan(body: S.WalScanBody, options?: RequestOptions): Promise<S.WalScan> {
     return this.client.request('POST /v1/wal/scan', {}, body, options);
@@ -696,7 +696,7 @@ export class Wal extends Resource {
 }
 
 /** Retention: how long the raw conversation is kept. */
-export class Retention extends Resource {
+export class RetentionResource extends Resource {
   /** The agent's retention policy, and where it came from. */
   get(params?: Params<'GET /v1/retention'>): Promise<S.AgentRetentionWire> {
     return this.client.request('GET /v1/retention', {}, undefined, params);

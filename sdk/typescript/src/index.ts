@@ -8,14 +8,14 @@ export {
   DEFAULT_BASE_URL,
   DEFAULT_MAX_RETRIES,
   DEFAULT_TIMEOUT,
-  Agents,
-  Memories,
-  Memory,
-  Retention,
-  Sessions,
-  Tools,
-  Wal,
-  Workspace,
+  AgentsResource,
+  MemoriesResource,
+  MemoryResource,
+  RetentionResource,
+  SessionsResource,
+  ToolsResource,
+  WalResource,
+  WorkspaceResource,
 } from './client.js';
 export type { Answer, ClientOptions, Params, RequestOptions, Scope } from './client.js';
 export {
@@ -36,5 +36,7 @@ export {
 } from './errors.js';
 export { operations } from './operations.js';
 export type { OperationInfo, OperationKey, Operations } from './operations.js';
-export type * from './types.js';
+// The API's types; the module has nothing else (`export *` rather than `export type *`,
+// which TypeScript before 5.0 cannot read in the declarations).
+export * from './types.js';
 export { VERSION } from './version.js';

@@ -60,3 +60,13 @@ export async function usage(): Promise<void> {
   }
   void [ids, first, entry, diff];
 }
+
+// The API's types keep their names next to the resources (`Sessions` is the answer of
+// `sessions.list`, `SessionsResource` the namespace).
+export async function names(): Promise<void> {
+  const sessions: import('memtape').Sessions = await client.sessions.list();
+  const tools: import('memtape').Tools = await client.tools.list();
+  const agents: import('memtape').Agents = await client.agents.list();
+  const resource: import('memtape').SessionsResource = client.sessions;
+  void [sessions, tools, agents, resource];
+}
