@@ -358,7 +358,7 @@ export interface EntryWire {
   /** When it was written (RFC 3339). */
   created_at: string;
   /** Set when an erasure changed the entry: which one and how. */
-  erased?: ErasedWire | null;
+  erased?: ErasureMark | null;
 }
 
 /** An erasure. */
@@ -405,6 +405,17 @@ export interface ErasedWire {
   files: number;
   /** Whether this was a dry run. */
   dry_run: boolean;
+}
+
+/** The mark an erasure left on an entry. */
+export interface ErasureMark {
+  /** The erasure's receipt (a `tape.erased` entry). */
+  by: number;
+  /**
+   * `whole` (a tombstone: nothing of its content is left) or `text` (a piece of text
+   * was replaced by `[erased]`).
+   */
+  how: string;
 }
 
 /** The body of every error response. */
