@@ -1266,6 +1266,37 @@ mod tests {
         assert!(!cache.exists(), "the cache was created");
     }
 
+    #[test]
+    fn test_wheels_lists_every_pin() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-wheels");
+        let script = fs::read_to_string(&path).unwrap();
+        let listed = |what: &str| script.lines().any(|line| line.trim() == what);
+        for asset in &MINILM_ASSETS {
+            let pin = format!("{}=={}", asset.wheel.package, asset.wheel.version);
+            assert!(listed(&pin), "{} does not list {pin}", path.display());
+        }
+        for pin in QUANTIZE_MINILM.packages {
+            assert!(listed(pin), "{} does not list {pin}", path.display());
+        }
+        for (os, arch, uname) in [
+            ("linux", "x86_64", "Linux x86_64"),
+            ("linux", "aarch64", "Linux aarch64"),
+            ("macos", "aarch64", "Darwin arm64"),
+        ] {
+            let asset = onnxruntime_for(os, arch).unwrap();
+            let case = format!("\"{uname}\") runtime={} ;;", platform_tag(asset));
+            assert!(listed(&case), "{} lacks {case}", path.display());
+            assert_eq!(
+                &asset.wheel.pip_args[..4],
+                ["--python-version", "3.11", "--implementation", "cp"]
+            );
+        }
+        assert!(script.contains(
+            "download --python-version 3.11 --implementation cp --platform \"$runtime\" \
+             onnxruntime==1.31.1"
+        ));
+    }
+
     /// Downloads every pinned ONNX Runtime wheel from the package registry (about 110 MB)
     /// and checks the library's sha256 in each: run by hand when the pins change, with
     /// `cargo test -p memtape-embed -- --ignored pinned_runtime_libraries`.
