@@ -65,7 +65,18 @@ fn a_fetch_from_scratch_writes_nothing_outside_memtapes_own_directories() {
     let home = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
+    let mut fetch = Command::new(env!("CARGO_BIN_EXE_memtape"));
+    // pip runs `rustc --version` for its user agent, and rustup's `rustc` creates
+    // ~/.rustup/settings.toml in a HOME where rustup was never set up. Under cargo it finds
+    // its home through RUSTUP_HOME; run directly, the test points it at the real one, as
+    // on the machine of a user who has rustup.
+    if std::env::var_os("RUSTUP_HOME").is_none()
+        && let Some(real) = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".rustup"))
+        && real.is_dir()
+    {
+        fetch.env("RUSTUP_HOME", real);
+    }
+    let out = fetch
         .args(["--model", "minilm", "models", "fetch", "--verbose"])
         .current_dir(cwd.path())
         .env("HOME", home.path())
