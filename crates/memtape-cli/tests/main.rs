@@ -19,6 +19,7 @@ mod friction;
 mod lifecycle;
 mod mcp;
 mod memory;
+mod models;
 mod postgres;
 mod readme;
 mod search;

