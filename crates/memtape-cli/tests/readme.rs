@@ -1,6 +1,7 @@
 //! The README's tour, run exactly as written, twice in one working directory: every command
 //! between the tour markers must succeed both times, with the freshly built `memtape` first
-//! on PATH. And its curl examples, run against a real `memtape serve`.
+//! on PATH. And its curl examples, run against a real `memtape serve`, and its MCP entry,
+//! launched as a host would.
 
 use crate::common;
 use std::path::Path;
@@ -214,4 +215,86 @@ fn the_readme_curl_examples_run_against_memtape_serve() {
     );
     let (code, _) = s.terminate();
     assert_eq!(code, Some(0));
+}
+
+/// The MCP entry under "Connect your agent", launched as an MCP host launches it (its
+/// command and arguments, the built `memtape` for `memtape`): it answers the handshake as
+/// memtape and lists the memory tools.
+#[test]
+fn the_readme_mcp_entry_launches_a_working_server() {
+    use std::io::Write;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let start = readme
+        .find("<!-- mcp -->")
+        .expect("README has an MCP entry");
+    let end = readme
+        .find("<!-- /mcp -->")
+        .expect("README's MCP entry is closed");
+    let json: String = readme[start..end]
+        .lines()
+        .skip_while(|l| !l.starts_with("```json"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let entry: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let server = &entry["mcpServers"]["memtape"];
+    assert_eq!(server["command"], "memtape");
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let r = common::Run::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(&args)
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .env_remove("MEMTAPE_MODEL")
+        .envs(common::no_model_settings())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for message in [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "readme", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["id"] == 1 && l["result"]["serverInfo"]["name"] == "memtape"),
+        "{lines:?} {stderr}"
+    );
+    let tools = lines
+        .iter()
+        .find(|l| l["id"] == 2)
+        .unwrap_or_else(|| panic!("no tools/list answer: {lines:?} {stderr}"));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"memory_save") && names.contains(&"tape_search"),
+        "{names:?}"
+    );
 }

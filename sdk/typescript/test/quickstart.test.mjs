@@ -1,10 +1,10 @@
 // The README's quick start runs: it is examples/quickstart.mjs word for word, and that
 // script, run as a user would (`node examples/quickstart.mjs`, MEMTAPE_URL set), works
-// against a real server.
+// against a real server; so does the TypeScript snippet of the project's own README.
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -35,4 +35,22 @@ test('examples/quickstart.mjs runs against a server', async () => {
   delete env.MEMTAPE_API_KEY;
   const { stdout } = await promisify(execFile)(process.execPath, [example], { cwd: root, env });
   assert.match(stdout, /^2 messages; best hit: "(I prefer green tea\.|Noted: green tea\.)"; memory v\d+\n$/);
+});
+
+test('the main README’s TypeScript snippet runs as written against a server', async () => {
+  const readme = readFileSync(join(root, '..', '..', 'README.md'), 'utf8');
+  const block = /<!-- typescript -->\n```js\n([\s\S]*?)```\n<!-- \/typescript -->/.exec(readme);
+  assert.ok(block, 'README.md has no js block between <!-- typescript --> markers');
+  // Inside the package (dist/, built output), so `import ... from "memtape"` resolves to
+  // this package as it would once installed.
+  const snippet = join(root, 'dist', 'readme-snippet.mjs');
+  writeFileSync(snippet, block[1]);
+  try {
+    const env = { ...process.env, MEMTAPE_URL: server.url };
+    delete env.MEMTAPE_API_KEY;
+    const { stdout } = await promisify(execFile)(process.execPath, [snippet], { cwd: root, env });
+    assert.equal(stdout, 'Hi, I am Ada. I prefer dark mode.\n');
+  } finally {
+    rmSync(snippet, { force: true });
+  }
 });
