@@ -147,7 +147,9 @@ impl From<memtape::Error> for ApiError {
                 Self::bad_request(message)
             }
             E::NoEntry(_) | E::NoAnchor(..) => Self::not_found(message),
-            E::SessionNotEmpty(..) => Self::conflict(message),
+            // The store's state refuses it: a session with entries, a file holding what an
+            // erasure took (retrying the same file cannot succeed).
+            E::SessionNotEmpty(..) | E::Erased { .. } => Self::conflict(message),
             E::OutsideScope { .. } => Self::forbidden(message),
             E::NoIndex => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
             E::Search(memtape::SearchError::QueryTooLong { .. }) => {
@@ -177,6 +179,8 @@ impl From<memtape::Error> for ApiError {
                 }
                 _ => Self::internal(message),
             },
+            // Every other failure is the server's own (a file it cannot write, a search
+            // index that failed).
             _ => Self::internal(message),
         }
     }

@@ -399,3 +399,40 @@ fn an_import_up_to_the_configured_limit_is_accepted() {
     assert_eq!(report["sessions"], json!([{"session": "big"}]));
     assert!(report["entries"].as_u64().unwrap() >= 3000, "{report}");
 }
+
+/// A file made before an erasure cannot bring back what it took: the import is refused
+/// with 409 (the store's state refuses it, not the server failing), nothing is imported,
+/// and a retry gets the same answer.
+#[test]
+fn an_import_of_what_an_erasure_took_is_a_conflict_not_a_server_error() {
+    let s = Server::start();
+    chat(&s);
+    let (_, before) = get_text(&s, "/v1/export?session=chat");
+    let (status, erased) = s.post(
+        "/v1/erase",
+        &json!({"what": "session", "session": "chat", "reason": "test"}),
+    );
+    assert_eq!(status, 200, "{erased}");
+    for _ in 0..2 {
+        let (status, body) = post_lines(
+            &s,
+            "/v1/import?format=memtape&session=again",
+            before.as_bytes(),
+            None,
+        );
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "conflict");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("was erased from this store"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        s.get("/v1/sessions/again/history").0,
+        404,
+        "nothing imported"
+    );
+}
