@@ -39,6 +39,19 @@ def test_messages_with_tool_calls_and_parts_round_trip(client, session):
     assert session in [s.session for s in sessions.sessions]
 
 
+def test_attachments_as_content_parts_round_trip(client, session):
+    image = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    parts = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": image, "detail": "low"}},
+    ]
+    client.sessions.append(session, role="user", content=parts)
+    message = client.sessions.history(session).messages[0]
+    sent = [p.model_dump(exclude_none=True) for p in message.content]
+    assert sent == parts
+    assert client.search("picture", session=session).hits
+
+
 def test_search_finds_what_was_appended_and_scores_it(client, session):
     client.sessions.append(session, role="user", content="My sister's violin recital is on Friday.")
     hits = client.search("violin recital", session=session, limit=3)
