@@ -54,6 +54,7 @@ class Memtape(Operations, _SyncBase):
         agent: str | None = None,
         user: str | None = None,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
         **kwargs: Any,
     ) -> Memtape:
@@ -61,8 +62,9 @@ class Memtape(Operations, _SyncBase):
         with a key only this process knows, stopped by `close()` (or leaving the `with`).
         `data_dir` defaults to memtape's (`~/.local/share/memtape`); `model` to the
         binary's (`minilm`: run `memtape models fetch` once, or pass `"wordllama"` or
-        `"none"`)."""
-        server = LocalServer(data_dir, model=model, args=args, startup_timeout=startup_timeout)
+        `"none"`). `args` are more `memtape serve` options; `env` more environment
+        variables for it (`MEMTAPE_LLM_*` to give it a model)."""
+        server = LocalServer(data_dir, model=model, args=args, env=env, startup_timeout=startup_timeout)
         try:
             client = cls(server.url, server.key, agent=agent, user=user, **kwargs)
         except BaseException:
@@ -119,12 +121,13 @@ class AsyncMemtape(AsyncOperations, _AsyncBase):
         agent: str | None = None,
         user: str | None = None,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
         **kwargs: Any,
     ) -> AsyncMemtape:
         """[`Memtape.local`][memtape.Memtape.local], for the async client. Starting the
         server blocks (briefly) like any process start."""
-        server = LocalServer(data_dir, model=model, args=args, startup_timeout=startup_timeout)
+        server = LocalServer(data_dir, model=model, args=args, env=env, startup_timeout=startup_timeout)
         try:
             client = cls(server.url, server.key, agent=agent, user=user, **kwargs)
         except BaseException:

@@ -28,6 +28,7 @@ class LocalServer:
         model: str | None = None,
         binary: str | None = None,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
         self.key = "local_" + secrets.token_urlsafe(32)
@@ -38,7 +39,7 @@ class LocalServer:
         if data_dir is not None:
             os.makedirs(data_dir, exist_ok=True)
             command += ["--data-dir", os.fspath(data_dir)]
-        env = dict(os.environ, MEMTAPE_SERVE_KEY=self.key)
+        env = dict(os.environ, **(env or {}), MEMTAPE_SERVE_KEY=self.key)
         self._log: IO[bytes] = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, env=env
