@@ -131,68 +131,73 @@ fn count(text: &str) -> Result<usize, String> {
     }
 }
 
+/// The `--help` heading the retrieval tuning options are listed under (each option names it:
+/// a heading set for the whole group would carry over to the options after it).
+const TUNING: &str = "Retrieval tuning";
+
 /// Retrieval settings. Unset flags take the library's defaults, the best measured on both
-/// development files, LoCoMo dev and BEAM-100K (see docs/benchmarks.md).
+/// development files, LoCoMo dev and BEAM-100K (see docs/benchmarks.md). They are listed
+/// under their own heading in `--help`, after the everyday options, and left out of `-h`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct Tuning {
     /// How hybrid search fuses the BM25 and vector lists.
-    #[arg(long, value_enum)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_enum)]
     fusion: Option<FusionArg>,
     /// The weight of the BM25 list in fusion (0 to 1).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     bm25_weight: Option<f32>,
     /// RRF's rank offset (more than 0, up to 10000).
-    #[arg(long, value_parser = rrf_k)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = rrf_k)]
     rrf_k: Option<f32>,
     /// Candidates each retriever contributes to hybrid search (at least 1).
-    #[arg(long, value_parser = count)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     candidates: Option<usize>,
     /// BM25 weight of a message's context, the message before it (0 = own text only; 0 to
     /// 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     context_weight: Option<f32>,
     /// BM25's term-frequency saturation k1 (more than 0, up to 10).
-    #[arg(long, value_parser = k1)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = k1)]
     bm25_k1: Option<f32>,
     /// BM25's length normalisation b (0 = none to 1 = full).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     bm25_b: Option<f32>,
     /// Embed each message together with the message before it.
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     embed_context: Option<bool>,
     /// Share of a hit's score given to the messages around it (0 to 1).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     neighbour_weight: Option<f32>,
     /// How much a hit's whole session (its three best hits) adds to its score (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     scope_weight: Option<f32>,
     /// How much a hit gains when its time falls on a date the query names (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     time_weight: Option<f32>,
     /// How much a message gains when the query names its speaker (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     speaker_weight: Option<f32>,
     /// How much a message that names a date gains when the query asks when (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     when_weight: Option<f32>,
     /// How much the later of two near-identical statements by one speaker gains (the
     /// earlier, when the query asks about the past; 0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     update_weight: Option<f32>,
     /// How much a message that opens its session gains (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     opener_weight: Option<f32>,
     /// How much a message's length limits what it gains from a shorter neighbour: the
     /// neighbour's share times (its length / the message's)^this (0 = not at all, up to
     /// 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     neighbour_length: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
-    #[arg(long, value_parser = count)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     exact_limit: Option<usize>,
     /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring (at least
     /// 1).
-    #[arg(long, value_parser = count)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     oversample: Option<usize>,
 }
 
