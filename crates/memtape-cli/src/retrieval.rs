@@ -76,13 +76,50 @@ fn config(ctx: &Ctx) -> Result<EmbedConfig> {
     })
 }
 
-/// Loads the model from the local folder or the cache; never downloads.
+/// A model whose files are not in the model folder nor the cache: what is missing, how to
+/// get it, and how to run without it.
+#[derive(Debug)]
+pub struct MissingModel(String);
+
+impl std::fmt::Display for MissingModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MissingModel {}
+
+impl MissingModel {
+    fn new(model: Model, missing: &str) -> Self {
+        let (fetch, instead) = match model {
+            Model::MiniLmInt8 => (
+                "memtape models fetch",
+                ", or --model wordllama for a small model of word vectors (`memtape models \
+                 fetch --model wordllama` downloads it)",
+            ),
+            Model::WordLlama => ("memtape models fetch --model wordllama", ""),
+        };
+        MissingModel(format!(
+            "the {model} embedding model is not here (missing: {missing}): run `{fetch}` to \
+             download it, or give --model-dir a folder that has these files; or run without \
+             it: --model none (or MEMTAPE_MODEL=none) searches by words alone (BM25){instead}"
+        ))
+    }
+}
+
+/// Loads the model from the local folder or the cache; never downloads. Missing files are
+/// a [`MissingModel`] error.
 pub fn embedder(ctx: &Ctx) -> Result<Option<Arc<dyn Embedder>>> {
     let Some(model) = model(ctx) else {
         return Ok(None);
     };
     let config = config(ctx)?;
-    let files = memtape_embed::locate(model, &config)?;
+    let files = memtape_embed::locate(model, &config).map_err(|e| match e {
+        memtape_embed::Error::Missing { model, missing } => {
+            anyhow::Error::new(MissingModel::new(model, &missing))
+        }
+        other => anyhow::Error::new(other),
+    })?;
     let embedder = memtape_embed::load(model, &files, &config)
         .with_context(|| format!("loading the {model} model"))?;
     Ok(Some(Arc::from(embedder)))

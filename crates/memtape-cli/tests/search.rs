@@ -153,4 +153,5 @@ fn a_missing_model_says_how_to_get_it() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("memtape models fetch"), "{err}");
+    assert!(err.contains("--model none"), "{err}");
 }
