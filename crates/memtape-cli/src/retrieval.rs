@@ -186,7 +186,8 @@ pub struct Tuning {
     /// RRF's rank offset (more than 0, up to 10000).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = rrf_k)]
     rrf_k: Option<f32>,
-    /// Candidates each retriever contributes to hybrid search (at least 1).
+    /// Candidates each retriever contributes to a search (at least 1); a hit scores the same
+    /// for every --limit up to this.
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     candidates: Option<usize>,
     /// BM25 weight of a message's context, the message before it (0 = own text only; 0 to
@@ -232,8 +233,8 @@ pub struct Tuning {
     /// Up to this many vectors, vector search is exact (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     exact_limit: Option<usize>,
-    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring (at least
-    /// 1).
+    /// Candidates per hit, for 20 hits whatever --limit, that the one-bit scan keeps for
+    /// exact rescoring (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     oversample: Option<usize>,
 }
