@@ -15,6 +15,10 @@
 //! `/new` (nanobot: wait for consolidation, archive everything, clear), `/memory`,
 //! `/search QUERY`, `/undo`, `/help` and `/quit`. On exit, MateClaw's post-conversation
 //! extraction runs and background consolidations are waited for.
+//!
+//! Beside the conversation, stderr says what the user must know ([`Notes`]): what was
+//! saved to memory, and what failed. How memtape got there (the tools the model called,
+//! why an extraction did nothing) shows with `--verbose`.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
@@ -104,6 +108,39 @@ pub struct ChatArgs {
 /// At most this many rounds of tool calls per turn.
 const TOOL_ROUNDS: usize = 5;
 
+/// What the chat says on stderr beside the conversation, by who needs it. Always: what
+/// failed. Unless `--quiet`: what was saved to memory (the files a tool the model called
+/// changed, what the WAL copied to MEMORY.md, what extraction saved, what consolidation
+/// moved), a prompt cut short for the model, and the banner on a terminal. Only with
+/// `--verbose`: how memtape got there (what the WAL noted in the working state, each tool
+/// call, an extraction or a consolidation that did nothing, the banner in a pipe).
+#[derive(Clone, Copy, Debug)]
+struct Notes {
+    verbose: bool,
+    quiet: bool,
+}
+
+impl Notes {
+    /// A failure: always shown.
+    fn failure(self, line: impl std::fmt::Display) {
+        eprintln!("{line}");
+    }
+
+    /// What the user must know (a saved memory): shown unless `--quiet`.
+    fn tell(self, line: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    /// How memtape got there: shown with `--verbose`.
+    fn detail(self, line: impl std::fmt::Display) {
+        if self.verbose {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// The chat's state.
 struct Chat<'a> {
     engine: Arc<Engine<DynStore>>,
@@ -117,6 +154,8 @@ struct Chat<'a> {
     spent: Vec<Duration>,
     /// Where attachments (Dify's file references) are read from.
     files: memtape::FilesDir,
+    /// What to say on stderr.
+    notes: Notes,
 }
 
 /// `memtape chat`.
@@ -132,19 +171,27 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
     };
     let engine = Arc::new(engine);
     let session = ctx.base_scope()?.with_session(&args.session)?;
+    let notes = Notes {
+        verbose: ctx.verbose,
+        quiet: ctx.quiet,
+    };
     let background = Background::new(engine.clone(), llm.clone(), config.lifecycle.clone())
-        .on_done(|session, outcome| match outcome {
-            Ok(done) if done.through.is_some() => eprintln!(
-                "[memory] consolidated {} messages of {session}{}",
+        .on_done(move |session, outcome| match outcome {
+            Ok(done) if done.through.is_some() => notes.tell(format_args!(
+                "[memory] consolidated {} messages of {session} into memory{}",
                 done.messages,
                 if done.dropped > 0 {
                     format!(" ({} dropped facts kept)", done.dropped)
                 } else {
                     String::new()
                 }
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("[memory] consolidation failed, nothing lost: {e}"),
+            )),
+            Ok(_) => notes.detail(format_args!(
+                "[memory] consolidation of {session}: nothing to move"
+            )),
+            Err(e) => notes.failure(format_args!(
+                "[memory] consolidation failed, nothing lost: {e}"
+            )),
         });
     let tools = match args.tools {
         ToolSet::None => Vec::new(),
@@ -172,18 +219,23 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
         tools,
         spent: Vec::new(),
         files: memtape::FilesDir::new(dir.join(memtape::FILES_DIR)),
+        notes,
     };
     // The token counter loads its vocabulary on first use (about 0.1 s): at start, not in
     // the first turn.
     chat.engine.tokens().count("warm up");
     let interactive = std::io::stdin().is_terminal();
+    let banner = format!(
+        "memtape chat: {} with {} at {} ({}). /help for commands, /quit or Ctrl-D to leave.",
+        chat.session,
+        chat.llm.model(),
+        config.llm.as_ref().map_or("", |l| l.base_url.as_str()),
+        config.llm_origin.as_deref().unwrap_or_default(),
+    );
     if interactive {
-        eprintln!(
-            "memtape chat: {} with {} ({}). /help for commands, /quit or Ctrl-D to leave.",
-            chat.session,
-            chat.llm.model(),
-            config.path.display()
-        );
+        notes.tell(banner);
+    } else {
+        notes.detail(banner);
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -217,10 +269,25 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
                     e.context("the model server cannot be reached; the message is on the tape")
                 );
             }
-            eprintln!("error: {e:#}");
+            notes.failure(format_args!("error: {e:#}"));
         }
     }
     chat.finish(out)
+}
+
+/// The memory files that changes after version `before` of `memory` touched, each once,
+/// in the order first touched.
+fn changed_since(engine: &Engine<DynStore>, memory: &Scope, before: u64) -> Result<Vec<String>> {
+    let (log, _) = engine.memory_log(memory)?;
+    let mut paths: Vec<String> = Vec::new();
+    for recorded in log.changes().iter().filter(|r| r.version > before) {
+        for path in recorded.change.ops.iter().flat_map(|op| op.paths()) {
+            if !paths.iter().any(|p| p == path) {
+                paths.push(path.to_owned());
+            }
+        }
+    }
+    Ok(paths)
 }
 
 /// Whether `e` says nothing answered at the model's address.
@@ -258,11 +325,22 @@ impl Chat<'_> {
         let message = engine.append(&self.session, Message::user(text), Default::default())?;
         let captured = engine.capture_entry(&message)?;
         for hit in &captured.matches {
-            eprintln!(
+            self.notes.detail(format_args!(
                 "[memory] noted {}: {}",
                 hit.category,
                 escape(&hit.text, false)
-            );
+            ));
+        }
+        if captured.saved_long_term > 0 {
+            self.notes.tell(format_args!(
+                "[memory] the WAL saved {} line{} of your message to MEMORY.md",
+                captured.saved_long_term,
+                if captured.saved_long_term == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            ));
         }
         memory_time += started.elapsed();
         let mut emergency = false;
@@ -294,8 +372,8 @@ impl Chat<'_> {
             let answer = match answer {
                 Err(memtape_llm::Error::ContextLength { .. }) if !emergency => {
                     // MateClaw's compactForRetry: only the last messages, one more try.
-                    eprintln!(
-                        "[memory] the prompt was too long for the model; retrying with the last messages only"
+                    self.notes.tell(
+                        "[memory] the prompt was too long for the model; retrying with the last messages only",
                     );
                     emergency = true;
                     continue;
@@ -334,14 +412,24 @@ impl Chat<'_> {
                 said.content = Some(memtape::Content::Text(answer.content.clone()));
             }
             let mut results = vec![said];
+            let memory = memory_scope(&self.session)?;
             for call in &answer.tool_calls {
                 let input = Value::Object(call.arguments.clone());
+                let before = engine.memory_log(&memory)?.0.version();
                 let output = engine.call_tool(&self.session, &call.name, &input)?;
-                eprintln!(
+                self.notes.detail(format_args!(
                     "[tool] {}{}",
                     call.name,
                     if output.is_error { " (refused)" } else { "" }
-                );
+                ));
+                let changed = changed_since(&engine, &memory, before)?;
+                if !changed.is_empty() {
+                    self.notes.tell(format_args!(
+                        "[memory] {} saved {}",
+                        call.name,
+                        changed.join(", ")
+                    ));
+                }
                 results.push(Message::tool_result(&call.id, output.text));
             }
             engine.append_messages(&self.session, results)?;
@@ -353,7 +441,9 @@ impl Chat<'_> {
             self.daily_note(text, &reply)?;
         }
         if let Err(e) = self.background.nudge(&self.session) {
-            eprintln!("[memory] could not check whether to consolidate: {e}");
+            self.notes.failure(format_args!(
+                "[memory] could not check whether to consolidate: {e}"
+            ));
         }
         memory_time += after.elapsed();
         self.spent.push(memory_time);
@@ -398,7 +488,7 @@ impl Chat<'_> {
                 ) {
                     Ok(_) => writeln!(out, "New session started.")?,
                     Err(e) => {
-                        eprintln!("error: {e}");
+                        self.notes.failure(format_args!("error: {e}"));
                         writeln!(
                             out,
                             "Memory archival failed, session not cleared. Please try again."
@@ -469,11 +559,14 @@ impl Chat<'_> {
             .extract(&self.session, self.llm.as_ref(), config, trigger)
         {
             Ok(run) => match run.skipped {
-                Some(why) => eprintln!("[memory] no extraction: {why}"),
-                None if run.changed.is_empty() => {
-                    eprintln!("[memory] extraction: nothing new ({})", run.reason)
-                }
-                None => eprintln!(
+                Some(why) => self
+                    .notes
+                    .detail(format_args!("[memory] no extraction: {why}")),
+                None if run.changed.is_empty() => self.notes.detail(format_args!(
+                    "[memory] extraction: nothing new ({})",
+                    run.reason
+                )),
+                None => self.notes.tell(format_args!(
                     "[memory] extraction saved {}{}",
                     run.changed.join(", "),
                     if run.dropped > 0 {
@@ -481,9 +574,11 @@ impl Chat<'_> {
                     } else {
                         String::new()
                     }
-                ),
+                )),
             },
-            Err(e) => eprintln!("[memory] extraction failed, nothing written: {e}"),
+            Err(e) => self.notes.failure(format_args!(
+                "[memory] extraction failed, nothing written: {e}"
+            )),
         }
         self.background.wait_idle();
         if self.args.timings && !self.spent.is_empty() {

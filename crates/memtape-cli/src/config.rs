@@ -50,6 +50,9 @@ pub struct Config {
     pub path: PathBuf,
     /// The model, if one is configured.
     pub llm: Option<LlmConfig>,
+    /// Where the model's name and address came from, when a model is configured: e.g.
+    /// "model from MEMTAPE_LLM_MODEL, address from /home/ada/.local/share/memtape/memtape.toml".
+    pub llm_origin: Option<String>,
     /// The lifecycle settings.
     pub lifecycle: LifecycleConfig,
     /// The retention policies and their schedule.
@@ -121,14 +124,43 @@ pub fn load(ctx: &Ctx) -> Result<Config> {
         .validate()
         .with_context(|| format!("[retention] of {}", path.display()))?;
     let name = path.display().to_string();
-    let llm = LlmConfig::from_sources(|n| std::env::var(n).ok(), &file.llm, &name)?;
+    let get = |n: &str| std::env::var(n).ok();
+    let llm = LlmConfig::from_sources(get, &file.llm, &name)?;
+    let llm_origin = llm.as_ref().map(|_| origin(get, &file.llm, &name));
     Ok(Config {
         path,
         llm,
+        llm_origin,
         lifecycle: file.lifecycle,
         retention: file.retention,
         mcp: file.mcp,
     })
+}
+
+/// Where the model's name and address came from: the variable that set each (which wins,
+/// as in [`LlmConfig::from_sources`]), else the file `file_name`, else the provider's
+/// default address.
+fn origin(get: impl Fn(&str) -> Option<String>, file: &LlmSettings, file_name: &str) -> String {
+    let set = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let source = |var: &str, in_file: &Option<String>| {
+        if set(get(var)).is_some() {
+            Some(var.to_owned())
+        } else if set(in_file.clone()).is_some() {
+            Some(file_name.to_owned())
+        } else {
+            None
+        }
+    };
+    let model = source("MEMTAPE_LLM_MODEL", &file.model);
+    let address = source("MEMTAPE_LLM_BASE_URL", &file.base_url);
+    match (model, address) {
+        (Some(m), Some(a)) if m == a => format!("model and address from {m}"),
+        (Some(m), Some(a)) => format!("model from {m}, address from {a}"),
+        (Some(m), None) => format!("model from {m}, the provider's default address"),
+        // A configuration without a model's name is refused before this is asked.
+        (None, Some(a)) => format!("address from {a}"),
+        (None, None) => "the provider's default address".to_owned(),
+    }
 }
 
 /// The file at `path`, or the defaults when there is none.

@@ -23,15 +23,20 @@ const MODEL_DIR_ENV: &str = "MEMTAPE_MODEL_DIR";
 /// `MEMTAPE_MODELS`: the model cache.
 const MODELS_ENV: &str = "MEMTAPE_MODELS";
 
+/// Where the options every command takes (`-q`, `-v`) are listed in a command's help:
+/// after its own.
+const LAST: usize = 1000;
+
 /// Options of the `memtape` command itself. The scope, data directory and model options
 /// are hidden here: each subcommand that uses them lists them.
 #[derive(Args, Debug, Default)]
 pub struct Globals {
     /// Show no progress and no summaries on stderr (results and errors still print).
-    #[arg(long, short, global = true)]
+    #[arg(long, short, global = true, display_order = LAST)]
     pub quiet: bool,
-    /// Let the tools memtape runs (pip, the model hub client) print their own output.
-    #[arg(long, short)]
+    /// Say more on stderr: how a command got its result (`memtape chat`'s tool calls and
+    /// memory checks), and the output of the tools memtape runs (pip, the model hub client).
+    #[arg(long, short, global = true, conflicts_with = "quiet", display_order = LAST)]
     pub verbose: bool,
     #[arg(long, hide = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -130,7 +135,7 @@ pub struct Models {
 pub struct Ctx {
     /// No progress and no summaries on stderr.
     pub quiet: bool,
-    /// Let pip and the hub client print their own output.
+    /// Say more on stderr: internal notes, pip's and the hub client's own output.
     pub verbose: bool,
     data_dir: Option<PathBuf>,
     /// The PostgreSQL database holding the tape, when not the data directory's SQLite.

@@ -37,8 +37,27 @@ memory files and their versions are entries on an append-only tape in one SQLite
 PostgreSQL database, for several servers); history, search, the memory view and the prompt are \
 read from it.";
 
+/// What `memtape --help` ends with: where the data lives and how the models are chosen,
+/// which each command that uses them takes as its own options.
+const WHERE: &str = "\
+Where memtape keeps things (`memtape COMMAND --help` lists the options a command takes):
+  --data-dir DIR   The store, its search index and memtape.toml [env: MEMTAPE_DATA_DIR]
+                   (default: the platform's data directory, e.g. ~/.local/share/memtape)
+  --model MODEL    The embedding model for search: minilm (the default; `memtape models
+                   fetch` downloads it), wordllama (small, fast), or none (BM25 only)
+                   [env: MEMTAPE_MODEL]
+  The language model that keeps memory (consolidation, extraction, `memtape chat`):
+  [llm] in memtape.toml, or MEMTAPE_LLM_MODEL, MEMTAPE_LLM_BASE_URL, … (`memtape chat
+  --help`). Without one, nothing is ever sent anywhere.";
+
 #[derive(Parser)]
-#[command(name = "memtape", version, about = ABOUT, max_term_width = 100)]
+#[command(
+    name = "memtape",
+    version,
+    about = ABOUT,
+    after_help = WHERE,
+    max_term_width = 100
+)]
 struct Cli {
     #[command(flatten)]
     globals: Globals,

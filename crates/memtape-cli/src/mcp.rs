@@ -8,7 +8,7 @@ use clap::Args;
 use memtape_server::{AppState, KeyStore, Limits};
 
 use crate::ctx::{Ctx, ModelArgs, ScopeArgs};
-use crate::retrieval::{Tuning, open_indexed};
+use crate::retrieval::{MissingModel, Tuning, open_indexed};
 
 /// `memtape mcp`'s options.
 #[derive(Args)]
@@ -30,7 +30,17 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     drop(crate::ctx::init(ctx)?);
     // The embedding model (ONNX Runtime) is loaded here, before the runtime starts any
     // thread.
-    let engine = open_indexed(ctx, &args.tuning)?;
+    let engine = open_indexed(ctx, &args.tuning).map_err(|e| {
+        if e.downcast_ref::<MissingModel>().is_some() {
+            // A host starts the server from its settings: say where the flag goes.
+            anyhow::anyhow!(
+                "{e}. In the MCP host's settings the flag goes in the server's arguments, \
+                 e.g. \"args\": [\"mcp\", \"--model\", \"none\"]"
+            )
+        } else {
+            e
+        }
+    })?;
     let config = crate::config::load(ctx)?;
     let (model, _) = config.server_model()?;
     let state = AppState::with_model(engine, KeyStore::open(&dir), Limits::default(), true, model);

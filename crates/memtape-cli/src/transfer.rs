@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use memtape::{DynStore, Engine, Format, SqliteStore, Store};
 use memtape_postgres::PostgresStore;
 
-use crate::ctx::{Ctx, ScopeArgs, StoreArgs, existing_session, open, open_read_only};
+use crate::ctx::{Ctx, ScopeArgs, StoreArgs, existing_session, open_read_only};
 
 /// A JSONL format.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,9 +35,10 @@ impl From<FormatArg> for Format {
 /// `memtape import`.
 #[derive(Args, Debug)]
 pub struct ImportArgs {
-    /// The file's format. A memtape file stays inside --tenant/--agent/--user: an entry of
-    /// another scope is refused and nothing is imported.
-    #[arg(long, value_enum, required_unless_present = "restore")]
+    /// The file's format (default: told by its first lines, and said on stderr). A memtape
+    /// file stays inside --tenant/--agent/--user: an entry of another scope is refused and
+    /// nothing is imported.
+    #[arg(long, value_enum)]
     format: Option<FormatArg>,
     /// The file.
     file: PathBuf,
@@ -69,13 +70,56 @@ pub struct ExportArgs {
     pub scope: ScopeArgs,
 }
 
-/// `memtape import`: all of the file or nothing; says what was imported and where.
+/// The format `--format` gives, else the one `text` (the file `file`) reads as, said on
+/// stderr; `None` for a file with no lines.
+fn format_of(ctx: &Ctx, a: &ImportArgs, text: &str) -> Result<Option<FormatArg>> {
+    if let Some(format) = a.format {
+        return Ok(Some(format));
+    }
+    let detected = Format::detect(text).map_err(|why| {
+        anyhow::anyhow!(
+            "cannot tell the format of {}: {why}; pass --format memtape, nanobot or bub \
+             (nothing was imported)",
+            a.file.display()
+        )
+    })?;
+    let Some(format) = detected else {
+        return Ok(None);
+    };
+    let (arg, what) = match format {
+        Format::Memtape => (FormatArg::Memtape, "memtape entries"),
+        Format::Nanobot => (FormatArg::Nanobot, "a nanobot session file"),
+        Format::Bub => (FormatArg::Bub, "a Bub tape"),
+    };
+    if !ctx.quiet {
+        eprintln!(
+            "{} reads as {what}: importing it as --format {}",
+            a.file.display(),
+            format.name()
+        );
+    }
+    Ok(Some(arg))
+}
+
+/// `memtape import`: all of the file or nothing; says what was imported and where. The
+/// store is created when there is none, as `memtape serve` does.
 pub fn import(ctx: &Ctx, a: &ImportArgs, out: &mut impl Write) -> Result<()> {
-    let engine = open(ctx)?;
     let file = &a.file;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let report = match a.format {
+    let format = if a.restore {
+        None
+    } else {
+        match format_of(ctx, a, &text)? {
+            Some(format) => Some(format),
+            None => {
+                writeln!(out, "nothing imported: {} holds no entries", file.display())?;
+                return Ok(());
+            }
+        }
+    };
+    let engine = crate::ctx::init(ctx)?;
+    let report = match format {
         None => engine.restore_store(&text),
         Some(format) => {
             let session = match (format, &a.session) {

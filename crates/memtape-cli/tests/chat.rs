@@ -85,7 +85,7 @@ fn a_conversation_uses_every_part_of_memory() {
     configure(&r, &server);
     let (stdout, stderr) = chat(
         &r,
-        &["s1", "--timings"],
+        &["s1", "--timings", "--verbose"],
         "My name is Ada and I prefer window seats.\n/memory\nWhat is my name, please?\n/search window\n/undo\n/memory\n/new\n",
     );
     assert!(stdout.contains("Saved, Ada!"), "{stdout}");
@@ -100,6 +100,10 @@ fn a_conversation_uses_every_part_of_memory() {
     assert!(
         stderr.contains("noted preference"),
         "the WAL saw it: {stderr}"
+    );
+    assert!(
+        stderr.contains("[memory] the WAL saved 1 line of your message to MEMORY.md"),
+        "{stderr}"
     );
     assert!(
         stderr.contains("extraction: nothing new (already known)"),
@@ -340,4 +344,162 @@ fn an_unreachable_model_server_is_named_and_the_chat_fails() {
         "{stderr}"
     );
     assert_eq!(history_texts(&r), vec!["hello".to_owned()]);
+}
+
+/// Runs `memtape chat ARGS` on `r` with `input`, these variables set over the blanked
+/// model settings; returns stderr.
+fn chat_with_env(r: &Run, args: &[&str], vars: &[(&str, &str)], input: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .arg("chat")
+        .args(args)
+        .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+        .envs(common::no_model_settings())
+        .envs(vars.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "chat failed: {stderr}");
+    stderr
+}
+
+/// Without --verbose, stderr holds what the user must know (what was saved to memory) and
+/// none of how memtape got there (what the WAL noted, the tool call, an extraction that
+/// found nothing new or was skipped for too few messages, the banner in a pipe); --verbose
+/// adds those; --quiet leaves nothing.
+#[test]
+fn internal_notes_show_only_with_verbose() {
+    let turn = || {
+        Scripted::start(vec![
+            stream_tool_call(
+                "memory_save",
+                r#"{"content": "- The user's name is Ada\n"}"#,
+            ),
+            stream_text("Saved, Ada!"),
+            text(r#"{"should_update": false, "reason": "already saved"}"#),
+        ])
+    };
+    let said = "Remember that my name is Ada.\n";
+    let internal = [
+        "[tool] memory_save",
+        "[memory] noted remember: ",
+        "[memory] extraction: nothing new (already saved)",
+        "memtape chat: ",
+    ];
+    let r = Run::new();
+    let server = turn();
+    configure(&r, &server);
+    let (stdout, stderr) = chat(&r, &["s1"], said);
+    assert!(stdout.contains("Saved, Ada!"), "{stdout}");
+    assert!(
+        stderr.contains("[memory] memory_save saved MEMORY.md"),
+        "a saved memory is said: {stderr}"
+    );
+    for note in internal {
+        assert!(!stderr.contains(note), "{note} shown: {stderr}");
+    }
+
+    let r = Run::new();
+    let server = turn();
+    configure(&r, &server);
+    let (_, stderr) = chat(&r, &["s1", "--verbose"], said);
+    assert!(
+        stderr.contains("[memory] memory_save saved MEMORY.md"),
+        "{stderr}"
+    );
+    for note in internal {
+        assert!(stderr.contains(note), "{note} missing: {stderr}");
+    }
+
+    let r = Run::new();
+    let server = turn();
+    configure(&r, &server);
+    let (stdout, stderr) = chat(&r, &["s1", "-q"], said);
+    assert!(stdout.contains("Saved, Ada!"), "{stdout}");
+    assert_eq!(stderr, "", "--quiet");
+
+    // A chat too short for extraction: said only with --verbose.
+    for (args, shown) in [(vec!["s1"], false), (vec!["s1", "-v"], true)] {
+        let r = Run::new();
+        let server = Scripted::start(vec![stream_text("Hello!")]);
+        configure(&r, &server);
+        let (_, stderr) = chat(&r, &args, "hello there\n");
+        assert_eq!(
+            stderr.contains("[memory] no extraction: 2 messages, fewer than 4"),
+            shown,
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// The banner says which model at which address, and where each came from: the
+/// variables, memtape.toml (by its path), or the provider's default.
+#[test]
+fn the_banner_names_where_the_model_settings_came_from() {
+    let r = Run::new();
+    let server = Scripted::start(Vec::new());
+    configure(&r, &server);
+    let file = r.dir.path().join("data/memtape.toml");
+    let stderr = chat_with_env(&r, &["s1", "--verbose"], &[], "/quit\n");
+    assert!(
+        stderr.contains(&format!(
+            "with scripted at {} (model and address from {})",
+            server.base,
+            file.display()
+        )),
+        "{stderr}"
+    );
+
+    let stderr = chat_with_env(
+        &r,
+        &["s1", "--verbose"],
+        &[("MEMTAPE_LLM_MODEL", "from-env")],
+        "/quit\n",
+    );
+    assert!(
+        stderr.contains(&format!(
+            "with from-env at {} (model from MEMTAPE_LLM_MODEL, address from {})",
+            server.base,
+            file.display()
+        )),
+        "{stderr}"
+    );
+
+    std::fs::remove_file(&file).unwrap();
+    let stderr = chat_with_env(
+        &r,
+        &["s1", "--verbose"],
+        &[
+            ("MEMTAPE_LLM_MODEL", "from-env"),
+            ("MEMTAPE_LLM_BASE_URL", &server.base),
+        ],
+        "/quit\n",
+    );
+    assert!(
+        stderr.contains("(model from MEMTAPE_LLM_MODEL, address from MEMTAPE_LLM_BASE_URL)"),
+        "{stderr}"
+    );
+    // No address anywhere: the provider's own (nothing is sent before the first turn).
+    let stderr = chat_with_env(
+        &r,
+        &["s1", "--verbose"],
+        &[("MEMTAPE_LLM_MODEL", "from-env")],
+        "/quit\n",
+    );
+    assert!(
+        stderr.contains(
+            "with from-env at https://api.openai.com/v1 (model from MEMTAPE_LLM_MODEL, the \
+             provider's default address)"
+        ),
+        "{stderr}"
+    );
 }

@@ -383,3 +383,137 @@ fn an_append_retried_with_its_idempotency_key_stores_once() {
     let memory = run.ok(&["memory", "show"]);
     assert!(memory.contains("version 1,"), "{memory}");
 }
+
+/// `memtape import` without --format tells the format by the file's lines and says which
+/// on stderr, into a data directory that has no store yet (it is created, as `serve` does).
+#[test]
+fn import_tells_the_format_and_creates_the_store() {
+    let source = Run::new();
+    source.ok(&["append", "s", "--role", "user", "--content", "hello"]);
+    source.ok(&[
+        "append",
+        "s",
+        "--role",
+        "assistant",
+        "--content",
+        "hi there",
+    ]);
+    for (format, name, export, session) in [
+        (
+            "memtape",
+            "all.jsonl",
+            vec!["export", "--format", "memtape"],
+            "s",
+        ),
+        (
+            "nanobot",
+            "s.jsonl",
+            vec!["export", "--format", "nanobot", "s"],
+            "s",
+        ),
+        (
+            "bub",
+            "tape.jsonl",
+            vec!["export", "--format", "bub", "s"],
+            "tape",
+        ),
+    ] {
+        let target = Run::new_empty();
+        let file = target.path(name);
+        std::fs::write(&file, source.ok(&export)).unwrap();
+        let out = target.cmd(&["import", &file]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(out.status.success(), "{format}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name} reads as"))
+                && stderr.contains(&format!("importing it as --format {format}")),
+            "{format}: {stderr}"
+        );
+        let said = String::from_utf8(out.stdout).unwrap();
+        assert!(said.starts_with("imported "), "{format}: {said}");
+        let history = target.json(&["history", session, "--json"]);
+        assert_eq!(
+            history,
+            json!([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]),
+            "{format}"
+        );
+    }
+    // --format given: the store is created too.
+    let target = Run::new_empty();
+    let file = target.path("s.jsonl");
+    std::fs::write(&file, source.ok(&["export", "--format", "nanobot", "s"])).unwrap();
+    let out = target.cmd(&["import", "--format", "nanobot", &file]);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "nothing to tell when --format is given"
+    );
+    assert_eq!(
+        target
+            .json(&["history", "s", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// What format detection cannot read: an empty file imports nothing; a file of another
+/// kind, of two formats at once, a cut line or bytes that are not text is refused with
+/// the reason and the --format values, and nothing is imported.
+#[test]
+fn import_without_a_format_refuses_what_it_cannot_tell() {
+    let r = Run::new();
+    for (name, text) in [("empty.jsonl", ""), ("blank.jsonl", "\u{feff}\n  \n")] {
+        let file = r.path(name);
+        std::fs::write(&file, text).unwrap();
+        let said = r.ok(&["import", &file]);
+        assert!(said.starts_with("nothing imported: "), "{name}: {said}");
+    }
+    let nanobot = r#"{"role": "user", "content": "hi"}"#;
+    let bub =
+        r#"{"id": 1, "kind": "message", "payload": {"role": "user", "content": "hi"}, "meta": {}}"#;
+    for (name, text, why) in [
+        (
+            "locomo.json",
+            "[\n  {\"sample_id\": \"conv-1\", \"conversation\": {}}\n]\n".to_owned(),
+            "line 1 is not a JSON object",
+        ),
+        (
+            "notes.md",
+            "# Notes\n\n- Ada likes tea\n".to_owned(),
+            "line 1 is not a JSON object",
+        ),
+        (
+            "rows.jsonl",
+            "{\"text\": \"hello\", \"speaker\": \"Ada\"}\n".to_owned(),
+            "line 1 is neither a memtape entry",
+        ),
+        (
+            "mixed.jsonl",
+            format!("{nanobot}\n{nanobot}\n{bub}\n"),
+            "line 1 reads as nanobot but line 3 as bub",
+        ),
+        (
+            "cut.jsonl",
+            format!("{nanobot}\n{}\n", &nanobot[..nanobot.len() / 2]),
+            "line 2 is not a JSON object",
+        ),
+    ] {
+        let file = r.path(name);
+        std::fs::write(&file, text).unwrap();
+        let err = r.fails(&["import", &file]);
+        assert!(
+            err.contains(&format!("cannot tell the format of {file}: {why}"))
+                && err.contains("pass --format memtape, nanobot or bub")
+                && err.contains("nothing was imported"),
+            "{name}: {err}"
+        );
+    }
+    let file = r.path("binary.jsonl");
+    std::fs::write(&file, [0xff, 0xfe, 0x00, 0x81]).unwrap();
+    let err = r.fails(&["import", &file]);
+    assert!(err.contains(&format!("reading {file}")), "{err}");
+    assert_eq!(r.json(&["sessions", "--json"]), json!([]));
+    assert_eq!(r.ok(&["export", "--format", "memtape"]), "");
+}

@@ -311,6 +311,138 @@ fn help_lists_only_the_options_that_apply() {
     assert_eq!(other.stdout, after.stdout);
 }
 
+/// `memtape ARGS -h` (the short help) as text.
+fn short_help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .args(args)
+        .arg("-h")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} -h failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The retrieval tuning options of every command that takes them: listed in `--help` under
+/// their own heading, after the everyday options; left out of `-h`; still taken.
+#[test]
+fn tuning_options_have_a_section_of_their_own() {
+    const TUNING: [&str; 18] = [
+        "--fusion",
+        "--bm25-weight",
+        "--rrf-k",
+        "--candidates",
+        "--context-weight",
+        "--bm25-k1",
+        "--bm25-b",
+        "--embed-context",
+        "--neighbour-weight",
+        "--scope-weight",
+        "--time-weight",
+        "--speaker-weight",
+        "--when-weight",
+        "--update-weight",
+        "--opener-weight",
+        "--neighbour-length",
+        "--exact-limit",
+        "--oversample",
+    ];
+    for (command, everyday) in [
+        (vec!["search"], ["--limit", "--data-dir"]),
+        (vec!["serve"], ["--addr", "--model"]),
+        (vec!["reindex"], ["--data-dir", "--model"]),
+        (vec!["mcp"], ["--agent", "--model"]),
+        (vec!["bench", "locomo"], ["--data", "--sweep"]),
+    ] {
+        let long = help(&command);
+        let at = long
+            .find("\nRetrieval tuning:\n")
+            .unwrap_or_else(|| panic!("{command:?} --help has no tuning section:\n{long}"));
+        let (before, section) = long.split_at(at);
+        for option in TUNING {
+            let listed = format!("{option} <");
+            assert!(
+                section.contains(&listed),
+                "{command:?}: {option} not under the heading"
+            );
+            assert!(
+                !before.contains(&listed),
+                "{command:?}: {option} before the heading"
+            );
+        }
+        let short = short_help(&command);
+        for option in everyday {
+            let listed = format!("{option} <");
+            assert!(
+                before.contains(&listed),
+                "{command:?}: {option} not first:\n{long}"
+            );
+            assert!(
+                !section.contains(&listed),
+                "{command:?}: {option} among tuning"
+            );
+            assert!(
+                short.contains(&listed),
+                "{command:?} -h lacks {option}:\n{short}"
+            );
+        }
+        for option in TUNING {
+            assert!(
+                !short.contains(option),
+                "{command:?} -h lists {option}:\n{short}"
+            );
+        }
+        assert!(short.contains("see more with '--help'"), "{short}");
+    }
+    let r = Run::new();
+    r.ok(&["append", "s", "--role", "user", "--content", "kept"]);
+    let found = r.ok(&[
+        "search",
+        "kept",
+        "--model",
+        "none",
+        "--fusion",
+        "rrf",
+        "--bm25-b",
+        "0.5",
+        "--candidates",
+        "20",
+    ]);
+    assert!(found.contains("kept"), "{found}");
+}
+
+/// `memtape --help` lists the options every command takes (-q, -v) and says where the
+/// data lives and how the models are chosen, which each command takes as its own options;
+/// -q and -v are taken after any command, but not together.
+#[test]
+fn top_level_help_says_where_the_data_lives_and_how_to_pick_the_model() {
+    let top = help(&[]);
+    for said in [
+        "-q, --quiet",
+        "-v, --verbose",
+        "--data-dir DIR",
+        "MEMTAPE_DATA_DIR",
+        "--model MODEL",
+        "MEMTAPE_MODEL",
+        "minilm",
+        "wordllama",
+        "none (BM25 only)",
+        "memtape models",
+        "MEMTAPE_LLM_MODEL",
+    ] {
+        assert!(top.contains(said), "{said} missing from:\n{top}");
+    }
+    let r = Run::new();
+    r.ok(&["sessions", "-v"]);
+    r.ok(&["sessions", "--quiet"]);
+    let both = r.cmd(&["sessions", "-q", "-v"]);
+    assert_eq!(both.status.code(), Some(2));
+    let err = String::from_utf8(both.stderr).unwrap();
+    assert!(
+        err.contains("--quiet") && err.contains("--verbose"),
+        "{err}"
+    );
+}
+
 #[test]
 fn json_output_is_compact_when_piped() {
     let r = Run::new();

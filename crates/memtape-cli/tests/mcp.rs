@@ -148,3 +148,34 @@ fn a_malformed_line_gets_a_parse_error_and_the_session_goes_on() {
         "the session went on: {lines:?}"
     );
 }
+
+/// Without the default model's files (an empty model cache), `memtape mcp` stops with a
+/// message that says how to get them, and how to run without them: `--model none` or
+/// `--model wordllama`, put in the host's arguments for the server.
+#[test]
+fn without_the_models_files_it_says_how_to_run_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memtape"))
+        .arg("mcp")
+        .env("MEMTAPE_DATA_DIR", dir.path().join("data"))
+        .env("MEMTAPE_MODELS", dir.path().join("empty-cache"))
+        .env_remove("MEMTAPE_MODEL")
+        .env_remove("MEMTAPE_MODEL_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "nothing on the protocol's stream");
+    let err = String::from_utf8(out.stderr).unwrap();
+    for said in [
+        "the minilm embedding model is not here",
+        "empty-cache",
+        "`memtape models fetch`",
+        "--model none",
+        "--model wordllama",
+        "`memtape models fetch --model wordllama`",
+        r#""args": ["mcp", "--model", "none"]"#,
+    ] {
+        assert!(err.contains(said), "{said} missing: {err}");
+    }
+}

@@ -153,4 +153,82 @@ fn a_missing_model_says_how_to_get_it() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("memtape models fetch"), "{err}");
+    assert!(err.contains("--model none"), "{err}");
+}
+
+/// A hit's score is the same whatever `--limit` asks for: the lists fused and boosted do
+/// not depend on it. The store is searched through the one-bit scan (`--exact-limit 1`),
+/// whose candidates once grew with the limit: a hit missed by the scan at `--limit 2`
+/// lost its vector share, and the same hit scored differently at `--limit 5`.
+#[test]
+fn a_hits_score_does_not_depend_on_the_limit() {
+    models();
+    let run = Run::new();
+    // A thousand messages of words drawn at random (a fixed seed), so the one-bit codes
+    // are an approximation that the number of candidates it keeps matters to.
+    let words: Vec<&str> = "ada bo tea lake kite bread violin map lamp garden market \
+        school train river cake paint sold lost found borrowed fixed baked music dog cat \
+        book rain snow summer winter city beach mountain coffee letter phone bike car \
+        museum concert friend sister brother mother father job office doctor"
+        .split_whitespace()
+        .collect();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut lines = String::new();
+    for i in 0..1000 {
+        let text: Vec<&str> = (0..8)
+            .map(|_| words[(next() % words.len() as u64) as usize])
+            .collect();
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let line = serde_json::json!({"role": role, "content": text.join(" ")});
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    let file = run.path("many.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    run.ok(&["import", "--format", "nanobot", &file, "--session", "s"]);
+    let scores = |query: &str, limit: usize| -> Vec<(u64, f64)> {
+        let out = run.ok(&[
+            "search",
+            query,
+            "--limit",
+            &limit.to_string(),
+            "--exact-limit",
+            "1",
+            "--json",
+        ]);
+        let hits: Value = serde_json::from_str(&out).unwrap();
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["entry"]["id"].as_u64().unwrap(),
+                    h["score"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    for query in [
+        "who repaired the lamp near the water",
+        "bread baked by the lake",
+        "a letter from my sister about the concert",
+        "the doctor said coffee",
+    ] {
+        let wide = scores(query, 10);
+        for limit in [1, 2, 5] {
+            let narrow = scores(query, limit);
+            assert_eq!(narrow.len(), limit, "{query}");
+            assert_eq!(
+                narrow[..],
+                wide[..limit],
+                "{query}: --limit {limit} against 10"
+            );
+        }
+    }
 }

@@ -81,9 +81,11 @@ fn check_import(result: Result<memtape::ImportReport, Error>) {
 }
 
 /// memtape's JSONL: every parsed entry writes back to a line that parses to the same entry,
-/// and the import (confined to one scope) lands whole or is refused.
+/// a file that parses is told as memtape by format detection, and the import (confined to
+/// one scope) lands whole or is refused.
 pub fn jsonl_memtape(data: &[u8]) {
     let Some(text) = text(data) else { return };
+    let detected = Format::detect(text);
     if let Ok(entries) = formats::memtape::parse(text) {
         for entry in &entries {
             let line = formats::memtape::line(entry);
@@ -91,6 +93,13 @@ pub fn jsonl_memtape(data: &[u8]) {
                 .unwrap_or_else(|e| panic!("{line} does not read back: {e}"));
             assert_eq!(&again, entry, "round trip changed the entry");
         }
+        // `memtape import` without --format reads what memtape's parser reads as memtape.
+        let want = if entries.is_empty() {
+            None
+        } else {
+            Some(Format::Memtape)
+        };
+        assert_eq!(detected, Ok(want), "a memtape file told as another format");
     }
     with_engine(|engine, _| check_import(engine.import(Format::Memtape, text, &base(), None)));
 }
@@ -98,6 +107,7 @@ pub fn jsonl_memtape(data: &[u8]) {
 /// nanobot session files: parse, then import under a fresh session.
 pub fn jsonl_nanobot(data: &[u8]) {
     let Some(text) = text(data) else { return };
+    let _ = Format::detect(text);
     let _ = formats::nanobot::parse(text, now());
     with_engine(|engine, n| {
         let session = format!("nanobot-{n}");
@@ -108,6 +118,7 @@ pub fn jsonl_nanobot(data: &[u8]) {
 /// Bub tapes (with memory zones): read, then import under a fresh session.
 pub fn jsonl_bub(data: &[u8]) {
     let Some(text) = text(data) else { return };
+    let _ = Format::detect(text);
     let _ = formats::bub::read(text, now());
     with_engine(|engine, n| {
         let session = format!("bub-{n}");

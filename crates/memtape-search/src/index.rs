@@ -37,20 +37,28 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The name recorded for an index without vectors.
 const NO_EMBEDDER: &str = "none";
 
+/// How many hits the one-bit scan keeps [`IndexConfig::oversample`] candidates each for,
+/// whatever a request's limit: the vector list, and so every hit's fused and boosted score,
+/// is then the same for every limit. (It once grew with the limit up to this, so that a
+/// hit the scan missed for `limit=2` lost its vector share, and scored higher for
+/// `limit=5`.)
+const ONE_BIT_HITS: usize = 20;
+
 /// Settings of the index.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IndexConfig {
     /// How hybrid search fuses its two lists.
     pub fusion: Fusion,
-    /// How many candidates each retriever contributes to a hybrid search (at least the
-    /// requested limit).
+    /// How many candidates each retriever contributes to a search (at least the requested
+    /// limit). A hit's score depends on the lists it is fused and boosted among, so it is
+    /// the same for every limit up to this one; a longer limit looks deeper.
     pub candidates: usize,
     /// Up to this many vectors, vector search is exact; above it, one-bit codes pick
     /// candidates that are rescored exactly.
     pub exact_limit: usize,
-    /// How many candidates per requested hit (counting at most 20 hits) the one-bit scan
-    /// keeps for rescoring. A hybrid search's longer candidate list reuses the same pool:
-    /// its tail matters little to the fused ranking.
+    /// How many candidates per hit the one-bit scan keeps for rescoring, for 20 hits
+    /// whatever the request's limit: which documents reach the vector list must not depend
+    /// on the limit, or a hit's score would.
     pub oversample: usize,
     /// The BM25 weight of a message's context (the message before it in its scope)
     /// relative to its own text; 0 searches the message's own text only. BM25F: each field

@@ -36,6 +36,69 @@ impl std::str::FromStr for Format {
     }
 }
 
+/// How many of a file's first lines [`Format::detect`] reads.
+const DETECT_LINES: usize = 20;
+
+impl Format {
+    /// The format's name, as `--format` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Memtape => "memtape",
+            Format::Nanobot => "nanobot",
+            Format::Bub => "bub",
+        }
+    }
+
+    /// The format of a JSONL file, told by the shape of its first lines (at most 20): a
+    /// memtape entry has `id`, `scope`, `kind`, `created_at` and `payload`; a Bub tape
+    /// entry has a string `kind` and an object `payload` but no `scope`; a nanobot line is
+    /// its metadata line (`"_type": "metadata"`) or a message (`role`, and neither `kind`
+    /// nor `payload`). `Ok(None)` for a file with no lines; an error says which line fits
+    /// no format, or fits another format than the lines before it.
+    pub fn detect(text: &str) -> std::result::Result<Option<Format>, String> {
+        let mut found: Option<(Format, usize)> = None;
+        for (line, raw) in raw_lines(text).take(DETECT_LINES) {
+            let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(raw) else {
+                return Err(format!("line {line} is not a JSON object"));
+            };
+            let has = |key: &str| obj.contains_key(key);
+            let format = if ["id", "scope", "kind", "created_at", "payload"]
+                .iter()
+                .all(|k| has(k))
+            {
+                Format::Memtape
+            } else if obj.get("kind").is_some_and(Value::is_string)
+                && obj.get("payload").is_some_and(Value::is_object)
+                && !has("scope")
+            {
+                Format::Bub
+            } else if obj.get("_type").and_then(Value::as_str) == Some("metadata")
+                || (has("role") && !has("kind") && !has("payload"))
+            {
+                Format::Nanobot
+            } else {
+                return Err(format!(
+                    "line {line} is neither a memtape entry (id, scope, kind, created_at, \
+                     payload), a Bub tape entry (kind, payload) nor a nanobot line (role, or \
+                     \"_type\": \"metadata\")"
+                ));
+            };
+            match found {
+                None => found = Some((format, line)),
+                Some((first, at)) if first != format => {
+                    return Err(format!(
+                        "line {at} reads as {} but line {line} as {}",
+                        first.name(),
+                        format.name()
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(found.map(|(format, _)| format))
+    }
+}
+
 /// One entry read from a foreign format, before it has a scope or an id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Imported {
@@ -117,6 +180,32 @@ mod tests {
         assert_eq!(lines[0], (1, serde_json::json!({"a": 1})));
         // Only at the start: a BOM inside a line is still not JSON.
         assert!(json_lines("{}\n\u{feff}{}").nth(1).unwrap().is_err());
+    }
+
+    #[test]
+    fn the_format_is_told_by_the_lines() {
+        let memtape = r#"{"id": 1, "scope": "t/a", "kind": "message", "created_at": "2026-01-01T00:00:00Z", "payload": {}}"#;
+        let bub = r#"{"id": 1, "kind": "message", "payload": {"role": "user"}, "meta": {}, "date": "2026-01-01"}"#;
+        let meta = r#"{"_type": "metadata", "key": "cli:1"}"#;
+        let message = r#"{"role": "user", "content": "hi"}"#;
+        let detect = |lines: &[&str]| Format::detect(&lines.join("\n"));
+        assert_eq!(detect(&[memtape, memtape]), Ok(Some(Format::Memtape)));
+        assert_eq!(detect(&[bub]), Ok(Some(Format::Bub)));
+        assert_eq!(detect(&[meta, message]), Ok(Some(Format::Nanobot)));
+        assert_eq!(detect(&[message]), Ok(Some(Format::Nanobot)));
+        assert_eq!(detect(&["", "  "]), Ok(None));
+        assert_eq!(Format::detect("\u{feff}"), Ok(None));
+        let err = detect(&[message, bub]).unwrap_err();
+        assert!(
+            err.contains("line 1 reads as nanobot but line 2 as bub"),
+            "{err}"
+        );
+        let err = detect(&["[1, 2]"]).unwrap_err();
+        assert!(err.contains("line 1 is not a JSON object"), "{err}");
+        let err = detect(&[message, "", "# notes"]).unwrap_err();
+        assert!(err.contains("line 3 is not a JSON object"), "{err}");
+        let err = detect(&[r#"{"text": "hello"}"#]).unwrap_err();
+        assert!(err.contains("line 1 is neither"), "{err}");
     }
 
     #[test]

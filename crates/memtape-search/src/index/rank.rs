@@ -7,7 +7,7 @@ use memtape_core::EntryId;
 use memtape_store::Store;
 
 use super::bm25::{self, Postings};
-use super::{Docs, Index, lock};
+use super::{Docs, Index, ONE_BIT_HITS, lock};
 use crate::fusion::{self, List};
 use crate::text::terms;
 use crate::when::{self, Period};
@@ -211,7 +211,7 @@ impl Index {
                     } else {
                         self.config.exact_limit
                     },
-                    self.config.oversample * request.limit.min(20),
+                    self.config.oversample * ONE_BIT_HITS,
                     pass,
                 );
                 // Below the model's floor a document is unrelated, however it ranks.
