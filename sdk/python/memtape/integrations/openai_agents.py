@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from .._client import AsyncMemtape
+from .._errors import NotFoundError
 from .._models import ChatMessage, EntryWire
 from ._convert import text_of
 
@@ -54,10 +55,8 @@ class MemtapeSession:
         tool calls never cut from their results), the latest `limit` items if given."""
         try:
             history = await self.client.sessions.history(self.session_id, **self._scope())
-        except Exception as e:  # a session nothing was added to yet has no history
-            if getattr(e, "status_code", None) == 404:
-                return []
-            raise
+        except NotFoundError:  # a session nothing was added to yet has no history
+            return []
         items = [item for m in history.messages for item in to_items(m.model_dump(exclude_none=True))]
         return items[-limit:] if limit else items
 
@@ -85,9 +84,8 @@ class MemtapeSession:
         """Starts the conversation again (nanobot's `/new`): the history is empty after."""
         try:
             await self.client.sessions.new(self.session_id, **self._scope())
-        except Exception as e:
-            if getattr(e, "status_code", None) != 404:
-                raise
+        except NotFoundError:
+            pass
 
     async def _last_message(self) -> EntryWire | None:
         before = _END
@@ -96,10 +94,8 @@ class MemtapeSession:
                 page = await self.client.sessions.entries(
                     self.session_id, before=before, limit=100, **self._scope()
                 )
-            except Exception as e:
-                if getattr(e, "status_code", None) == 404:
-                    return None
-                raise
+            except NotFoundError:
+                return None
             for entry in reversed(page.entries):
                 if entry.erased is not None:
                     continue
