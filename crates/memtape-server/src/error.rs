@@ -34,8 +34,11 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// A stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `payload_too_large`, `unprocessable`, `unavailable`, `internal`.
+    /// A stable code: `bad_request`, `query_too_long`, `unauthorized`, `forbidden`,
+    /// `refused`, `not_found`, `conflict`, `payload_too_large`, `unsupported_media_type`,
+    /// `unprocessable`, `too_many_sessions`, `timeout`, `busy` (nothing was written; try
+    /// again), `unavailable`, `no_model` (the route needs a model the server has not got),
+    /// `model_failed`, `internal`.
     pub code: String,
     /// What is wrong.
     pub message: String,
