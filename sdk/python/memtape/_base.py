@@ -81,7 +81,6 @@ class _Base:
     def _build(
         self,
         method: str,
-        path: str,
         query: dict[str, Any],
         json: Any,
         content: str | bytes | None,
@@ -117,7 +116,8 @@ class _Base:
         if response is None:
             return True
         if response.status_code in _RETRY_STATUS:
-            return True
+            # A server without a model stays without one: asking again cannot help.
+            return not (response.status_code == 503 and _code(response) == "no_model")
         # A retried write whose first attempt still runs on the server: wait for it.
         return write and attempt > 0 and response.status_code == 409
 
@@ -135,6 +135,14 @@ class _Base:
         if cast is str:
             return response.text
         return _adapter(cast).validate_python(response.json())
+
+
+def _code(response: httpx.Response) -> str | None:
+    """The error code of an error answer, if it has the API's error body."""
+    try:
+        return response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _query_value(value: Any) -> Any:
@@ -169,7 +177,7 @@ class _SyncBase(_Base):
         keyed: bool = False,
         timeout: float | None = None,
     ) -> Any:
-        kwargs, retryable = self._build(method, path, query, json, content, idempotency_key, keyed)
+        kwargs, retryable = self._build(method, query, json, content, idempotency_key, keyed)
         url = self.base_url + path
         write = method not in ("GET", "HEAD")
         attempt = 0
@@ -210,7 +218,7 @@ class _AsyncBase(_Base):
         keyed: bool = False,
         timeout: float | None = None,
     ) -> Any:
-        kwargs, retryable = self._build(method, path, query, json, content, idempotency_key, keyed)
+        kwargs, retryable = self._build(method, query, json, content, idempotency_key, keyed)
         url = self.base_url + path
         write = method not in ("GET", "HEAD")
         attempt = 0

@@ -217,8 +217,7 @@ def test_errors_carry_the_servers_code_and_message(client):
 
 def test_model_routes_without_a_model_say_so(client, session):
     client.sessions.append(session, role="user", content="hello")
-    quick = memtape.Memtape(client.base_url, client.api_key, max_retries=0)
     with pytest.raises(memtape.InternalServerError) as e:
-        quick.sessions.extraction(session)
-    assert e.value.status_code == 503 and "MEMTAPE_LLM_MODEL" in e.value.message
-    quick.close()
+        client.sessions.extraction(session)
+    assert e.value.status_code == 503 and e.value.code == "no_model"
+    assert "MEMTAPE_LLM_MODEL" in e.value.message

@@ -62,6 +62,16 @@ def test_an_error_answer_is_not_retried(client):
     assert len(transport.sent) == 1
 
 
+def test_a_server_without_a_model_is_not_asked_again(client, session):
+    transport = LosesFirstAnswers(0)
+    m = memtape.Memtape(client.base_url, client.api_key, http_client=httpx.Client(transport=transport))
+    client.sessions.append(session, role="user", content="hello")
+    with pytest.raises(memtape.InternalServerError) as e:
+        m.sessions.extraction(session)
+    assert e.value.code == "no_model"
+    assert len(transport.sent) == 1
+
+
 def test_the_url_and_key_come_from_the_environment(client, monkeypatch):
     monkeypatch.setenv("MEMTAPE_URL", client.base_url)
     monkeypatch.setenv("MEMTAPE_API_KEY", client.api_key)
