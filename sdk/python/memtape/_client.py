@@ -65,13 +65,7 @@ class Memtape(Operations, _SyncBase):
         `"none"`). `args` are more `memtape serve` options; `env` more environment
         variables for it (`MEMTAPE_LLM_*` to give it a model)."""
         server = LocalServer(data_dir, model=model, args=args, env=env, startup_timeout=startup_timeout)
-        try:
-            client = cls(server.url, server.key, agent=agent, user=user, **kwargs)
-        except BaseException:
-            server.stop()
-            raise
-        client._server = server
-        return client
+        return _owning(server, lambda: cls(server.url, server.key, agent=agent, user=user, **kwargs))
 
     def close(self) -> None:
         """Closes the connections, and stops the server `local()` started."""
@@ -128,13 +122,7 @@ class AsyncMemtape(AsyncOperations, _AsyncBase):
         """[`Memtape.local`][memtape.Memtape.local], for the async client. Starting the
         server blocks (briefly) like any process start."""
         server = LocalServer(data_dir, model=model, args=args, env=env, startup_timeout=startup_timeout)
-        try:
-            client = cls(server.url, server.key, agent=agent, user=user, **kwargs)
-        except BaseException:
-            server.stop()
-            raise
-        client._server = server
-        return client
+        return _owning(server, lambda: cls(server.url, server.key, agent=agent, user=user, **kwargs))
 
     async def close(self) -> None:
         """Closes the connections, and stops the server `local()` started."""
@@ -147,6 +135,18 @@ class AsyncMemtape(AsyncOperations, _AsyncBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _owning(server: LocalServer, make: Any) -> Any:
+    """The client `make()` builds for `server`, owning it: a client that cannot be built
+    stops the server it would have owned."""
+    try:
+        client = make()
+    except BaseException:
+        server.stop()
+        raise
+    client._server = server
+    return client
 
 
 Client = Memtape
