@@ -202,6 +202,12 @@ impl Ctx {
         self
     }
 
+    /// Whether the tape is in a PostgreSQL database (the data directory then holds only
+    /// this node's projections, and may be created by any command).
+    pub fn uses_database(&self) -> bool {
+        self.database.is_some()
+    }
+
     /// Where the tape is, for messages: the database's address (without its password), or
     /// the data directory.
     pub fn tape_place(&self) -> Result<String> {

@@ -109,9 +109,10 @@ pub enum MemoryCommand {
     },
     /// Forget memory changes (the ids `memory versions` lists), as if never made.
     Forget {
-        /// The changes' entry ids.
+        /// The changes, as `memory versions` prints them: a version (`v3`) or the
+        /// change's entry id (`#7`, or `7`).
         #[arg(required = true)]
-        ids: Vec<u64>,
+        ids: Vec<ChangeRef>,
     },
     /// Clear every memory file (earlier versions stay and can be restored with undo).
     Clear,
@@ -125,15 +126,15 @@ pub enum MemoryCommand {
     },
     /// Show what changed between two versions, as a unified diff.
     Diff {
-        /// The older version.
-        from: u64,
+        /// The older version (`3` or `v3`).
+        from: Version,
         /// The newer version.
-        to: u64,
+        to: Version,
     },
     /// Bring the memory back to how it was at a version (recorded as a new version).
     Undo {
-        /// The version to return to.
-        version: u64,
+        /// The version to return to (`3` or `v3`, as `memory versions` prints it).
+        version: Version,
     },
     /// Remove daily notes older than the retention period.
     Prune {
@@ -610,13 +611,31 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
             out,
         )?,
         MemoryCommand::Forget { ids } => {
+            let (log, _) = engine.memory_log(&scope)?;
+            let ids = ids
+                .iter()
+                .map(|r| match *r {
+                    ChangeRef::Entry(id) => Ok(id),
+                    ChangeRef::Version(v) => log
+                        .versions(None)
+                        .into_iter()
+                        .find(|x| x.version == v)
+                        .map(|x| x.id.0)
+                        .with_context(|| {
+                            format!(
+                                "there is no version v{v}: the memory of {scope} has {} version(s)",
+                                log.version()
+                            )
+                        }),
+                })
+                .collect::<Result<Vec<u64>>>()?;
             tool(&engine, &scope, "memory.forget", json!({"ids": ids}), out)?;
         }
         MemoryCommand::Clear => tool(&engine, &scope, "memory.clear", json!({}), out)?,
         MemoryCommand::Versions { path, json } => {
             let (log, _) = engine.memory_log(&scope)?;
             for r in log.versions(path.as_deref()) {
-                let paths: Vec<&str> = r.change.ops.iter().flat_map(|op| op.paths()).collect();
+                let paths = r.change.paths();
                 if *json {
                     // One version a line (JSON lines), compact however it is printed.
                     let at = r.at.to_rfc3339();
@@ -645,7 +664,10 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 }
             }
         }
-        MemoryCommand::Diff { from, to } => {
+        MemoryCommand::Diff {
+            from: Version(from),
+            to: Version(to),
+        } => {
             let (log, _) = engine.memory_log(&scope)?;
             for v in [from, to] {
                 if *v > log.version() {
@@ -657,7 +679,9 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
             }
             write!(out, "{}", diff(&log.view_at(*from), &log.view_at(*to)))?;
         }
-        MemoryCommand::Undo { version } => match engine.undo_memory(&scope, *version)? {
+        MemoryCommand::Undo {
+            version: Version(version),
+        } => match engine.undo_memory(&scope, *version)? {
             Some(r) => writeln!(
                 out,
                 "memory is back to version {version}, recorded as version {}",
@@ -766,12 +790,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 Some(r) => writeln!(
                     out,
                     "restored into {}, recorded as version {}",
-                    r.change
-                        .ops
-                        .iter()
-                        .flat_map(|op| op.paths())
-                        .collect::<Vec<_>>()
-                        .join(" "),
+                    r.change.paths().join(" "),
                     r.version
                 )?,
                 None => writeln!(out, "the file already has that fact; nothing changed")?,
@@ -1130,4 +1149,51 @@ pub fn wal(ctx: &Ctx, command: &WalCommand, out: &mut impl Write) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// A memory change named on the command line: a version as `memory versions` prints it
+/// (`v3`) or the entry id of its change (`#7` or `7`).
+#[derive(Clone, Copy, Debug)]
+pub enum ChangeRef {
+    /// A version number (`vN`).
+    Version(u64),
+    /// A `memory.change` entry id (`#N` or `N`).
+    Entry(u64),
+}
+
+impl std::str::FromStr for ChangeRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let number = |digits: &str| {
+            digits.parse::<u64>().map_err(|_| {
+                format!("{s:?} is neither a version (v3) nor a change's entry id (#7 or 7)")
+            })
+        };
+        match s.strip_prefix(['v', 'V']) {
+            Some(v) => number(v).map(ChangeRef::Version),
+            None => number(s.strip_prefix('#').unwrap_or(s)).map(ChangeRef::Entry),
+        }
+    }
+}
+
+/// A memory version on the command line: `3` or `v3` (as `memory versions` prints it).
+#[derive(Clone, Copy, Debug)]
+pub struct Version(pub u64);
+
+impl std::str::FromStr for Version {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.starts_with('#') {
+            return Err(format!(
+                "{s:?} is an entry id; give the version (the vN that `memory versions` prints)"
+            ));
+        }
+        s.strip_prefix(['v', 'V'])
+            .unwrap_or(s)
+            .parse()
+            .map(Version)
+            .map_err(|_| format!("{s:?} is not a version (3 or v3)"))
+    }
 }

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use memtape::{Content, Entry, Message, Payload, Scope, ScopeInfo, ToolCall};
+use memtape::{Content, Entry, Message, Payload, Scope, SessionInfo, ToolCall};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -323,11 +323,13 @@ pub struct SessionOut<'a> {
     last_consolidated: u64,
     first_at: Option<DateTime<Utc>>,
     last_at: Option<DateTime<Utc>>,
+    last_message_at: Option<DateTime<Utc>>,
 }
 
 impl<'a> SessionOut<'a> {
-    /// The wire form of `s`.
-    pub fn of(s: &'a ScopeInfo) -> Self {
+    /// The wire form of `session`.
+    pub fn of(session: &'a SessionInfo) -> Self {
+        let s = &session.info;
         SessionOut {
             scope: ScopeOut::of(&s.scope),
             session: s.scope.session(),
@@ -336,14 +338,16 @@ impl<'a> SessionOut<'a> {
             last_consolidated: s.last_consolidated.0,
             first_at: s.first_at,
             last_at: s.last_at,
+            last_message_at: session.last_message_at,
         }
     }
 }
 
-/// A session's projection for people.
-pub fn session_line(s: &ScopeInfo) -> String {
-    let when = s
-        .last_at
+/// A session's projection for people: `last` is the time of its latest message.
+pub fn session_line(session: &SessionInfo) -> String {
+    let s = &session.info;
+    let when = session
+        .last_message_at
         .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_default();
     let mut line = format!(

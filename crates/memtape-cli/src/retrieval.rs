@@ -445,6 +445,16 @@ pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<DynS
 fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
     let mut engine = crate::ctx::open(ctx)?;
+    if ctx.uses_database() {
+        // The tape is in the database: the data directory only holds this node's
+        // projections, so a first search on a new node makes it and builds the index.
+        std::fs::create_dir_all(&dir).with_context(|| {
+            format!(
+                "creating the data directory {} for this node's search index",
+                dir.display()
+            )
+        })?;
+    }
     // Attaching the index follows the engine's setting: a server's index must not embed
     // its backlog before it listens.
     engine.set_index_on_write(!text_first);

@@ -414,8 +414,8 @@ pub fn sessions(ctx: &Ctx, a: &SessionsArgs, out: &mut impl Write) -> Result<()>
     let sessions: Vec<_> = engine
         .sessions(&ctx.tenant)?
         .into_iter()
-        .filter(|s| s.scope.agent_name() == ctx.agent)
-        .filter(|s| ctx.user.is_none() || s.scope.user() == ctx.user.as_deref())
+        .filter(|s| s.info.scope.agent_name() == ctx.agent)
+        .filter(|s| ctx.user.is_none() || s.info.scope.user() == ctx.user.as_deref())
         .collect();
     if a.json {
         let list: Vec<output::SessionOut<'_>> =

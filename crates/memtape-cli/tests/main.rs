@@ -23,6 +23,7 @@ mod models;
 mod postgres;
 mod readme;
 mod search;
+mod seed_edges;
 mod serve;
 mod serve_crash;
 mod stress;

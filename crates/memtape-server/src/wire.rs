@@ -2,7 +2,7 @@
 //! the engine's types at the edge, so the engine can change without breaking clients, and
 //! the OpenAPI document is derived from them.
 
-use memtape::{Entry, Message, ScopeInfo};
+use memtape::{Entry, Message, SessionInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -273,14 +273,19 @@ pub struct SessionWire {
     pub messages: u64,
     /// The consolidation pointer (0: nothing consolidated).
     pub last_consolidated: u64,
-    /// When its latest entry was written.
+    /// When its latest entry of any kind was written (an event such as a consolidation
+    /// pointer counts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// When its latest message (or tool call or result) was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_message_at: Option<String>,
 }
 
 impl SessionWire {
     /// The wire form of a session's projection.
-    pub fn of(i: &ScopeInfo) -> Self {
+    pub fn of(session: &SessionInfo) -> Self {
+        let i = &session.info;
         SessionWire {
             session: i.scope.session().unwrap_or_default().to_owned(),
             user: i.scope.user().map(str::to_owned),
@@ -288,6 +293,7 @@ impl SessionWire {
             messages: i.messages,
             last_consolidated: i.last_consolidated.0,
             updated_at: i.last_at.map(|t| t.to_rfc3339()),
+            last_message_at: session.last_message_at.map(|t| t.to_rfc3339()),
         }
     }
 }

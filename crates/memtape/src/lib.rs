@@ -503,13 +503,38 @@ impl<S: Store> Engine<S> {
         Ok(found)
     }
 
-    /// The sessions of `tenant` (scopes that hold a conversation), with their projections.
-    pub fn sessions(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
-        Ok(self
+    /// The sessions of `tenant` (scopes that hold a conversation), with their projections
+    /// and when each last had a message (its head's time: a consolidation pointer or
+    /// another event written later does not count as activity).
+    pub fn sessions(&self, tenant: &str) -> Result<Vec<SessionInfo>> {
+        let infos: Vec<ScopeInfo> = self
             .store
             .scopes(tenant)?
             .into_iter()
             .filter(|i| i.scope.session().is_some())
+            .collect();
+        let heads: Vec<EntryId> = infos.iter().filter_map(|i| i.head).collect();
+        let times: HashMap<EntryId, DateTime<Utc>> = self
+            .store
+            .get_many(tenant, &heads)?
+            .into_iter()
+            .map(|e| (e.id, e.created_at))
+            .collect();
+        Ok(infos
+            .into_iter()
+            .map(|info| SessionInfo {
+                last_message_at: info.head.and_then(|h| times.get(&h).copied()),
+                info,
+            })
             .collect())
     }
+}
+
+/// A session's projection and the time of its latest message.
+#[derive(Clone, Debug)]
+pub struct SessionInfo {
+    /// The session's projection (counts, head, consolidation pointer, first and last entry).
+    pub info: ScopeInfo,
+    /// When its latest message (or tool call or result) was written; `None` before any.
+    pub last_message_at: Option<DateTime<Utc>>,
 }

@@ -107,7 +107,7 @@ fn a_store_from_before_the_look_alike_rule_keeps_working() {
         .sessions("default")
         .unwrap()
         .iter()
-        .filter_map(|s| s.scope.session().map(str::to_owned))
+        .filter_map(|s| s.info.scope.session().map(str::to_owned))
         .collect();
     assert_eq!(sessions.len(), 3, "{sessions:?}");
     assert!(sessions.contains(&" spaced".to_owned()));

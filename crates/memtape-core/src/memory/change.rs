@@ -143,6 +143,18 @@ pub struct Change {
 pub const MAX_CAUSES: usize = 64;
 
 impl Change {
+    /// The paths the change touches, each once, in the order its ops first touch them (an
+    /// undo that writes a file and sets its flags names it once).
+    pub fn paths(&self) -> Vec<&str> {
+        let mut paths: Vec<&str> = Vec::new();
+        for path in self.ops.iter().flat_map(Op::paths) {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        paths
+    }
+
     /// A change of one op.
     pub fn one(op: Op, source: impl Into<String>) -> Self {
         Change {

@@ -364,13 +364,7 @@ impl VersionWire {
             id: r.id.0,
             at: r.at.to_rfc3339(),
             source: r.change.source.clone(),
-            paths: r
-                .change
-                .ops
-                .iter()
-                .flat_map(|op| op.paths())
-                .map(str::to_owned)
-                .collect(),
+            paths: r.change.paths().into_iter().map(str::to_owned).collect(),
             ops: r
                 .change
                 .ops

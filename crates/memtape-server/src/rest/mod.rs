@@ -239,8 +239,8 @@ pub async fn sessions(
         .run(move |engine| Ok(engine.sessions(&tenant)?))
         .await?
         .into_iter()
-        .filter(|s| s.scope.agent_name() == agent)
-        .filter(|s| p.user.is_none() || s.scope.user() == p.user.as_deref())
+        .filter(|s| s.info.scope.agent_name() == agent)
+        .filter(|s| p.user.is_none() || s.info.scope.user() == p.user.as_deref())
         .map(|s| SessionWire::of(&s))
         .collect();
     Ok(Json(Sessions { sessions: list }))
