@@ -27,6 +27,26 @@ pub struct MemoryArgs {
     pub scope: ScopeArgs,
 }
 
+/// The session a change of memory is made in (`--session`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct MadeIn {
+    /// The session the change is made in, as an agent's tool call would be: a Bub session
+    /// (`memtape start S`) gets the new memory zone on its tape.
+    #[arg(long)]
+    session: Option<String>,
+}
+
+impl MadeIn {
+    /// The scope the tool call runs in: the session when one is named (it must exist),
+    /// else the memory's own scope.
+    fn scope(&self, engine: &Engine<DynStore>, ctx: &Ctx, memory: &Scope) -> Result<Scope> {
+        match &self.session {
+            Some(s) => existing_session(engine, ctx, s),
+            None => Ok(memory.clone()),
+        }
+    }
+}
+
 /// `memtape files`: the scope options, then the subcommand.
 #[derive(Args, Debug)]
 pub struct FilesArgs {
@@ -75,6 +95,8 @@ pub enum MemoryCommand {
         /// The new long-term memory.
         #[arg(allow_hyphen_values = true)]
         content: String,
+        #[command(flatten)]
+        made_in: MadeIn,
     },
     /// Append to the daily notes (memory/YYYY-MM-DD.md). CONTENT `-` reads standard input.
     Daily {
@@ -84,6 +106,8 @@ pub enum MemoryCommand {
         /// The day (YYYY-MM-DD; default today).
         #[arg(long)]
         date: Option<String>,
+        #[command(flatten)]
+        made_in: MadeIn,
     },
     /// Recall long-term memory and recent daily notes, or the lines matching QUERY.
     Recall {
@@ -115,7 +139,10 @@ pub enum MemoryCommand {
         ids: Vec<ChangeRef>,
     },
     /// Clear every memory file (earlier versions stay and can be restored with undo).
-    Clear,
+    Clear {
+        #[command(flatten)]
+        made_in: MadeIn,
+    },
     /// List the versions of the memory, or of one file.
     Versions {
         /// Only the versions that touched this file.
@@ -596,16 +623,20 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         MemoryCommand::Blame { path, as_of, json } => {
             blame(&engine, &scope, path, as_of.as_ref(), *json, out)?;
         }
-        MemoryCommand::Save { content } => tool(
+        MemoryCommand::Save { content, made_in } => tool(
             &engine,
-            &scope,
+            &made_in.scope(&engine, ctx, &scope)?,
             "memory.save",
             json!({"content": text_arg(content)?}),
             out,
         )?,
-        MemoryCommand::Daily { content, date } => tool(
+        MemoryCommand::Daily {
+            content,
+            date,
+            made_in,
+        } => tool(
             &engine,
-            &scope,
+            &made_in.scope(&engine, ctx, &scope)?,
             "memory.daily",
             json!({"content": text_arg(content)?, "date": date}),
             out,
@@ -631,7 +662,13 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 .collect::<Result<Vec<u64>>>()?;
             tool(&engine, &scope, "memory.forget", json!({"ids": ids}), out)?;
         }
-        MemoryCommand::Clear => tool(&engine, &scope, "memory.clear", json!({}), out)?,
+        MemoryCommand::Clear { made_in } => tool(
+            &engine,
+            &made_in.scope(&engine, ctx, &scope)?,
+            "memory.clear",
+            json!({}),
+            out,
+        )?,
         MemoryCommand::Versions { path, json } => {
             let (log, _) = engine.memory_log(&scope)?;
             for r in log.versions(path.as_deref()) {

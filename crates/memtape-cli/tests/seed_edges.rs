@@ -1,7 +1,8 @@
 //! The seeds' smaller edges through the real binary (issue 35, section 5): `sessions` shows
 //! the time of the last message, `memory forget`/`undo`/`diff` take the versions `memory
 //! versions` prints, a version names each file once, `files` output ends with a newline,
-//! and a read command on a new node of a PostgreSQL tape makes the node's data directory.
+//! a read command on a new node of a PostgreSQL tape makes the node's data directory, and
+//! Bub's `memory save --session` writes the session's memory zone (with the 4 KB warning).
 
 use std::path::Path;
 
@@ -166,4 +167,36 @@ fn a_read_command_on_a_new_node_of_a_postgres_tape_makes_its_data_directory() {
     // On SQLite the data directory is the store: a read command says how to make one.
     let err = r.fails(&["sessions", "--data-dir", r.path("nowhere").as_str()]);
     assert!(err.contains("run `memtape init`"), "{err}");
+}
+
+#[test]
+fn memory_save_in_a_bub_session_writes_its_zone_and_warns_over_4_kb() {
+    let r = Run::new();
+    r.ok(&["start", "b"]);
+    let seals = |r: &Run| {
+        r.json(&["entries", "b", "--kind", "anchor", "--json"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["payload"]["name"] == "memory/seal")
+            .count()
+    };
+    let before = seals(&r);
+    r.ok(&["memory", "save", "Ada likes tea"]);
+    assert_eq!(seals(&r), before, "no session named: the tape is untouched");
+    let said = r.ok(&["memory", "save", "Ada likes green tea", "--session", "b"]);
+    assert_eq!(said, "saved to long-term memory\n");
+    assert_eq!(seals(&r), before + 1);
+    r.ok(&["memory", "daily", "tea talk", "--session", "b"]);
+    r.ok(&["memory", "clear", "--session", "b"]);
+    assert_eq!(seals(&r), before + 3);
+    let err = r.fails(&["memory", "save", "x", "--session", "nope"]);
+    assert!(err.contains("no session nope"), "{err}");
+    let long = "Ada likes green tea. ".repeat(250);
+    let said = r.ok(&["memory", "save", &long, "--session", "b"]);
+    assert!(
+        said.contains("Warning: long-term memory is 5250 bytes, over the recommended 4096"),
+        "{said}"
+    );
+    assert_eq!(seals(&r), before + 4);
 }

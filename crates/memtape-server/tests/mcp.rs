@@ -526,6 +526,18 @@ fn registry_tools_take_a_session() {
         )
         .await;
         assert!(entries(&s) > before, "the new zone is on bub's tape");
+        // Bub's recommended 4 KB: a longer long-term memory is saved, with a warning.
+        let long = "Ada likes green tea. ".repeat(250);
+        let text = ok(
+            &c,
+            "memory_save",
+            json!({"content": long, "session": "bub"}),
+        )
+        .await;
+        assert!(
+            text.starts_with("saved to long-term memory\nWarning: long-term memory is 5250 bytes"),
+            "{text}"
+        );
 
         let (text, error) = call(&c, "memory_save", json!({"content": "x", "session": 5})).await;
         assert!(error && text.contains("session"), "{text}");

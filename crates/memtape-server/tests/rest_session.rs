@@ -291,6 +291,88 @@ fn start_writes_the_bootstrap_anchor_once_and_takes_bubs_view() {
     assert_eq!(anchors["entries"][0]["payload"]["name"], "session/start");
 }
 
+/// Bub (seed 001, 3.3): a save made in a Bub session appends a new memory zone to its tape,
+/// over REST as over MCP and the CLI; long-term memory over the recommended 4 KB is saved
+/// with a warning.
+#[test]
+fn memory_writes_made_in_a_bub_session_write_its_zone() {
+    let s = Server::start();
+    let (status, started) = s.post("/v1/sessions/bub/start", &json!({}));
+    assert_eq!(status, 200, "{started}");
+    let zones = |s: &Server| {
+        let (status, page) = s.get("/v1/sessions/bub/entries?kind=anchor&limit=1000");
+        assert_eq!(status, 200, "{page}");
+        page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["payload"]["name"] == "memory/seal")
+            .count()
+    };
+    let before = zones(&s);
+    // No session named: the memory changes, the tape does not.
+    let (status, saved) = s.post("/v1/memory/save", &json!({"content": "Ada likes tea."}));
+    assert_eq!(status, 201, "{saved}");
+    assert!(
+        saved["zone"].is_null() && saved["warning"].is_null(),
+        "{saved}"
+    );
+    assert_eq!(zones(&s), before);
+    // Made in the Bub session: a new zone each time, named in the answer.
+    let (status, saved) = s.post(
+        "/v1/memory/save?session=bub",
+        &json!({"content": "Ada likes green tea."}),
+    );
+    assert_eq!(status, 201, "{saved}");
+    assert!(saved["zone"].as_u64().is_some(), "{saved}");
+    assert_eq!(zones(&s), before + 1);
+    let (status, noted) = s.post(
+        "/v1/memory/daily?session=bub",
+        &json!({"content": "Talked about tea."}),
+    );
+    assert_eq!(status, 201, "{noted}");
+    assert_eq!(zones(&s), before + 2);
+    let (status, cleared) = s.post("/v1/memory/clear?session=bub", &json!({}));
+    assert_eq!(status, 200, "{cleared}");
+    assert!(cleared["recorded"]["zone"].as_u64().is_some(), "{cleared}");
+    assert_eq!(zones(&s), before + 3);
+    // A session with memtape's own view keeps no zone.
+    append(&s, "plain", json!([{"role": "user", "content": "hi"}]));
+    let (status, saved) = s.post("/v1/memory/save?session=plain", &json!({"content": "x"}));
+    assert_eq!(status, 201, "{saved}");
+    assert!(saved["zone"].is_null(), "{saved}");
+    // A malformed session name is refused, and nothing is saved.
+    let (status, refused) = s.post("/v1/memory/save?session=a%00b", &json!({"content": "y"}));
+    assert_eq!(status, 400, "{refused}");
+    let (_, memory) = s.get("/v1/memory");
+    assert!(!memory.to_string().contains("\"y\""), "{memory}");
+
+    // Over 4 KB: saved, with the warning, on REST and through the tool.
+    let long = "Ada likes tea. ".repeat(300);
+    let (status, saved) = s.post("/v1/memory/save", &json!({"content": long}));
+    assert_eq!(status, 201, "{saved}");
+    let warning = saved["warning"].as_str().unwrap();
+    assert!(
+        warning.contains("4500 bytes, over the recommended 4096"),
+        "{warning}"
+    );
+    let (status, called) = s.post(
+        "/v1/tools/memory.save",
+        &json!({"input": {"content": long}}),
+    );
+    assert_eq!(status, 200, "{called}");
+    assert!(
+        called.to_string().contains("over the recommended 4096"),
+        "{called}"
+    );
+    let (status, called) = s.post(
+        "/v1/tools/memory.save",
+        &json!({"input": {"content": "short"}}),
+    );
+    assert_eq!(status, 200, "{called}");
+    assert!(!called.to_string().contains("Warning"), "{called}");
+}
+
 #[test]
 fn context_builds_the_prompt_within_the_budget() {
     let s = Server::start();

@@ -241,6 +241,18 @@ impl<S: Store> Engine<S> {
         Ok(started)
     }
 
+    /// After a change of memory made in `session` (a tool call, a save over REST or the
+    /// CLI with a session named): a Bub session's tape gets the zone of the memory as it
+    /// is now (seed 001, 3.3: every save appends a new zone). Nothing is written for a
+    /// scope that is not a session, a session with memtape's view, or memory that did not
+    /// change. Returns the zone version written, if one was.
+    pub fn memory_changed_in(&self, session: &Scope) -> Result<Option<u64>> {
+        if session.session().is_none() || self.history_view(session)? != HistoryView::Bub {
+            return Ok(None);
+        }
+        self.write_zone(session)
+    }
+
     /// Writes the session's memory zone (`memory/open`, the memory, `memory/seal`, with the
     /// next version) when the zone Bub would read from the session's tape is missing or no
     /// longer the memory of its scope. Returns the version written, if one was. The zone is

@@ -31,11 +31,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use memtape_core::{AsOf, HistoryView, Scope, memory};
+use memtape_core::{AsOf, Scope, memory};
 use memtape_store::Store;
 
 use crate::{Engine, Error, Result, memory_scope};
 
+pub use bub::{LONG_TERM_RECOMMENDED_BYTES, long_term_warning};
 pub use search::SearchLine;
 
 /// The largest memory file, in bytes (256 KiB): the one limit of every way into memory.
@@ -191,12 +192,8 @@ impl<S: Store> Engine<S> {
                 // A Bub session keeps its memory zone on its tape (seed 001, 3.3: every
                 // save appends a new zone); nothing is written when memory did not change,
                 // nor by a read of the past.
-                if !out.is_error
-                    && as_of.is_none()
-                    && session.session().is_some()
-                    && self.history_view(session)? == HistoryView::Bub
-                {
-                    self.write_zone(session)?;
+                if !out.is_error && as_of.is_none() {
+                    self.memory_changed_in(session)?;
                 }
                 Ok(out)
             }

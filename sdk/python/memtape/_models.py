@@ -668,7 +668,9 @@ class SessionWire(_Model):
     last_consolidated: int
     """The consolidation pointer (0: nothing consolidated)."""
     updated_at: str | None = Field(default=None)
-    """When its latest entry was written."""
+    """When its latest entry of any kind was written (an event such as a consolidation pointer counts)."""
+    last_message_at: str | None = Field(default=None)
+    """When its latest message (or tool call or result) was written."""
 
 
 class Sessions(_Model):
@@ -772,6 +774,10 @@ class VersionWire(_Model):
     """Its ops: `{"op": "write"|"append"|"delete"|"rename"|"flags"|"forget"|"clear", …}`."""
     erased_by: int | None = Field(default=None)
     """The erasure (its receipt's id) that took this version's content: it keeps its number and applies nothing."""
+    warning: str | None = Field(default=None)
+    """Advice about what was saved: long-term memory over Bub's recommended 4 KB (it is saved all the same)."""
+    zone: int | None = Field(default=None)
+    """The memory zone version written on the tape of the session named by `session` (a Bub session), when one was."""
 
 
 class Versions(_Model):

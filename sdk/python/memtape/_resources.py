@@ -182,22 +182,22 @@ class MemoryResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
 
-    def save(self, content: str, *, if_version: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
-        """Bub's `memory.save`: replaces long-term memory (MEMORY.md).
+    def save(self, content: str, *, if_version: int | None = None, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
+        """Bub's `memory.save`: replaces long-term memory (MEMORY.md). Over Bub's recommended 4 KB it is saved with a `warning`.
 
         `POST /v1/memory/save`."""
         _url = '/v1/memory/save'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         _body = {'content': content, 'if_version': if_version}
         return self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def daily(self, content: str, *, date: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
+    def daily(self, content: str, *, date: str | None = None, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
         """Bub's `memory.daily`: appends to the daily note (memory/YYYY-MM-DD.md).
 
         `POST /v1/memory/daily`."""
         _url = '/v1/memory/daily'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         _body = {'content': content, 'date': date}
         return self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -297,12 +297,12 @@ class MemoryResource:
         _body = {'days': days}
         return self._client._request('POST', _url, query=_query, json=_body, cast=Pruned, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def clear(self, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MaybeRecorded:
+    def clear(self, *, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MaybeRecorded:
         """Bub's `memory.clear`: every file goes (earlier versions stay and can be restored).
 
         `POST /v1/memory/clear`."""
         _url = '/v1/memory/clear'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         return self._client._request('POST', _url, query=_query, json=None, cast=MaybeRecorded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
@@ -756,22 +756,22 @@ class AsyncMemoryResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
 
-    async def save(self, content: str, *, if_version: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
-        """Bub's `memory.save`: replaces long-term memory (MEMORY.md).
+    async def save(self, content: str, *, if_version: int | None = None, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
+        """Bub's `memory.save`: replaces long-term memory (MEMORY.md). Over Bub's recommended 4 KB it is saved with a `warning`.
 
         `POST /v1/memory/save`."""
         _url = '/v1/memory/save'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         _body = {'content': content, 'if_version': if_version}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def daily(self, content: str, *, date: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
+    async def daily(self, content: str, *, date: str | None = None, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> VersionWire:
         """Bub's `memory.daily`: appends to the daily note (memory/YYYY-MM-DD.md).
 
         `POST /v1/memory/daily`."""
         _url = '/v1/memory/daily'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         _body = {'content': content, 'date': date}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -871,12 +871,12 @@ class AsyncMemoryResource:
         _body = {'days': days}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=Pruned, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def clear(self, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MaybeRecorded:
+    async def clear(self, *, session: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MaybeRecorded:
         """Bub's `memory.clear`: every file goes (earlier versions stay and can be restored).
 
         `POST /v1/memory/clear`."""
         _url = '/v1/memory/clear'
-        _query = {}
+        _query = {'session': session}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('POST', _url, query=_query, json=None, cast=MaybeRecorded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 

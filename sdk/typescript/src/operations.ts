@@ -219,8 +219,13 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the memory is one user's. */
       user?: string;
+      /**
+       * The session the change is made in, as an agent's tool call would be: a Bub
+       * session (`POST /v1/sessions/{session}/start`) gets the new memory zone on its tape.
+       */
+      session?: string;
     };
     body: never;
     response: S.MaybeRecorded;
@@ -231,8 +236,13 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the memory is one user's. */
       user?: string;
+      /**
+       * The session the change is made in, as an agent's tool call would be: a Bub
+       * session (`POST /v1/sessions/{session}/start`) gets the new memory zone on its tape.
+       */
+      session?: string;
     };
     body: S.DailyBody;
     response: S.VersionWire;
@@ -392,14 +402,22 @@ export interface Operations {
     body: never;
     response: S.TextWire;
   };
-  /** Bub's `memory.save`: replaces long-term memory (MEMORY.md). */
+  /**
+   * Bub's `memory.save`: replaces long-term memory (MEMORY.md). Over Bub's recommended
+   * 4 KB it is saved with a `warning`.
+   */
   "POST /v1/memory/save": {
     path: {};
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the memory is one user's. */
       user?: string;
+      /**
+       * The session the change is made in, as an agent's tool call would be: a Bub
+       * session (`POST /v1/sessions/{session}/start`) gets the new memory zone on its tape.
+       */
+      session?: string;
     };
     body: S.SaveBody;
     response: S.VersionWire;
@@ -887,8 +905,8 @@ export const operations = {
   "POST /v1/memories/rename": { method: "POST", path: "/v1/memories/rename", operationId: "rename", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory": { method: "GET", path: "/v1/memory", operationId: "view", pathParams: [], query: ["agent", "user", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/memory/blame": { method: "GET", path: "/v1/memory/blame", operationId: "blame", pathParams: [], query: ["agent", "user", "path", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/memory/clear": { method: "POST", path: "/v1/memory/clear", operationId: "clear", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/memory/daily": { method: "POST", path: "/v1/memory/daily", operationId: "daily", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "POST /v1/memory/clear": { method: "POST", path: "/v1/memory/clear", operationId: "clear", pathParams: [], query: ["agent", "user", "session"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/memory/daily": { method: "POST", path: "/v1/memory/daily", operationId: "daily", pathParams: [], query: ["agent", "user", "session"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "GET /v1/memory/diff": { method: "GET", path: "/v1/memory/diff", operationId: "diff_versions", pathParams: [], query: ["agent", "user", "from", "to"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/memory/dropped": { method: "GET", path: "/v1/memory/dropped", operationId: "dropped", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/dropped/{id}/restore": { method: "POST", path: "/v1/memory/dropped/{id}/restore", operationId: "restore_dropped", pathParams: ["id"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
@@ -899,7 +917,7 @@ export const operations = {
   "POST /v1/memory/forget": { method: "POST", path: "/v1/memory/forget", operationId: "forget", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/memory/prune": { method: "POST", path: "/v1/memory/prune", operationId: "prune", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory/recall": { method: "GET", path: "/v1/memory/recall", operationId: "recall", pathParams: [], query: ["agent", "user", "query", "days"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/memory/save": { method: "POST", path: "/v1/memory/save", operationId: "save", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "POST /v1/memory/save": { method: "POST", path: "/v1/memory/save", operationId: "save", pathParams: [], query: ["agent", "user", "session"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "GET /v1/memory/show": { method: "GET", path: "/v1/memory/show", operationId: "show", pathParams: [], query: ["agent", "user", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/undo": { method: "POST", path: "/v1/memory/undo", operationId: "undo", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory/versions": { method: "GET", path: "/v1/memory/versions", operationId: "versions", pathParams: [], query: ["agent", "user", "path", "ops"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },

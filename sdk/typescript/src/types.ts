@@ -714,8 +714,13 @@ export interface SessionWire {
   messages: number;
   /** The consolidation pointer (0: nothing consolidated). */
   last_consolidated: number;
-  /** When its latest entry was written. */
+  /**
+   * When its latest entry of any kind was written (an event such as a consolidation
+   * pointer counts).
+   */
   updated_at?: string | null;
+  /** When its latest message (or tool call or result) was written. */
+  last_message_at?: string | null;
 }
 
 /** The sessions of an agent. */
@@ -811,6 +816,16 @@ export interface VersionWire {
    * number and applies nothing.
    */
   erased_by?: number | null;
+  /**
+   * Advice about what was saved: long-term memory over Bub's recommended 4 KB (it is
+   * saved all the same).
+   */
+  warning?: string | null;
+  /**
+   * The memory zone version written on the tape of the session named by `session` (a
+   * Bub session), when one was.
+   */
+  zone?: number | null;
 }
 
 /** The versions of the memory. */

@@ -354,11 +354,21 @@ pub struct VersionWire {
     /// number and applies nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub erased_by: Option<u64>,
+    /// Advice about what was saved: long-term memory over Bub's recommended 4 KB (it is
+    /// saved all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+    /// The memory zone version written on the tape of the session named by `session` (a
+    /// Bub session), when one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<u64>,
 }
 
 impl VersionWire {
     fn of(r: &Recorded) -> Self {
         VersionWire {
+            warning: None,
+            zone: None,
             erased_by: r.erased.map(|x| x.0),
             version: r.version,
             id: r.id.0,
@@ -422,20 +432,60 @@ pub struct SaveBody {
     pub if_version: Option<u64>,
 }
 
-/// Bub's `memory.save`: replaces long-term memory (MEMORY.md).
-#[utoipa::path(post, path = "/v1/memory/save", tag = "memory", params(ScopeParams),
+/// Which memory a write changes, and the session it is made in.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WriteParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the memory is one user's.
+    pub user: Option<String>,
+    /// The session the change is made in, as an agent's tool call would be: a Bub
+    /// session (`POST /v1/sessions/{session}/start`) gets the new memory zone on its tape.
+    pub session: Option<String>,
+}
+
+impl WriteParams {
+    /// The memory's scope and the session the change is made in (a malformed name is a
+    /// 400).
+    fn scopes(&self, caller: &Caller) -> Result<(Scope, Option<Scope>)> {
+        let scope = caller.scope(
+            self.agent.as_deref().unwrap_or("default"),
+            self.user.as_deref(),
+        )?;
+        let session = self
+            .session
+            .as_deref()
+            .map(|s| scope.clone().with_session(s))
+            .transpose()?;
+        Ok((scope, session))
+    }
+}
+
+/// The zone a change made in `session` writes on a Bub session's tape.
+fn zone_after(engine: &Engine<DynStore>, session: Option<&Scope>) -> Result<Option<u64>> {
+    match session {
+        Some(s) => Ok(engine.memory_changed_in(s)?),
+        None => Ok(None),
+    }
+}
+
+/// Bub's `memory.save`: replaces long-term memory (MEMORY.md). Over Bub's recommended
+/// 4 KB it is saved with a `warning`.
+#[utoipa::path(post, path = "/v1/memory/save", tag = "memory", params(WriteParams),
     request_body = SaveBody,
     responses((status = 201, body = VersionWire), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn save(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<WriteParams>,
     ApiJson(body): ApiJson<SaveBody>,
 ) -> Result<(StatusCode, Json<VersionWire>)> {
     caller.require(KeyRole::Write)?;
-    let scope = caller.scope(p.agent(), p.user.as_deref())?;
-    let r = state
+    let (scope, session) = p.scopes(&caller)?;
+    let warning = memtape::tools::long_term_warning(&body.content);
+    let (r, zone) = state
         .run(move |engine| {
             let change = Change::one(
                 Op::Write {
@@ -444,10 +494,14 @@ pub async fn save(
                 },
                 "memory.save",
             );
-            record(engine, &scope, body.if_version, change)
+            let r = record(engine, &scope, body.if_version, change)?;
+            Ok((r, zone_after(engine, session.as_ref())?))
         })
         .await?;
-    Ok((StatusCode::CREATED, Json(VersionWire::of(&r))))
+    let mut wire = VersionWire::of(&r);
+    wire.warning = warning;
+    wire.zone = zone;
+    Ok((StatusCode::CREATED, Json(wire)))
 }
 
 /// A daily note.
@@ -463,18 +517,18 @@ pub struct DailyBody {
 }
 
 /// Bub's `memory.daily`: appends to the daily note (memory/YYYY-MM-DD.md).
-#[utoipa::path(post, path = "/v1/memory/daily", tag = "memory", params(ScopeParams),
+#[utoipa::path(post, path = "/v1/memory/daily", tag = "memory", params(WriteParams),
     request_body = DailyBody,
     responses((status = 201, body = VersionWire), (status = 400, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn daily(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<WriteParams>,
     ApiJson(body): ApiJson<DailyBody>,
 ) -> Result<(StatusCode, Json<VersionWire>)> {
     caller.require(KeyRole::Write)?;
-    let scope = caller.scope(p.agent(), p.user.as_deref())?;
+    let (scope, session) = p.scopes(&caller)?;
     let date = body
         .date
         .as_deref()
@@ -483,10 +537,15 @@ pub async fn daily(
                 .map_err(|_| ApiError::bad_request(format!("date {d:?} is not YYYY-MM-DD")))
         })
         .transpose()?;
-    let r = state
-        .run(move |engine| Ok(engine.append_daily(&scope, &body.content, date)?))
+    let (r, zone) = state
+        .run(move |engine| {
+            let r = engine.append_daily(&scope, &body.content, date)?;
+            Ok((r, zone_after(engine, session.as_ref())?))
+        })
         .await?;
-    Ok((StatusCode::CREATED, Json(VersionWire::of(&r))))
+    let mut wire = VersionWire::of(&r);
+    wire.zone = zone;
+    Ok((StatusCode::CREATED, Json(wire)))
 }
 
 /// What to recall.
@@ -752,20 +811,26 @@ pub async fn forget(
 }
 
 /// Bub's `memory.clear`: every file goes (earlier versions stay and can be restored).
-#[utoipa::path(post, path = "/v1/memory/clear", tag = "memory", params(ScopeParams),
+#[utoipa::path(post, path = "/v1/memory/clear", tag = "memory", params(WriteParams),
     responses((status = 200, body = MaybeRecorded), (status = 400, body = ErrorBody)))]
 pub async fn clear(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<WriteParams>,
 ) -> Result<Json<MaybeRecorded>> {
     caller.require(KeyRole::Write)?;
-    let scope = caller.scope(p.agent(), p.user.as_deref())?;
-    let r = state
-        .run(move |engine| Ok(engine.clear_memory(&scope)?))
+    let (scope, session) = p.scopes(&caller)?;
+    let (r, zone) = state
+        .run(move |engine| {
+            let r = engine.clear_memory(&scope)?;
+            Ok((r, zone_after(engine, session.as_ref())?))
+        })
         .await?;
     Ok(Json(MaybeRecorded {
-        recorded: r.as_ref().map(VersionWire::of),
+        recorded: r.as_ref().map(|r| VersionWire {
+            zone,
+            ..VersionWire::of(r)
+        }),
     }))
 }
 

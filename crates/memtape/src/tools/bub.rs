@@ -17,6 +17,22 @@ use crate::{Engine, Error, Result};
 /// Bub's recall window when none is given (days).
 const RECALL_DAYS: u32 = 7;
 
+/// Bub's recommended ceiling for long-term memory (seed 001, 7.1: "recommended < 4KB").
+pub const LONG_TERM_RECOMMENDED_BYTES: usize = 4096;
+
+/// The warning a save of `content` as long-term memory earns when it is over Bub's
+/// recommended 4 KB (it is saved all the same: the ceiling is advice, not a limit).
+pub fn long_term_warning(content: &str) -> Option<String> {
+    (content.len() > LONG_TERM_RECOMMENDED_BYTES).then(|| {
+        format!(
+            "Warning: long-term memory is {} bytes, over the recommended {} (4 KB); \
+             summarise it and save it again with memory.save.",
+            content.len(),
+            LONG_TERM_RECOMMENDED_BYTES
+        )
+    })
+}
+
 pub(super) fn specs() -> Vec<ToolSpec> {
     let spec = |name, description, input_schema| ToolSpec {
         name,
@@ -131,7 +147,10 @@ pub(super) fn call<S: Store>(
             let Save { content } = input(name, args)?;
             check_size(paths::MEMORY, &content)?;
             engine.save_long_term(scope, &content)?;
-            Ok(ToolOutput::ok("saved to long-term memory"))
+            Ok(ToolOutput::ok(match long_term_warning(&content) {
+                Some(warning) => format!("saved to long-term memory\n{warning}"),
+                None => "saved to long-term memory".to_owned(),
+            }))
         }
         "memory.daily" => {
             let Daily { content, date } = input(name, args)?;
