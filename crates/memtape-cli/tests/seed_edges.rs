@@ -200,3 +200,40 @@ fn memory_save_in_a_bub_session_writes_its_zone_and_warns_over_4_kb() {
     );
     assert_eq!(seals(&r), before + 4);
 }
+
+/// nanobot issue #1042: a provider that sends tool-call arguments as a JSON object. nanobot
+/// keeps the message as it came, so its session file has the object; memtape imports it
+/// (history gives the model OpenAI's string) and exports the object back.
+#[test]
+fn nanobot_tool_arguments_given_as_an_object_come_back_as_an_object() {
+    let r = Run::new();
+    let lines = [
+        r#"{"_type": "metadata", "key": "cli:1", "created_at": "2026-03-10T14:30:00.000000", "updated_at": "2026-03-10T14:30:02.000000", "metadata": {}, "last_archived": 0, "last_consolidated": 0}"#,
+        r#"{"role": "user", "content": "weather?", "timestamp": "2026-03-10T14:30:00.000000"}"#,
+        r#"{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": {"city": "Lisbon", "days": 2}}}, {"id": "c2", "type": "function", "function": {"name": "clock", "arguments": "{}"}}], "timestamp": "2026-03-10T14:30:01.000000"}"#,
+        r#"{"role": "tool", "content": "sunny", "tool_call_id": "c1", "name": "weather", "timestamp": "2026-03-10T14:30:02.000000"}"#,
+        r#"{"role": "tool", "content": "14:30", "tool_call_id": "c2", "name": "clock", "timestamp": "2026-03-10T14:30:02.000000"}"#,
+    ];
+    let file = r.path("cli_1.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    r.ok(&["import", "--format", "nanobot", &file]);
+    let history = r.json(&["history", "cli:1", "--json"]);
+    assert_eq!(
+        history[1]["tool_calls"][0]["function"]["arguments"], r#"{"city":"Lisbon","days":2}"#,
+        "a model is sent OpenAI's string: {history}"
+    );
+    let exported = r.ok(&["export", "--format", "nanobot", "cli:1"]);
+    let parse = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap();
+    let got: Vec<_> = exported.lines().map(parse).collect();
+    let want: Vec<_> = lines.iter().map(|l| parse(l)).collect();
+    assert_eq!(got, want, "the file comes out as it went in");
+    // memtape's own field cannot be smuggled in by a file.
+    let forged = r.path("forged.jsonl");
+    std::fs::write(
+        &forged,
+        "{\"role\": \"user\", \"content\": \"x\", \"memtape:value_arguments\": [0]}\n",
+    )
+    .unwrap();
+    let err = r.fails(&["import", "--format", "nanobot", &forged, "--session", "f"]);
+    assert!(err.contains("memtape's own field"), "{err}");
+}

@@ -19,6 +19,12 @@ const MESSAGE_FIELDS: [&str; 7] = [
     "files",
 ];
 
+/// The meta key that lists the tool calls (by index) whose arguments the file gave as a
+/// JSON value rather than a JSON-encoded string (nanobot keeps what the provider sent,
+/// nanobot issue #1042). memtape stores every call's arguments as a string; export writes
+/// these back as the value, so the file comes out as it went in.
+pub const VALUE_ARGUMENTS: &str = "memtape:value_arguments";
+
 /// A parsed nanobot session.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Session {
@@ -107,6 +113,27 @@ pub fn parse(text: &str, now: DateTime<Utc>) -> Result<Session> {
         if !fields.contains_key("role") {
             return Err(bad(line, "a message line needs a role"));
         }
+        if obj.contains_key(VALUE_ARGUMENTS) {
+            return Err(bad(
+                line,
+                format!("{VALUE_ARGUMENTS} is memtape's own field"),
+            ));
+        }
+        let value_arguments: Vec<Value> = match fields.get("tool_calls") {
+            Some(Value::Array(calls)) => calls
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    c.pointer("/function/arguments")
+                        .is_some_and(|a| !a.is_string())
+                })
+                .map(|(i, _)| json!(i))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !value_arguments.is_empty() {
+            obj.insert(VALUE_ARGUMENTS.into(), Value::Array(value_arguments));
+        }
         let message: Message =
             serde_json::from_value(Value::Object(fields)).map_err(|e| bad(line, e.to_string()))?;
         message.validate().map_err(|e| bad(line, e.to_string()))?;
@@ -158,11 +185,40 @@ pub fn render(
         };
         obj.entry("content").or_insert(Value::Null);
         obj.insert("timestamp".into(), Value::String(time(entry.created_at)));
+        if let Some(Value::Array(indices)) = entry.meta.get(VALUE_ARGUMENTS) {
+            restore_value_arguments(&mut obj, indices);
+        }
         for (k, v) in &entry.meta {
-            obj.entry(k.clone()).or_insert_with(|| v.clone());
+            if k != VALUE_ARGUMENTS {
+                obj.entry(k.clone()).or_insert_with(|| v.clone());
+            }
         }
         out.push_str(&Value::Object(obj).to_string());
         out.push('\n');
+    }
+}
+
+/// Puts back as JSON values the arguments of the tool calls at `indices` (those the file
+/// gave as values); an argument string that is not JSON (an erasure rewrote it) stays a
+/// string.
+fn restore_value_arguments(message: &mut Map<String, Value>, indices: &[Value]) {
+    let Some(Value::Array(calls)) = message.get_mut("tool_calls") else {
+        return;
+    };
+    for i in indices.iter().filter_map(Value::as_u64) {
+        let Some(arguments) = usize::try_from(i)
+            .ok()
+            .and_then(|i| calls.get_mut(i))
+            .and_then(|c| c.pointer_mut("/function/arguments"))
+        else {
+            continue;
+        };
+        if let Some(value) = arguments
+            .as_str()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        {
+            *arguments = value;
+        }
     }
 }
 
