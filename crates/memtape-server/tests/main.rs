@@ -18,6 +18,7 @@ mod rest;
 mod rest_erase;
 mod rest_files;
 mod rest_memory;
+mod rest_node;
 mod rest_session;
 mod rest_time_travel;
 mod slow_clients;

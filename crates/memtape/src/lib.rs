@@ -55,9 +55,9 @@ pub use lifecycle::{
 };
 pub use mateclaw::{MemoryRun, Trigger, json_reply};
 pub use node::{
-    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
-    NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
-    UUID_NIL,
+    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, MAX_MESSAGE_ID_BYTES, NODE_CLEAR,
+    NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory,
+    NodeMessage, NodeTurn, UUID_NIL, check_message_id,
 };
 pub use retention::{
     AgentRetention, DEFAULT_RETENTION_SCHEDULE, RetentionConfig, RetentionRun, TenantRetention,

@@ -274,12 +274,11 @@ impl<S: Store> NodeMemory<'_, S> {
     }
 
     /// Adds a dialogue turn, kept until [`NodeMemory::flush`] (call it after the node ran).
-    /// A turn needs a message id.
+    /// A turn needs a message id; it and the parent's are checked by [`check_message_id`].
     pub fn add_messages(&mut self, turn: NodeTurn) -> Result<()> {
-        if turn.message_id.is_empty() {
-            return Err(Error::Invalid(memtape_core::Error::InvalidMessage(
-                "a node memory turn needs a message_id".into(),
-            )));
+        check_message_id("message_id", &turn.message_id)?;
+        if let Some(parent) = &turn.parent_message_id {
+            check_message_id("parent_message_id", parent)?;
         }
         self.pending.push(turn);
         Ok(())
@@ -406,6 +405,10 @@ impl<S: Store> NodeMemory<'_, S> {
         parent_message_id: Option<&str>,
         select: impl FnOnce(&[&Message]) -> Vec<usize>,
     ) -> Result<Vec<NodeMessage>> {
+        check_message_id("message_id", current_message_id)?;
+        if let Some(parent) = parent_message_id {
+            check_message_id("parent_message_id", parent)?;
+        }
         let since = self.cleared_at()?;
         let turns = self.turns(since)?;
         let leaf = match latest_turn(&turns, current_message_id) {
@@ -517,6 +520,32 @@ impl<S: Store> NodeMemory<'_, S> {
             .scope_info(&self.scope)?
             .and_then(|i| i.head);
         Ok(head.filter(|h| *h > since))
+    }
+}
+
+/// The longest Dify message id node memory takes, in bytes (Dify's are UUIDs, 36 bytes).
+pub const MAX_MESSAGE_ID_BYTES: usize = 256;
+
+/// Checks a Dify message id (`what` names the field in the error): 1 to
+/// [`MAX_MESSAGE_ID_BYTES`] bytes, no control character.
+pub fn check_message_id(what: &str, id: &str) -> Result<()> {
+    let problem = if id.is_empty() {
+        Some("is empty".to_owned())
+    } else if id.len() > MAX_MESSAGE_ID_BYTES {
+        Some(format!(
+            "is {} bytes long (at most {MAX_MESSAGE_ID_BYTES})",
+            id.len()
+        ))
+    } else if id.chars().any(char::is_control) {
+        Some("holds a control character".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Err(Error::Invalid(memtape_core::Error::InvalidMessage(
+            format!("node memory: the {what} {p}"),
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -5,10 +5,15 @@
 mod erase;
 mod files;
 mod memory;
+mod node;
 mod session;
 
 pub(crate) use memory::{
     EmergenceBody, FileParams, blame, dropped, emergence, file, restore_dropped, view,
+};
+pub(crate) use node::{
+    NodeCleanupBody, NodeHistoryParams, NodePath, NodeTurnBody, add as node_add,
+    cleanup as node_cleanup, clear as node_clear, history as node_history,
 };
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
@@ -47,6 +52,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/wal/scan", post(wal_scan))
         .merge(session::routes())
         .merge(memory::routes())
+        .merge(node::routes())
         .merge(files::routes())
         .merge(transfer::routes())
         .merge(erase::routes())
@@ -90,6 +96,10 @@ pub fn routes() -> Router<AppState> {
     memory::dropped,
     memory::restore_dropped,
     memory::emergence,
+    node::add,
+    node::history,
+    node::clear,
+    node::cleanup,
     files::view,
     files::create,
     files::edit,
