@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use memtape::{
@@ -35,8 +35,10 @@ pub enum NodeCommand {
     Add(AddArgs),
     /// The node's history before it answers --message-id: the thread that message
     /// continues, within --max-tokens (Dify flags: read under a memory config, mode node).
+    /// Empty for a node that never ran.
     History(HistoryArgs),
-    /// Empty a node's memory: a node/clear anchor; its turns stay on the tape.
+    /// Empty a node's memory: a node/clear anchor; its turns stay on the tape (a node never
+    /// written is left alone).
     Clear(NodeRef),
     /// Clear every node memory not written for more than --older-than-days days (Dify's
     /// cleanup task for old node memory); prints each one cleared.
@@ -132,24 +134,13 @@ struct CleanupOut<'a> {
     empty: usize,
 }
 
-/// The node memory of `r` in the base scope, which must have entries.
-fn existing_node<'e>(
+/// The node memory of `r` in the base scope (a node never written has an empty memory).
+fn node_of<'e>(
     engine: &'e Engine<DynStore>,
     ctx: &Ctx,
     r: &NodeRef,
 ) -> Result<NodeMemory<'e, DynStore>> {
-    let memory = engine.node_memory(&ctx.base_scope()?, Some(&r.conversation), &r.node)?;
-    if engine.store().scope_info(memory.scope())?.is_none() {
-        bail!(
-            "no memory of node {} in conversation {} (tenant {}, agent {}); `memtape node add` \
-             writes one",
-            r.node,
-            r.conversation,
-            ctx.tenant,
-            ctx.agent
-        );
-    }
-    Ok(memory)
+    Ok(engine.node_memory(&ctx.base_scope()?, Some(&r.conversation), &r.node)?)
 }
 
 /// `memtape node ...`.
@@ -171,7 +162,8 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
         }
         NodeCommand::History(a) => {
             let engine = open_read_only(ctx)?;
-            let memory = existing_node(&engine, ctx, &a.node)?;
+            // A node's first run: an empty history, not an error.
+            let memory = node_of(&engine, ctx, &a.node)?;
             let parent = a.parent.as_deref();
             if a.dify.is_set() {
                 let config = a.dify.config(MemoryMode::Node)?;
@@ -185,7 +177,16 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
         }
         NodeCommand::Clear(r) => {
             let engine = open(ctx)?;
-            let mut memory = existing_node(&engine, ctx, r)?;
+            let mut memory = node_of(&engine, ctx, r)?;
+            if engine.store().scope_info(memory.scope())?.is_none() {
+                writeln!(
+                    out,
+                    "node {} of conversation {} has no memory yet (tenant {}, agent {}): \
+                     nothing to clear",
+                    r.node, r.conversation, ctx.tenant, ctx.agent
+                )?;
+                return Ok(());
+            }
             let anchor = memory.clear()?;
             writeln!(
                 out,

@@ -191,8 +191,40 @@ fn dify_node_memory_through_the_cli() {
         "Node",
     ]);
     assert_eq!(out, "Human: B\nNode: B'\n");
-    let err = r.fails(&["node", "history", "conv-1", "other", "--message-id", "m3"]);
-    assert!(err.contains("no memory of node other"), "{err}");
+    // A node's first run: an empty history, not an error; nothing to clear.
+    let v = r.json(&[
+        "node",
+        "history",
+        "conv-1",
+        "other",
+        "--message-id",
+        "m3",
+        "--json",
+    ]);
+    assert_eq!(v, json!([]));
+    let out = r.ok(&["node", "history", "conv-1", "other", "--message-id", "m3"]);
+    assert_eq!(out, "");
+    let out = r.ok(&["node", "clear", "conv-1", "other"]);
+    assert!(
+        out.contains("has no memory yet") && out.contains("nothing to clear"),
+        "{out}"
+    );
+    let err = r.fails(&[
+        "node",
+        "add",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "a\tb",
+        "--query",
+        "q",
+        "--answer",
+        "a",
+    ]);
+    assert!(
+        err.contains("message_id holds a control character"),
+        "{err}"
+    );
     let out = r.ok(&["node", "clear", "conv-1", "llm-1"]);
     assert!(
         out.starts_with("cleared default/default session=conv-1 node=llm-1"),
