@@ -290,3 +290,135 @@ fn another_tenant_never_reaches_a_node() {
         ["question acme's secret", "answer acme's secret"]
     );
 }
+
+/// Seed 002's stored form, with a regenerated answer (m3 follows m1 again) and the shapes
+/// Dify may write (a file with null ids, a time with an offset, no token count).
+fn dify_file() -> Value {
+    json!({"version": 1, "messages": [
+        {"message_id": "m1", "parent_message_id": null, "role": "user",
+         "content": "Analyze this image",
+         "files": [{"type": "image", "transfer_method": "local_file",
+                    "upload_file_id": "file-uuid-123", "belongs_to": "user"}],
+         "token_count": 15, "created_at": "2026-01-07T10:00:00Z"},
+        {"message_id": "m1", "parent_message_id": null, "role": "assistant",
+         "content": "A landscape.", "files": [], "token_count": 50,
+         "created_at": "2026-01-07T10:00:01Z"},
+        {"message_id": "m2", "parent_message_id": "m1", "role": "user",
+         "content": "And the sky?", "files": [], "token_count": 4,
+         "created_at": "2026-01-07T10:01:00.250+00:00"},
+        {"message_id": "m2", "parent_message_id": "m1", "role": "assistant",
+         "content": "Blue.",
+         "files": [{"type": "document", "transfer_method": "tool_file",
+                    "tool_file_id": "tf-1", "upload_file_id": null, "url": null,
+                    "belongs_to": "assistant"}],
+         "created_at": "2026-01-07T10:01:02Z"},
+        {"message_id": "m3", "parent_message_id": "m1", "role": "user",
+         "content": "And the trees?", "files": [], "token_count": 4,
+         "created_at": "2026-01-07T10:02:00Z"},
+        {"message_id": "m3", "parent_message_id": "m1", "role": "assistant",
+         "content": "Green.", "files": [], "token_count": 2,
+         "created_at": "2026-01-07T10:02:01Z"}
+    ]})
+}
+
+#[test]
+fn dify_stored_node_memory_round_trips_and_reads_along_its_thread() {
+    let s = Server::start();
+    // A node never written exports an empty memory.
+    let (status, empty) = s.get(&format!("{NODE}/export?{APP}"));
+    assert_eq!(
+        (status, empty),
+        (200, json!({"version": 1, "messages": []}))
+    );
+
+    let (status, body) = s.post(&format!("{NODE}/import?{APP}"), &dify_file());
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["entries"], 9, "{body}");
+    let (status, out) = s.get(&format!("{NODE}/export?{APP}"));
+    assert_eq!(status, 200);
+    assert_eq!(out, dify_file(), "import then export gives the same JSON");
+    // The imported turns are the node's memory: the thread of m3 leaves m2 out.
+    assert_eq!(
+        contents(&s, None, "m4", Some("m3")),
+        [
+            "Analyze this image",
+            "A landscape.",
+            "And the trees?",
+            "Green."
+        ]
+    );
+    // A turn added afterwards exports with its ids, time and token count.
+    assert_eq!(add(&s, None, "m4", Some("m3"), "four").0, 201);
+    let (_, out) = s.get(&format!("{NODE}/export?{APP}"));
+    let last = &out["messages"][7];
+    assert_eq!(last["message_id"], "m4");
+    assert_eq!(last["parent_message_id"], "m3");
+    assert_eq!(last["content"], "answer four");
+    assert!(last["token_count"].as_u64().unwrap() > 0, "{last}");
+    assert!(
+        last["created_at"].as_str().unwrap().ends_with('Z'),
+        "{last}"
+    );
+    // Importing into a node that has entries is refused; nothing is lost.
+    let (status, body) = s.post(&format!("{NODE}/import?{APP}"), &dify_file());
+    assert_eq!(status, 409, "{body}");
+    let (_, again) = s.get(&format!("{NODE}/export?{APP}"));
+    assert_eq!(again, out);
+    // After a clear the memory is empty; the export says so.
+    s.post(&format!("{NODE}/clear?{APP}"), &json!({}));
+    let (_, cleared) = s.get(&format!("{NODE}/export?{APP}"));
+    assert_eq!(cleared, json!({"version": 1, "messages": []}));
+}
+
+#[test]
+fn a_bad_dify_file_is_refused_whole() {
+    let s = Server::start();
+    let path = "/v1/sessions/conv-2/nodes/llm-1/import?agent=chatflow";
+    let with = |i: usize, key: &str, value: Value| {
+        let mut f = dify_file();
+        f["messages"][i][key] = value;
+        f
+    };
+    let mut extra = dify_file();
+    extra["extra"] = json!(true);
+    let mut unanswered = dify_file();
+    unanswered["messages"].as_array_mut().unwrap().pop();
+    for (body, needle) in [
+        (json!({"version": 2, "messages": []}), "version 2"),
+        (json!({"messages": []}), "no version"),
+        (extra, "unknown field \"extra\""),
+        (
+            with(2, "role", json!("system")),
+            "message 3: role \"system\"",
+        ),
+        (
+            with(1, "role", json!("user")),
+            "message 2: is a user message",
+        ),
+        (with(0, "message_id", json!("a\u{0}b")), "control character"),
+        (with(0, "message_id", json!("x".repeat(300))), "at most 256"),
+        (with(0, "token_count", json!(-1)), "token_count -1"),
+        (with(0, "created_at", json!("soon")), "created_at \"soon\""),
+        (
+            with(
+                0,
+                "files",
+                json!([{"type": "image", "transfer_method": "local_file"}]),
+            ),
+            "file 1",
+        ),
+        (
+            with(3, "colour", json!("red")),
+            "message 4: unknown field \"colour\"",
+        ),
+        (unanswered, "without the node's answer"),
+        (json!([]), "JSON object"),
+    ] {
+        let (status, answer) = s.post(path, &body);
+        assert_eq!(status, 400, "{needle}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{needle:?} in {message}");
+    }
+    let (_, out) = s.get("/v1/sessions/conv-2/nodes/llm-1/export?agent=chatflow");
+    assert_eq!(out["messages"], json!([]), "nothing was written");
+}

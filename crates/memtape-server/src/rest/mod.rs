@@ -100,6 +100,8 @@ pub fn routes() -> Router<AppState> {
     node::history,
     node::clear,
     node::cleanup,
+    node::export,
+    node::import,
     files::view,
     files::create,
     files::edit,

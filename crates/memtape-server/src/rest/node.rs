@@ -1,7 +1,8 @@
 //! Dify's node memory over REST (`/v1/sessions/{session}/nodes/{node}/…`): add a turn, the
 //! thread-aware history, clear, and the cleanup of idle node memories (`/v1/nodes/cleanup`).
 //! A node lives inside a conversation (a session) of an app (the agent, `?agent=` as on
-//! every route). The same rules as `memtape node`: the library checks the ids, a node never
+//! every route). A node's memory also goes out and in as Dify stores it
+//! (`{"version": 1, "messages": [...]}`, `…/export`, `…/import`), losslessly. The same rules as `memtape node`: the library checks the ids, a node never
 //! written has an empty history, and every path is confined to the caller's tenant.
 
 use axum::extract::State;
@@ -23,6 +24,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/sessions/{session}/nodes/{node}/turns", post(add))
         .route("/v1/sessions/{session}/nodes/{node}/history", get(history))
         .route("/v1/sessions/{session}/nodes/{node}/clear", post(clear))
+        .route("/v1/sessions/{session}/nodes/{node}/export", get(export))
+        .route("/v1/sessions/{session}/nodes/{node}/import", post(import))
         .route("/v1/nodes/cleanup", post(cleanup))
 }
 
@@ -307,4 +310,81 @@ pub async fn cleanup(
         active: report.active,
         empty: report.empty,
     }))
+}
+
+/// A node's memory as Dify stores it (`node_memory/{app_id}/{conversation_id}/{node_id}.json`,
+/// seed 002).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DifyNodeFile {
+    /// Always 1.
+    #[schema(minimum = 1, maximum = 1)]
+    pub version: u64,
+    /// The messages, in turns: a user message, then the node's answer (`message_id`,
+    /// `parent_message_id`, `role`, `content`, `files`, `token_count`, `created_at`).
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<serde_json::Value>,
+}
+
+/// The node's memory in Dify's stored form: its turns since it was last cleared, every
+/// thread. A node never written has no messages. What an import took in comes back the same.
+#[utoipa::path(get, path = "/v1/sessions/{session}/nodes/{node}/export", tag = "node",
+    params(
+        ("session" = String, Path, description = "The conversation (session key)"),
+        ("node" = String, Path, description = "The workflow node's id"),
+        ScopeParams),
+    responses((status = 200, body = DifyNodeFile), (status = 400, body = ErrorBody)))]
+pub async fn export(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(path): ApiPath<NodePath>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+) -> Result<Json<serde_json::Value>> {
+    caller.require(KeyRole::Read)?;
+    let app = app_scope(&caller, &p)?;
+    let file = state
+        .run(move |engine| Ok(engine.export_node_memory(&app, &path.session, &path.node)?))
+        .await?;
+    Ok(Json(memtape::dify_node::render(&file)))
+}
+
+/// What an import wrote.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeImported {
+    /// How many entries (three a turn: the `node.turn` event and the two messages).
+    pub entries: usize,
+}
+
+/// Imports a node's memory in Dify's stored form into a node that has none, in one
+/// transaction. A file that breaks a rule (another version, an unknown field, a message
+/// out of turn) is refused naming it; a node that already has entries is a 409. Nothing is
+/// written then.
+#[utoipa::path(post, path = "/v1/sessions/{session}/nodes/{node}/import", tag = "node",
+    params(
+        ("session" = String, Path, description = "The conversation (session key)"),
+        ("node" = String, Path, description = "The workflow node's id"),
+        ScopeParams),
+    request_body = DifyNodeFile,
+    responses((status = 201, body = NodeImported), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn import(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(path): ApiPath<NodePath>,
+    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiJson(body): ApiJson<serde_json::Value>,
+) -> Result<(StatusCode, Json<NodeImported>)> {
+    caller.require(KeyRole::Write)?;
+    let app = app_scope(&caller, &p)?;
+    let file = memtape::dify_node::parse(&body.to_string())?;
+    let report = state
+        .run(move |engine| {
+            Ok(engine.import_node_memory(&app, vec![(path.session, path.node, file)])?)
+        })
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(NodeImported {
+            entries: report.entries,
+        }),
+    ))
 }
