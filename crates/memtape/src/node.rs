@@ -274,22 +274,21 @@ impl<S: Store> Engine<S> {
 }
 
 impl<S: Store> Engine<S> {
-    /// Imports node memories in Dify's stored form into `app` (a tenant/agent scope,
-    /// optionally with a user): each `(conversation, node, file)` becomes that node's
+    /// Imports node memories in Dify's stored form: each `(app, conversation, node, file)`
+    /// (the app a tenant/agent scope, optionally with a user) becomes that node's
     /// memory, turn by turn as [`NodeMemory::flush`] writes them (a `node.turn` event, the
     /// user message, the node's answer, linked along the thread), at the times the file
     /// gives. All in one transaction: a node that already has entries is refused
     /// ([`Error::SessionNotEmpty`]) and nothing is written.
     pub fn import_node_memory(
         &self,
-        app: &Scope,
-        nodes: Vec<(String, String, NodeFile)>,
+        nodes: Vec<(Scope, String, String, NodeFile)>,
     ) -> Result<ImportReport> {
         let now = self.now();
         let mut entries: Vec<Entry> = Vec::new();
         let mut seen: Vec<Scope> = Vec::new();
-        for (conversation, node, file) in nodes {
-            let scope = self.node_memory(app, Some(&conversation), &node)?.scope;
+        for (app, conversation, node, file) in nodes {
+            let scope = self.node_memory(&app, Some(&conversation), &node)?.scope;
             if seen.contains(&scope) {
                 return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
                     "node {node} of conversation {conversation} comes twice"

@@ -378,7 +378,7 @@ pub async fn import(
     let file = memtape::dify_node::parse(&body.to_string())?;
     let report = state
         .run(move |engine| {
-            Ok(engine.import_node_memory(&app, vec![(path.session, path.node, file)])?)
+            Ok(engine.import_node_memory(vec![(app, path.session, path.node, file)])?)
         })
         .await?;
     Ok((
