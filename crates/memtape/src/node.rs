@@ -458,8 +458,14 @@ fn file_meta(m: &NodeFileMessage) -> memtape_core::Meta {
     if let Some(n) = m.token_count {
         kept.insert("token_count".into(), n.into());
     }
-    if !m.shape.is_empty() {
-        kept.insert("shape".into(), m.shape.to_value());
+    // A message the file gave no time gets one on the tape (the import's, or its turn's):
+    // the shape says to leave it out again.
+    let mut shape = m.shape.clone();
+    if m.created_at.is_none() && !shape.absent.iter().any(|k| k == "created_at") {
+        shape.absent.push("created_at".into());
+    }
+    if !shape.is_empty() {
+        kept.insert("shape".into(), shape.to_value());
     }
     let mut meta = memtape_core::Meta::new();
     meta.insert(DIFY_NODE_META.into(), Value::Object(kept));
