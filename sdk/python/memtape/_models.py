@@ -441,7 +441,7 @@ class FlagsBody(_Model):
     path: str
     """The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`)."""
     enabled: bool | None = Field(default=None)
-    """Whether it is injected into the system prompt."""
+    """Whether it is injected into the system prompt (MEMORY.md, PROFILE.md and SESSION-STATE.md are in every prompt: they cannot be disabled)."""
     sort_order: int | None = Field(default=None)
     """Its place among injected files (lower first)."""
     if_version: int | None = Field(default=None)

@@ -483,7 +483,10 @@ export type FileWire = MemoryFileWire & {
 export interface FlagsBody {
   /** The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`). */
   path: string;
-  /** Whether it is injected into the system prompt. */
+  /**
+   * Whether it is injected into the system prompt (MEMORY.md, PROFILE.md and
+   * SESSION-STATE.md are in every prompt: they cannot be disabled).
+   */
   enabled?: boolean | null;
   /** Its place among injected files (lower first). */
   sort_order?: number | null;
