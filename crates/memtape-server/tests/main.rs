@@ -11,6 +11,7 @@ mod group_commit;
 mod hardening;
 mod isolation;
 mod lifecycle;
+mod mateclaw_compat;
 mod mcp;
 mod openapi;
 mod postgres;

@@ -4,6 +4,7 @@
 
 mod erase;
 mod files;
+pub(crate) mod mateclaw_compat;
 mod memory;
 mod node;
 mod session;
@@ -56,6 +57,8 @@ pub fn routes() -> Router<AppState> {
         .merge(files::routes())
         .merge(transfer::routes())
         .merge(erase::routes())
+        // MateClaw's own paths, outside `/v1` and the OpenAPI document.
+        .merge(mateclaw_compat::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.
