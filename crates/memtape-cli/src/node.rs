@@ -323,11 +323,22 @@ fn no_link_below(base: &Path, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `memtape node export --dir`: every node memory within `base` under `dir`.
-fn export_tree(engine: &Engine<DynStore>, base: &Scope, dir: &Path) -> Result<Vec<PathBuf>> {
+/// `memtape node export --dir`: every node memory of `base`'s agent and user (none: the
+/// agent's own) under `dir`, and how many nodes of other users were left out (Dify's key
+/// has no user, so a tree holds one user's nodes; `--user` exports another's, and an
+/// import with the same `--user` puts them back).
+fn export_tree(
+    engine: &Engine<DynStore>,
+    base: &Scope,
+    dir: &Path,
+) -> Result<(Vec<PathBuf>, usize)> {
     let root = dir.join(NODE_MEMORY_DIR);
     let mut planned: Vec<(PathBuf, Scope)> = Vec::new();
-    for scope in engine.node_scopes(base)? {
+    let (mine, others): (Vec<Scope>, Vec<Scope>) = engine
+        .node_scopes(base)?
+        .into_iter()
+        .partition(|s| s.user() == base.user());
+    for scope in mine {
         let app = path_part("app", scope.agent_name(), &scope)?;
         let conversation = path_part("conversation", scope.session().unwrap_or_default(), &scope)?;
         let node = path_part("node", scope.node().unwrap_or_default(), &scope)?;
@@ -377,7 +388,7 @@ fn export_tree(engine: &Engine<DynStore>, base: &Scope, dir: &Path) -> Result<Ve
         writeln!(out, "{text}").with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
-    Ok(written)
+    Ok((written, others.len()))
 }
 
 /// `memtape node ...`.
@@ -493,12 +504,19 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
             let engine = open_read_only(ctx)?;
             let base = ctx.base_scope()?;
             if let Some(dir) = &a.dir {
-                let written = export_tree(&engine, &base, dir)?;
+                let (written, others) = export_tree(&engine, &base, dir)?;
                 for path in &written {
                     writeln!(out, "{}", path.display())?;
                 }
                 if !ctx.quiet {
                     eprintln!("exported {} node memories", written.len());
+                }
+                if others > 0 {
+                    eprintln!(
+                        "{others} node memories of users were not exported (Dify's key has no \
+                         user): export each user's with --user USER, and import it back with \
+                         the same --user"
+                    );
                 }
             } else {
                 let (Some(conversation), Some(node)) = (&a.conversation, &a.node) else {

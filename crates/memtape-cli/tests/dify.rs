@@ -437,6 +437,67 @@ fn dify_stored_node_memory_round_trips_through_the_cli() {
         err.contains("exists") && err.contains("never overwrites"),
         "{err}"
     );
+    // A user's node goes in a tree of that user's, and back to that user.
+    r.ok(&[
+        "node",
+        "add",
+        "--agent",
+        "app-a",
+        "--user",
+        "ada",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m1",
+        "--query",
+        "Ada's question",
+        "--answer",
+        "Ada's answer",
+    ]);
+    let only_agent = r.dir.path().join("agent-only");
+    let out = r.cmd(&[
+        "node",
+        "export",
+        "--agent",
+        "app-a",
+        "--dir",
+        only_agent.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("1 node memories of users were not exported"),
+        "{err}"
+    );
+    let ada = r.dir.path().join("ada");
+    r.ok(&[
+        "node",
+        "export",
+        "--agent",
+        "app-a",
+        "--user",
+        "ada",
+        "--dir",
+        ada.to_str().unwrap(),
+    ]);
+    let fresh = Run::new();
+    fresh.ok(&["node", "import", "--user", "ada", ada.to_str().unwrap()]);
+    let v = fresh.json(&[
+        "node",
+        "history",
+        "--agent",
+        "app-a",
+        "--user",
+        "ada",
+        "conv-1",
+        "llm-1",
+        "--message-id",
+        "m2",
+        "--parent",
+        "m1",
+        "--json",
+    ]);
+    assert_eq!(v[0]["content"], "Ada's question", "{v}");
     // A node never written exports an empty memory.
     let v = r.json(&["node", "export", "conv-9", "never"]);
     assert_eq!(v, json!({"version": 1, "messages": []}));
