@@ -1,16 +1,20 @@
-//! Dify's node memory on the command line (`memtape node add | history | clear | cleanup`):
-//! a workflow node's own turns inside a conversation, read thread-aware (optionally under
-//! Dify's memory config), cleared, and the cleanup task that clears node memories idle for
-//! more than a number of days.
+//! Dify's node memory on the command line (`memtape node add | history | clear | cleanup |
+//! import | export`): a workflow node's own turns inside a conversation, read thread-aware
+//! (optionally under Dify's memory config), cleared, the cleanup task that clears node
+//! memories idle for more than a number of days, and Dify's stored form in and out (one
+//! file, or a `node_memory/{app_id}/{conversation_id}/{node_id}.json` tree read with no
+//! link followed and written nowhere but under the directory named).
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
+use memtape::dify_node::{self, NodeFile};
 use memtape::{
     DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, DynStore, Engine, Entry, EntryId, MemoryMode,
-    NodeMemory, NodeTurn, Store,
+    NodeMemory, NodeTurn, Scope, Store,
 };
 use serde::Serialize;
 
@@ -35,13 +39,54 @@ pub enum NodeCommand {
     Add(AddArgs),
     /// The node's history before it answers --message-id: the thread that message
     /// continues, within --max-tokens (Dify flags: read under a memory config, mode node).
+    /// Empty for a node that never ran.
     History(HistoryArgs),
-    /// Empty a node's memory: a node/clear anchor; its turns stay on the tape.
+    /// Empty a node's memory: a node/clear anchor; its turns stay on the tape (a node never
+    /// written is left alone).
     Clear(NodeRef),
     /// Clear every node memory not written for more than --older-than-days days (Dify's
     /// cleanup task for old node memory); prints each one cleared.
     Cleanup(CleanupArgs),
+    /// Import Dify's stored node memory: one file ({"version": 1, "messages": [...]}) into
+    /// CONVERSATION NODE, or a directory holding node_memory/{app_id}/{conversation_id}/
+    /// {node_id}.json (each app an agent). All or nothing; a node with entries is refused.
+    Import(ImportArgs),
+    /// Export node memory in Dify's stored form: one node's file to stdout, or with --dir
+    /// every node of the agent (or --user) as DIR/node_memory/{app}/{conversation}/{node}.json
+    /// (existing files are never overwritten).
+    Export(ExportArgs),
 }
+
+/// `memtape node import`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// A node memory file, or a directory holding node_memory/ (or node_memory itself).
+    path: PathBuf,
+    /// With a file: the conversation (session key).
+    conversation: Option<String>,
+    /// With a file: the workflow node's id.
+    node: Option<String>,
+}
+
+/// `memtape node export`.
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// One node's conversation (session key).
+    #[arg(required_unless_present = "dir")]
+    conversation: Option<String>,
+    /// That node's id.
+    #[arg(required_unless_present = "dir")]
+    node: Option<String>,
+    /// Write every node of the agent (or of --user) under this directory instead.
+    #[arg(long, conflicts_with_all = ["conversation", "node"])]
+    dir: Option<PathBuf>,
+}
+
+/// The largest node memory file read, in bytes.
+pub const MAX_NODE_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The directory name of Dify's node memory tree.
+const NODE_MEMORY_DIR: &str = "node_memory";
 
 /// A node of a conversation.
 #[derive(Args, Debug)]
@@ -132,24 +177,218 @@ struct CleanupOut<'a> {
     empty: usize,
 }
 
-/// The node memory of `r` in the base scope, which must have entries.
-fn existing_node<'e>(
+/// The node memory of `r` in the base scope (a node never written has an empty memory).
+fn node_of<'e>(
     engine: &'e Engine<DynStore>,
     ctx: &Ctx,
     r: &NodeRef,
 ) -> Result<NodeMemory<'e, DynStore>> {
-    let memory = engine.node_memory(&ctx.base_scope()?, Some(&r.conversation), &r.node)?;
-    if engine.store().scope_info(memory.scope())?.is_none() {
+    Ok(engine.node_memory(&ctx.base_scope()?, Some(&r.conversation), &r.node)?)
+}
+
+/// Reads one node memory file: a regular file (no link), at most
+/// [`MAX_NODE_FILE_BYTES`], in the stored form.
+fn read_node_file(path: &Path) -> Result<NodeFile> {
+    let meta =
+        std::fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.file_type().is_symlink() {
         bail!(
-            "no memory of node {} in conversation {} (tenant {}, agent {}); `memtape node add` \
-             writes one",
-            r.node,
-            r.conversation,
-            ctx.tenant,
-            ctx.agent
+            "{} is a symbolic link: node memory files are read where they are, never \
+             through a link (nothing was imported)",
+            path.display()
         );
     }
-    Ok(memory)
+    if !meta.is_file() {
+        bail!("{} is not a file (nothing was imported)", path.display());
+    }
+    if meta.len() > MAX_NODE_FILE_BYTES {
+        bail!(
+            "{} is {} bytes, more than a node memory file may be ({MAX_NODE_FILE_BYTES}; \
+             nothing was imported)",
+            path.display(),
+            meta.len()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    dify_node::parse(&text).with_context(|| format!("{} (nothing was imported)", path.display()))
+}
+
+/// The entries of directory `dir`, sorted by name, each a UTF-8 name and no link.
+fn entries_of(dir: &Path) -> Result<Vec<(String, PathBuf, std::fs::Metadata)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            bail!(
+                "{} has a name that is not UTF-8: Dify's ids are text (nothing was imported)",
+                path.display()
+            );
+        };
+        let meta = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if meta.file_type().is_symlink() {
+            bail!(
+                "{} is a symbolic link: a node memory tree is read where it is, never \
+                 through a link (nothing was imported)",
+                path.display()
+            );
+        }
+        out.push((name, path, meta));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// A node file of a tree, read and checked: `(app, conversation, node, file, path)`.
+type TreeNode = (String, String, String, NodeFile, PathBuf);
+
+/// Every node file of a `node_memory/{app}/{conversation}/{node}.json` tree under `root`.
+fn read_tree(root: &Path) -> Result<Vec<TreeNode>> {
+    let mut nodes = Vec::new();
+    for (app, app_dir, meta) in entries_of(root)? {
+        if !meta.is_dir() {
+            bail!(
+                "{}: {NODE_MEMORY_DIR}/ holds a directory per app, not files (nothing was \
+                 imported)",
+                app_dir.display()
+            );
+        }
+        for (conversation, conv_dir, meta) in entries_of(&app_dir)? {
+            if !meta.is_dir() {
+                bail!(
+                    "{}: an app directory holds a directory per conversation, not files \
+                     (nothing was imported)",
+                    conv_dir.display()
+                );
+            }
+            for (name, path, _) in entries_of(&conv_dir)? {
+                let Some(node) = name.strip_suffix(".json") else {
+                    bail!(
+                        "{}: a conversation directory holds {{node_id}}.json files only \
+                         (nothing was imported)",
+                        path.display()
+                    );
+                };
+                let file = read_node_file(&path)?;
+                nodes.push((
+                    app.clone(),
+                    conversation.clone(),
+                    node.to_owned(),
+                    file,
+                    path,
+                ));
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+/// Checks the names of a node's scope before anything is written.
+fn check_node_names(app: &Scope, conversation: &str, node: &str) -> Result<()> {
+    app.clone().with_session(conversation)?.with_node(node)?;
+    Ok(())
+}
+
+/// A scope name as one component of a path: refused when it could name another place.
+fn path_part<'a>(what: &str, name: &'a str, scope: &Scope) -> Result<&'a str> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']) {
+        bail!(
+            "the {what} {name:?} of {scope} cannot be a file name under {NODE_MEMORY_DIR}/ \
+             (nothing was exported); export that node alone: memtape node export \
+             CONVERSATION NODE"
+        );
+    }
+    Ok(name)
+}
+
+/// Fails when `path` or a directory between `base` and it is a symbolic link.
+fn no_link_below(base: &Path, path: &Path) -> Result<()> {
+    let mut at = base.to_path_buf();
+    let rest = path.strip_prefix(base).unwrap_or(path);
+    for part in rest.components() {
+        at.push(part);
+        if let Ok(meta) = std::fs::symlink_metadata(&at)
+            && meta.file_type().is_symlink()
+        {
+            bail!(
+                "{} is a symbolic link: node memory is written only under {} (nothing was \
+                 exported)",
+                at.display(),
+                base.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `memtape node export --dir`: every node memory of `base`'s agent and user (none: the
+/// agent's own) under `dir`, and how many nodes of other users were left out (Dify's key
+/// has no user, so a tree holds one user's nodes; `--user` exports another's, and an
+/// import with the same `--user` puts them back).
+fn export_tree(
+    engine: &Engine<DynStore>,
+    base: &Scope,
+    dir: &Path,
+) -> Result<(Vec<PathBuf>, usize)> {
+    let root = dir.join(NODE_MEMORY_DIR);
+    let mut planned: Vec<(PathBuf, Scope)> = Vec::new();
+    let (mine, others): (Vec<Scope>, Vec<Scope>) = engine
+        .node_scopes(base)?
+        .into_iter()
+        .partition(|s| s.user() == base.user());
+    for scope in mine {
+        let app = path_part("app", scope.agent_name(), &scope)?;
+        let conversation = path_part("conversation", scope.session().unwrap_or_default(), &scope)?;
+        let node = path_part("node", scope.node().unwrap_or_default(), &scope)?;
+        let path = root
+            .join(app)
+            .join(conversation)
+            .join(format!("{node}.json"));
+        if let Some((_, other)) = planned.iter().find(|(p, _)| *p == path) {
+            bail!(
+                "{other} and {scope} would both be {} (Dify's key has no user): export one \
+                 user at a time with --user (nothing was exported)",
+                path.display()
+            );
+        }
+        no_link_below(dir, &path)?;
+        if std::fs::symlink_metadata(&path).is_ok() {
+            bail!(
+                "{} exists: node memory export never overwrites a file (nothing was \
+                 exported)",
+                path.display()
+            );
+        }
+        planned.push((path, scope));
+    }
+    let mut written = Vec::new();
+    for (path, scope) in planned {
+        let mut app = scope.agent_scope();
+        if let Some(user) = scope.user() {
+            app = app.with_user(user)?;
+        }
+        let file = engine.export_node_memory(
+            &app,
+            scope.session().unwrap_or_default(),
+            scope.node().unwrap_or_default(),
+        )?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        no_link_below(dir, &path)?;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let text = serde_json::to_string(&dify_node::render(&file))?;
+        writeln!(out, "{text}").with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok((written, others.len()))
 }
 
 /// `memtape node ...`.
@@ -171,7 +410,8 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
         }
         NodeCommand::History(a) => {
             let engine = open_read_only(ctx)?;
-            let memory = existing_node(&engine, ctx, &a.node)?;
+            // A node's first run: an empty history, not an error.
+            let memory = node_of(&engine, ctx, &a.node)?;
             let parent = a.parent.as_deref();
             if a.dify.is_set() {
                 let config = a.dify.config(MemoryMode::Node)?;
@@ -185,7 +425,16 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
         }
         NodeCommand::Clear(r) => {
             let engine = open(ctx)?;
-            let mut memory = existing_node(&engine, ctx, r)?;
+            let mut memory = node_of(&engine, ctx, r)?;
+            if engine.store().scope_info(memory.scope())?.is_none() {
+                writeln!(
+                    out,
+                    "node {} of conversation {} has no memory yet (tenant {}, agent {}): \
+                     nothing to clear",
+                    r.node, r.conversation, ctx.tenant, ctx.agent
+                )?;
+                return Ok(());
+            }
             let anchor = memory.clear()?;
             writeln!(
                 out,
@@ -193,6 +442,89 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
                 memory.scope(),
                 anchor.id
             )?;
+        }
+        NodeCommand::Import(a) => {
+            let base = ctx.base_scope()?;
+            let nodes = if std::fs::symlink_metadata(&a.path)
+                .with_context(|| format!("reading {}", a.path.display()))?
+                .is_dir()
+            {
+                if a.conversation.is_some() || a.node.is_some() {
+                    bail!(
+                        "{} is a directory: its tree names each node's conversation and \
+                         node; pass CONVERSATION NODE only with a file",
+                        a.path.display()
+                    );
+                }
+                let root = if a.path.file_name().and_then(|n| n.to_str()) == Some(NODE_MEMORY_DIR) {
+                    a.path.clone()
+                } else {
+                    a.path.join(NODE_MEMORY_DIR)
+                };
+                if !std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
+                    bail!(
+                        "{} holds no {NODE_MEMORY_DIR}/ directory (Dify's \
+                         node_memory/{{app_id}}/{{conversation_id}}/{{node_id}}.json)",
+                        a.path.display()
+                    );
+                }
+                let mut nodes = Vec::new();
+                for (app, conversation, node, file, path) in read_tree(&root)? {
+                    let named = || format!("{} (nothing was imported)", path.display());
+                    let mut scope = Scope::agent(ctx.tenant.clone(), app).with_context(named)?;
+                    if let Some(user) = base.user() {
+                        scope = scope.with_user(user)?;
+                    }
+                    check_node_names(&scope, &conversation, &node).with_context(named)?;
+                    nodes.push((scope, conversation, node, file));
+                }
+                nodes
+            } else {
+                let (Some(conversation), Some(node)) = (&a.conversation, &a.node) else {
+                    bail!(
+                        "importing the file {} needs the node it is: memtape node import FILE \
+                         CONVERSATION NODE",
+                        a.path.display()
+                    );
+                };
+                let file = read_node_file(&a.path)?;
+                vec![(base, conversation.clone(), node.clone(), file)]
+            };
+            let count = nodes.len();
+            let turns: usize = nodes.iter().map(|n| n.3.messages.len() / 2).sum();
+            let engine = open(ctx)?;
+            let report = engine.import_node_memory(nodes)?;
+            writeln!(
+                out,
+                "imported {count} node memories ({turns} turns, {} entries)",
+                report.entries
+            )?;
+        }
+        NodeCommand::Export(a) => {
+            let engine = open_read_only(ctx)?;
+            let base = ctx.base_scope()?;
+            if let Some(dir) = &a.dir {
+                let (written, others) = export_tree(&engine, &base, dir)?;
+                for path in &written {
+                    writeln!(out, "{}", path.display())?;
+                }
+                if !ctx.quiet {
+                    eprintln!("exported {} node memories", written.len());
+                }
+                if others > 0 {
+                    eprintln!(
+                        "{others} node memories of users were not exported (Dify's key has no \
+                         user): export each user's with --user USER, and import it back with \
+                         the same --user"
+                    );
+                }
+            } else {
+                let (Some(conversation), Some(node)) = (&a.conversation, &a.node) else {
+                    bail!("name the node: memtape node export CONVERSATION NODE, or --dir DIR");
+                };
+                let file = engine.export_node_memory(&base, conversation, node)?;
+                output::json(out, &dify_node::render(&file))?;
+            }
         }
         NodeCommand::Cleanup(a) => {
             let engine = if a.dry_run {

@@ -21,10 +21,11 @@ use serde_json::Value;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name: what `fuzz/fuzz_targets/` and the corpus folders are called.
-pub const TARGETS: [(&str, Target); 16] = [
+pub const TARGETS: [(&str, Target); 17] = [
     ("jsonl_memtape", jsonl_memtape),
     ("jsonl_nanobot", jsonl_nanobot),
     ("jsonl_bub", jsonl_bub),
+    ("dify_node_memory", dify_node_memory),
     ("builtin_event", builtin_event),
     ("tool_args", tool_args),
     ("wal_scan", wal_scan),
@@ -123,6 +124,40 @@ pub fn jsonl_bub(data: &[u8]) {
     with_engine(|engine, n| {
         let session = format!("bub-{n}");
         check_import(engine.import(Format::Bub, text, &base(), Some(&session)));
+    });
+}
+
+/// Dify's stored node memory (`{"version": 1, "messages": [...]}`): what parses renders
+/// back to the same JSON, reads again to the same file, and imported into a fresh node
+/// exports the same JSON again (or the import is refused with a domain error).
+pub fn dify_node_memory(data: &[u8]) {
+    let Some(text) = text(data) else { return };
+    let Ok(file) = formats::dify_node::parse(text) else {
+        return;
+    };
+    let source: Value = serde_json::from_str(text.strip_prefix('\u{feff}').unwrap_or(text))
+        .unwrap_or_else(|e| panic!("parsed, yet not JSON: {e}"));
+    let rendered = formats::dify_node::render(&file);
+    assert_eq!(rendered, source, "rendering changed the file");
+    let again = formats::dify_node::parse(&rendered.to_string())
+        .unwrap_or_else(|e| panic!("{rendered} does not read back: {e}"));
+    assert_eq!(again, file, "reading the rendering changed the file");
+    with_engine(|engine, n| {
+        let conversation = format!("dify-{n}");
+        let result =
+            engine.import_node_memory(vec![(base(), conversation.clone(), "node".into(), file)]);
+        let imported = result.is_ok();
+        check_import(result);
+        if imported {
+            let out = engine
+                .export_node_memory(&base(), &conversation, "node")
+                .unwrap_or_else(|e| panic!("an imported node does not export: {e}"));
+            assert_eq!(
+                formats::dify_node::render(&out),
+                source,
+                "import then export changed the file"
+            );
+        }
     });
 }
 

@@ -254,6 +254,8 @@ fn router(
             state.clone(),
             guard::guard,
         ))
+        // Around it all: MateClaw's paths answer every failure in MateClaw's envelope.
+        .layer(axum::middleware::from_fn(rest::mateclaw_compat::envelope))
         .with_state(state)
 }
 

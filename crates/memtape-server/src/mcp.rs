@@ -60,8 +60,10 @@ pub use tools::tools;
 use tools::{
     AppendInput, AsOfInput, BlameInput, ConsolidateInput, ContextInput, EmergeInput,
     EraseSessionInput, ExtractInput, HistoryInput, MEMORY_AS_OF, MEMORY_BLAME, MEMORY_CONSOLIDATE,
-    MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, PolicyInput, RestoreInput,
-    SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_ERASE_SESSION, TAPE_HISTORY, TAPE_SEARCH, is_tool,
+    MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, NODE_ADD, NODE_CLEANUP,
+    NODE_CLEAR, NODE_HISTORY, NodeAddInput, NodeCleanupInput, NodeHistoryInput, NodeRefInput,
+    PolicyInput, RestoreInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_ERASE_SESSION,
+    TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
 /// The memory skill: the `memory_skill` prompt.
@@ -405,6 +407,72 @@ impl Memtape {
                 let input: EmergeInput = input(name, args)?;
                 let body = rest::EmergenceBody { days: input.days };
                 let call = rest::emergence(state, caller, ApiQuery(who.params()), ApiJson(body));
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
+            NODE_ADD => {
+                // The role first, as the registry's tools do: a read key learns no more.
+                who.caller.require(Role::Write)?;
+                let input: NodeAddInput = input(name, args)?;
+                let path = rest::NodePath {
+                    session: input.session,
+                    node: input.node,
+                };
+                let body = rest::NodeTurnBody {
+                    message_id: input.message_id,
+                    parent_message_id: input.parent_message_id,
+                    user_content: input.user_content,
+                    assistant_content: input.assistant_content,
+                };
+                let params = who.params();
+                let call = rest::node_add(
+                    state,
+                    caller,
+                    ApiPath(path),
+                    ApiQuery(params),
+                    ApiJson(body),
+                );
+                let (_, Json(out)) = call.await?;
+                to_text(&out)
+            }
+            NODE_HISTORY => {
+                let input: NodeHistoryInput = input(name, args)?;
+                let path = rest::NodePath {
+                    session: input.session,
+                    node: input.node,
+                };
+                let params = rest::NodeHistoryParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    message_id: input.message_id,
+                    parent_message_id: input.parent_message_id,
+                    max_tokens: input.max_tokens,
+                };
+                let call = rest::node_history(state, caller, ApiPath(path), ApiQuery(params));
+                let Json(out) = call.await?;
+                to_text(&out)
+            }
+            NODE_CLEAR => {
+                who.caller.require(Role::Write)?;
+                let input: NodeRefInput = input(name, args)?;
+                let path = rest::NodePath {
+                    session: input.session,
+                    node: input.node,
+                };
+                let params = who.params();
+                let Json(out) =
+                    rest::node_clear(state, caller, ApiPath(path), ApiQuery(params)).await?;
+                to_text(&out)
+            }
+            NODE_CLEANUP => {
+                let input: NodeCleanupInput = input(name, args)?;
+                let body = rest::NodeCleanupBody {
+                    older_than_days: input.older_than_days,
+                    session: input.session,
+                    dry_run: input.dry_run.unwrap_or(false),
+                };
+                let params = who.params();
+                let call = rest::node_cleanup(state, caller, ApiQuery(params), ApiJson(body));
                 let Json(out) = call.await?;
                 to_text(&out)
             }

@@ -112,6 +112,17 @@ fn no_route_reaches_another_tenant() {
                 .iter()
                 .map(|i| i.as_u64().unwrap()),
         );
+        // A workflow node's memory in the same conversation (Dify).
+        let (status, body) = s.call(
+            "POST",
+            &format!("/v1/sessions/plans/nodes/llm/turns?user={user}"),
+            Some(
+                &json!({"message_id": "m1", "user_content": format!("The {SECRET} node"),
+                "assistant_content": "4711"}),
+            ),
+            a,
+        );
+        assert_eq!(status, 201, "{body}");
         s.call(
             "POST",
             &format!("/v1/tools/memory.save?user={user}"),
@@ -141,6 +152,17 @@ fn no_route_reaches_another_tenant() {
                 s.call(
                     "GET",
                     &format!("/v1/sessions/plans/entries?user={user}&limit=1000"),
+                    None,
+                    key,
+                )
+                .1,
+            );
+            all.push(
+                s.call(
+                    "GET",
+                    &format!(
+                        "/v1/sessions/plans/nodes/llm/history?user={user}&message_id=m2&parent_message_id=m1"
+                    ),
                     None,
                     key,
                 )
@@ -203,6 +225,7 @@ fn no_route_reaches_another_tenant() {
                         "id" => id.to_string(),
                         "name" => "memory.show".to_owned(),
                         "path" => "memories/plans.md".to_owned(),
+                        "node" => "llm".to_owned(),
                         _ => String::new(),
                     };
                     if param["in"] == "path" {
@@ -239,6 +262,9 @@ fn no_route_reaches_another_tenant() {
                             }
                             if has("session") {
                                 query.push("session=plans".to_owned());
+                            }
+                            if has("message_id") {
+                                query.push("message_id=m2&parent_message_id=m1".to_owned());
                             }
                             let missing = url.replace(&format!("/{id}/"), &format!("/{MISSING}/"));
                             let query = query.join("&");

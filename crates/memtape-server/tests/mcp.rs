@@ -117,6 +117,13 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
         )
         .await;
         let acme_message = appended["ids"][0].as_u64().unwrap();
+        ok(
+            &a,
+            "node_add",
+            json!({"session": "chat", "node": "llm", "message_id": "m1",
+                "user_content": "acme's secret node", "assistant_content": "4711"}),
+        )
+        .await;
         let found = ok_json(
             &a,
             "tape_search",
@@ -160,6 +167,10 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
             ("memory_as_of", json!({"as_of": "2100-01-01T00:00:00Z"})),
             ("memory_blame", json!({"path": "MEMORY.md"})),
             ("memory_blame", json!({"path": "memories/acme.md", "as_of": acme_change})),
+            ("node_history", json!({"session": "chat", "node": "llm", "message_id": "m2", "parent_message_id": "m1"})),
+            ("node_add", json!({"session": "chat", "node": "llm", "message_id": "m2", "parent_message_id": "m1", "user_content": "globex", "assistant_content": "globex"})),
+            ("node_clear", json!({"session": "chat", "node": "llm"})),
+            ("node_cleanup", json!({"older_than_days": 1, "session": "chat"})),
             ("memory_clear", json!({})),
         ];
         let mut called: Vec<String> = calls.iter().map(|(t, _)| (*t).to_owned()).collect();
@@ -197,6 +208,14 @@ fn keys_decide_the_tenant_and_a_read_key_cannot_write() {
         assert_eq!(read(&a, "memtape://memory/memories/acme.md").await, "acme only\n");
         let history = ok_json(&a, "tape_history", json!({"session": "chat"})).await;
         assert_eq!(history["messages"].as_array().unwrap().len(), 1, "{history}");
+        let node = ok_json(
+            &a,
+            "node_history",
+            json!({"session": "chat", "node": "llm", "message_id": "m2", "parent_message_id": "m1"}),
+        )
+        .await;
+        assert_eq!(node["messages"][0]["content"], "acme's secret node", "{node}");
+        assert_eq!(node["messages"].as_array().unwrap().len(), 2, "{node}");
 
         // globex's subscribers hear of globex's changes only.
         #[allow(deprecated)]
@@ -812,4 +831,75 @@ fn erasing_a_session_is_offered_only_where_the_operator_opted_in() {
         history("bob").contains("bob's own words"),
         "bob's session s1 is another session"
     );
+}
+
+#[test]
+fn node_memory_tools_follow_the_thread_and_refuse_bad_ids() {
+    let s = Server::start();
+    let url = s.url("/mcp?agent=chatflow");
+    runtime().block_on(async {
+        let (client, _) = connect(&url, None).await.unwrap();
+        // The node's first run: an empty history, not an error.
+        let first = ok_json(
+            &client,
+            "node_history",
+            json!({"session": "c1", "node": "llm", "message_id": "m1"}),
+        )
+        .await;
+        assert_eq!(first, json!({"messages": []}));
+        for (id, parent, text) in [("m1", None, "one"), ("m2", Some("m1"), "two"), ("m3", Some("m1"), "three")] {
+            let added = ok_json(
+                &client,
+                "node_add",
+                json!({"session": "c1", "node": "llm", "message_id": id,
+                    "parent_message_id": parent, "user_content": format!("q {text}"),
+                    "assistant_content": format!("a {text}")}),
+            )
+            .await;
+            assert_eq!(added["ids"].as_array().unwrap().len(), 2, "{added}");
+        }
+        let history = ok_json(
+            &client,
+            "node_history",
+            json!({"session": "c1", "node": "llm", "message_id": "m4", "parent_message_id": "m3"}),
+        )
+        .await;
+        let texts: Vec<&str> = history["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts, ["q one", "a one", "q three", "a three"], "m2 was regenerated");
+        for (tool, args, needle) in [
+            ("node_add", json!({"session": "c1", "node": "llm", "message_id": "", "user_content": "q", "assistant_content": "a"}), "message_id is empty"),
+            ("node_add", json!({"session": "c1", "node": "llm", "message_id": "x".repeat(300), "user_content": "q", "assistant_content": "a"}), "at most 256"),
+            ("node_add", json!({"session": "c\u{0}1", "node": "llm", "message_id": "m9", "user_content": "q", "assistant_content": "a"}), "control character"),
+            ("node_add", json!({"session": "c1", "node": "llm", "message_id": "m9", "user_content": "q", "assistant_content": "a", "files": []}), "files"),
+            ("node_history", json!({"session": "c1", "node": "llm"}), "message_id"),
+            ("node_cleanup", json!({"older_than_days": 0}), "at least 1"),
+            ("node_cleanup", json!({"older_than_days": 4294967296_u64}), "4294967296"),
+        ] {
+            let (text, error) = call(&client, tool, args.clone()).await;
+            assert!(error, "{tool} {args}: {text}");
+            assert!(text.contains(needle), "{needle:?} in {text}");
+        }
+        let report = ok_json(&client, "node_cleanup", json!({"older_than_days": 1, "dry_run": true})).await;
+        assert_eq!(report["active"], 1, "{report}");
+        let cleared = ok_json(&client, "node_clear", json!({"session": "c1", "node": "llm"})).await;
+        assert!(cleared["anchor"].as_u64().is_some(), "{cleared}");
+        let never = ok_json(&client, "node_clear", json!({"session": "c1", "node": "other"})).await;
+        assert_eq!(never, json!({}), "a node never written: nothing to clear");
+        let after = ok_json(
+            &client,
+            "node_history",
+            json!({"session": "c1", "node": "llm", "message_id": "m4", "parent_message_id": "m3"}),
+        )
+        .await;
+        assert_eq!(after, json!({"messages": []}));
+        client.cancel().await.unwrap();
+    });
+    // What MCP wrote is what REST reads: the app is the connection's agent.
+    let (status, body) = s.get("/v1/sessions/c1/nodes/llm/history?agent=chatflow&message_id=m1");
+    assert_eq!((status, body), (200, json!({"messages": []})), "cleared");
 }

@@ -179,7 +179,7 @@ fn a_write_on_a_stale_version_is_a_conflict_and_records_nothing() {
     let (status, _) = s.call(
         "PUT",
         "/v1/memory/flags",
-        Some(&json!({"path": "MEMORY.md", "enabled": false, "if_version": 1})),
+        Some(&json!({"path": "MEMORY.md", "sort_order": 5, "if_version": 1})),
         None,
     );
     assert_eq!(status, 409);
@@ -315,4 +315,91 @@ fn bad_memory_input_is_a_clear_4xx_and_records_nothing() {
     assert_eq!(memory["version"], 1, "nothing recorded: {memory}");
     assert_eq!(memory["files"]["MEMORY.md"]["content"], "kept");
     assert_eq!(s.get("/healthz").0, 200);
+}
+
+/// Seed 003: the core files are enabled by seed data, and where they are in every prompt
+/// (MEMORY.md and PROFILE.md through the memory block) they say so and stay so.
+#[test]
+fn core_files_report_enabled_where_they_are_always_in_the_prompt() {
+    let s = Server::start();
+    for (file, content) in [
+        ("MEMORY.md", "Ada likes tea."),
+        ("PROFILE.md", "Ada, a chemist."),
+        ("AGENTS.md", "Be brief."),
+        ("SOUL.md", "Calm."),
+        ("memory/2026-04-01.md", "# 2026-04-01\n\nnote"),
+    ] {
+        let (status, body) = s.post(
+            "/v1/tools/write_workspace_memory_file",
+            &json!({"input": {"filename": file, "content": content}}),
+        );
+        assert_eq!(status, 200, "{file}: {body}");
+    }
+    let (status, listed) = s.post(
+        "/v1/tools/list_workspace_memory_files",
+        &json!({"input": {}}),
+    );
+    assert_eq!(status, 200, "{listed}");
+    let listed: Value = serde_json::from_str(listed["text"].as_str().unwrap()).unwrap();
+    let flags: Vec<(String, bool)> = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["filename"].as_str().unwrap().to_owned(),
+                f["enabled"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, bool)> = [
+        ("AGENTS.md", true),
+        ("SOUL.md", true),
+        ("PROFILE.md", true),
+        ("MEMORY.md", true),
+        ("memory/2026-04-01.md", false),
+    ]
+    .iter()
+    .map(|(f, e)| ((*f).to_owned(), *e))
+    .collect();
+    assert_eq!(flags, expected);
+    let (_, memory) = s.get("/v1/memory");
+    assert_eq!(memory["files"]["MEMORY.md"]["enabled"], true, "{memory}");
+    // The prompt has them, as the flag says.
+    s.post(
+        "/v1/sessions/chat/messages",
+        &json!({"role": "user", "content": "hi"}),
+    );
+    let (status, built) = s.post("/v1/sessions/chat/context", &json!({"dry_run": true}));
+    assert_eq!(status, 200, "{built}");
+    let system = built["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("Ada likes tea.") && system.contains("Ada, a chemist."),
+        "{system}"
+    );
+    // Disabling one of them would be a lie: refused, naming the file; nothing changes.
+    let (status, refused) = s.call(
+        "PUT",
+        "/v1/memory/flags",
+        Some(&json!({"path": "MEMORY.md", "enabled": false})),
+        None,
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("MEMORY.md is in every prompt"),
+        "{refused}"
+    );
+    let (_, after) = s.get("/v1/memory");
+    assert_eq!(after["version"], memory["version"]);
+    // A daily note may be enabled.
+    let (status, _) = s.call(
+        "PUT",
+        "/v1/memory/flags",
+        Some(&json!({"path": "memory/2026-04-01.md", "enabled": true})),
+        None,
+    );
+    assert_eq!(status, 200);
 }

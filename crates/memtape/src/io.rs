@@ -175,7 +175,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Writes `entries` in one transaction, refusing to mix into a session that has entries.
-    fn restore_entries(&self, entries: Vec<Entry>) -> Result<ImportReport> {
+    pub(crate) fn restore_entries(&self, entries: Vec<Entry>) -> Result<ImportReport> {
         // Memory scopes are shared by sessions: only sessions must be new.
         let mut sessions: Vec<Scope> = Vec::new();
         for e in &entries {

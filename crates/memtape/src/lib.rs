@@ -55,9 +55,9 @@ pub use lifecycle::{
 };
 pub use mateclaw::{MemoryRun, Trigger, json_reply};
 pub use node::{
-    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
-    NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,
-    UUID_NIL,
+    DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, DIFY_NODE_META, IdleNode,
+    MAX_MESSAGE_ID_BYTES, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD,
+    NodeCleanup, NodeMemory, NodeMessage, NodeTurn, UUID_NIL, check_message_id,
 };
 pub use retention::{
     AgentRetention, DEFAULT_RETENTION_SCHEDULE, RetentionConfig, RetentionRun, TenantRetention,
@@ -87,7 +87,7 @@ pub use memtape_core::{
     Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, ErasedHow,
     Erasure, Event, Filter, HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload,
     Role, Scope, TapeQuery, TokenCounter, ToolCall, erasure, events,
-    formats::{Format, parse_time},
+    formats::{Format, dify_node, parse_time},
     memory, summary, wal,
 };
 pub use memtape_search::{

@@ -18,12 +18,19 @@
 //! the node's memory. Turns written before the event existed carried their ids in the
 //! entries' meta ([`NODE_MESSAGE_ID`], [`NODE_PARENT_MESSAGE_ID`], [`NODE_STARTS_THREAD`]);
 //! they are still read.
+//!
+//! Dify's stored form (`{"version": 1, "messages": [...]}` per node,
+//! [`memtape_core::formats::dify_node`]) comes in with [`Engine::import_node_memory`] and
+//! goes out with [`Engine::export_node_memory`], losslessly: what the tape does not say
+//! itself (each message's own ids, Dify's token count, the file's exact shape) is kept in
+//! the message entry's meta under [`DIFY_NODE_META`].
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use memtape_core::dify::{MemoryConfig, MemoryMode};
 use memtape_core::events::{BuiltinEvent, NodeTurnMark};
+use memtape_core::formats::dify_node::{NodeFile, NodeFileMessage, Shape};
 use memtape_core::{
     Entry, EntryId, FileRef, Filter, HistoryLimits, Kind, Message, NewEntry, Order, Payload, Scope,
     select_history,
@@ -31,7 +38,7 @@ use memtape_core::{
 use memtape_store::{ScopeInfo, Store};
 use serde_json::Value;
 
-use crate::{Engine, Error, Result};
+use crate::{Engine, Error, ImportReport, Result};
 
 /// Dify's default `max_token_limit` for history.
 pub const DEFAULT_MAX_TOKEN_LIMIT: usize = 2000;
@@ -54,6 +61,10 @@ pub const NODE_STARTS_THREAD: &str = "starts_thread";
 /// Dify's `UUID_NIL` parent: a message from before threads, which follows whatever came
 /// last (a linear conversation).
 pub const UUID_NIL: &str = "00000000-0000-0000-0000-000000000000";
+
+/// The meta key of a message imported from Dify's stored form: `{"message_id",
+/// "parent_message_id", "token_count"?, "shape"?}`, what the tape does not say itself.
+pub const DIFY_NODE_META: &str = "dify_node";
 
 /// How many idle days [`Engine::cleanup_node_memory`] keeps by default: Dify's cleanup
 /// tasks take their retention in days, 30 by default (`PLAN_SANDBOX_CLEAN_DAY_SETTING`,
@@ -262,6 +273,205 @@ impl<S: Store> Engine<S> {
     }
 }
 
+impl<S: Store> Engine<S> {
+    /// Imports node memories in Dify's stored form: each `(app, conversation, node, file)`
+    /// (the app a tenant/agent scope, optionally with a user) becomes that node's
+    /// memory, turn by turn as [`NodeMemory::flush`] writes them (a `node.turn` event, the
+    /// user message, the node's answer, linked along the thread), at the times the file
+    /// gives. All in one transaction: a node that already has entries is refused
+    /// ([`Error::SessionNotEmpty`]) and nothing is written.
+    pub fn import_node_memory(
+        &self,
+        nodes: Vec<(Scope, String, String, NodeFile)>,
+    ) -> Result<ImportReport> {
+        let now = self.now();
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut seen: Vec<Scope> = Vec::new();
+        for (app, conversation, node, file) in nodes {
+            let scope = self.node_memory(&app, Some(&conversation), &node)?.scope;
+            if seen.contains(&scope) {
+                return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+                    "node {node} of conversation {conversation} comes twice"
+                ))));
+            }
+            seen.push(scope.clone());
+            // (Dify message id, its turn's answer) of the turns so far, oldest first.
+            let mut turns: Vec<(String, EntryId)> = Vec::new();
+            for pair in file.messages.chunks(2) {
+                let [user, answer] = pair else {
+                    return Err(Error::Invalid(memtape_core::Error::InvalidImport(format!(
+                        "node {node} of conversation {conversation}: a user message \
+                         without the node's answer"
+                    ))));
+                };
+                let latest = |id: &str| turns.iter().rev().find(|(m, _)| m == id).map(|(_, a)| *a);
+                let follows =
+                    latest(&user.message_id).or_else(|| match user.parent_message_id.as_deref() {
+                        Some(UUID_NIL) => turns.last().map(|(_, a)| *a),
+                        Some(parent) => latest(parent),
+                        None => None,
+                    });
+                let mark = BuiltinEvent::NodeTurn(NodeTurnMark {
+                    message_id: user.message_id.clone(),
+                    parent_message_id: user.parent_message_id.clone(),
+                    starts_thread: follows.is_none(),
+                });
+                let at = user.created_at.unwrap_or(now);
+                let mut push = |payload: Payload, meta: memtape_core::Meta, parent, at| {
+                    let id = EntryId(entries.len() as u64 + 1);
+                    entries.push(Entry {
+                        id,
+                        scope: scope.clone(),
+                        parent,
+                        payload,
+                        meta,
+                        created_at: at,
+                        erased: None,
+                    });
+                    id
+                };
+                push(mark.to_payload(), memtape_core::Meta::new(), None, at);
+                let user_id = push(
+                    Payload::Message(file_message(user)),
+                    file_meta(user),
+                    follows,
+                    at,
+                );
+                let answer_id = push(
+                    Payload::Message(file_message(answer)),
+                    file_meta(answer),
+                    Some(user_id),
+                    answer.created_at.unwrap_or(at),
+                );
+                turns.push((user.message_id.clone(), answer_id));
+            }
+        }
+        for e in &entries {
+            e.payload.validate()?;
+        }
+        self.restore_entries(entries)
+    }
+
+    /// The memory of node `node` of `app` in `conversation` in Dify's stored form: its
+    /// turns since it was last cleared, oldest first (every thread; Dify's file holds
+    /// them all). A node never written has no messages. A message written through
+    /// memtape gets its turn's ids, its entry's time and its token count (the engine's
+    /// counter); one imported from the form gets back what the file had.
+    pub fn export_node_memory(
+        &self,
+        app: &Scope,
+        conversation: &str,
+        node: &str,
+    ) -> Result<NodeFile> {
+        let memory = self.node_memory(app, Some(conversation), node)?;
+        let since = memory.cleared_at()?;
+        let turns = memory.turns(since)?;
+        let filter = Filter {
+            after: Some(since),
+            kinds: vec![Kind::Message],
+            ..Filter::default()
+        };
+        let by_id: HashMap<EntryId, Entry> = self
+            .store
+            .scan(&memory.scope, &filter)?
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect();
+        let mut messages = Vec::new();
+        for turn in &turns {
+            // A turn of an old store without its answer is not a turn Dify could read.
+            let Some(answer) = turn.assistant else {
+                continue;
+            };
+            for id in [turn.user, answer] {
+                if let Some(entry) = by_id.get(&id) {
+                    messages.push(self.file_message_of(entry, &turn.mark));
+                }
+            }
+        }
+        Ok(NodeFile { messages })
+    }
+
+    /// A message of the stored form from its entry.
+    fn file_message_of(&self, entry: &Entry, mark: &NodeTurnMark) -> NodeFileMessage {
+        let message = entry.message();
+        let text = message
+            .map(|m| m.content_text().into_owned())
+            .unwrap_or_default();
+        let kept = entry.meta.get(DIFY_NODE_META).and_then(Value::as_object);
+        let kept_str = |key: &str| kept.and_then(|k| k.get(key)).and_then(Value::as_str);
+        NodeFileMessage {
+            message_id: kept_str("message_id")
+                .map_or_else(|| mark.message_id.clone(), str::to_owned),
+            parent_message_id: match kept {
+                Some(k) => k
+                    .get("parent_message_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                None => mark.parent_message_id.clone(),
+            },
+            role: message.map_or(memtape_core::Role::User, |m| m.role),
+            files: message.map(|m| m.files.clone()).unwrap_or_default(),
+            token_count: match kept {
+                Some(k) => k.get("token_count").and_then(Value::as_u64),
+                None => Some(self.tokens().count(&text) as u64),
+            },
+            content: text,
+            created_at: Some(entry.created_at),
+            shape: kept
+                .and_then(|k| k.get("shape"))
+                .and_then(Shape::from_value)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The node memories within `within` (any scope: an app, a user, a conversation),
+    /// sorted by scope.
+    pub fn node_scopes(&self, within: &Scope) -> Result<Vec<Scope>> {
+        let mut nodes: Vec<Scope> = self
+            .store
+            .scopes(within.tenant())?
+            .into_iter()
+            .map(|i| i.scope)
+            .filter(|s| s.node().is_some() && within.contains(s))
+            .collect();
+        nodes.sort_by_cached_key(ToString::to_string);
+        Ok(nodes)
+    }
+}
+
+/// The tape's message for a message of the stored form.
+fn file_message(m: &NodeFileMessage) -> Message {
+    let mut message = Message::text(m.role, m.content.clone());
+    message.files.clone_from(&m.files);
+    message
+}
+
+/// What the tape keeps of a message of the stored form besides the message itself.
+fn file_meta(m: &NodeFileMessage) -> memtape_core::Meta {
+    let mut kept = serde_json::Map::new();
+    kept.insert("message_id".into(), m.message_id.clone().into());
+    kept.insert(
+        "parent_message_id".into(),
+        m.parent_message_id.clone().map_or(Value::Null, Value::from),
+    );
+    if let Some(n) = m.token_count {
+        kept.insert("token_count".into(), n.into());
+    }
+    // A message the file gave no time gets one on the tape (the import's, or its turn's):
+    // the shape says to leave it out again.
+    let mut shape = m.shape.clone();
+    if m.created_at.is_none() && !shape.absent.iter().any(|k| k == "created_at") {
+        shape.absent.push("created_at".into());
+    }
+    if !shape.is_empty() {
+        kept.insert("shape".into(), shape.to_value());
+    }
+    let mut meta = memtape_core::Meta::new();
+    meta.insert(DIFY_NODE_META.into(), Value::Object(kept));
+    meta
+}
+
 impl<S: Store> NodeMemory<'_, S> {
     /// The node's scope (tenant, app, user, conversation, node).
     pub fn scope(&self) -> &Scope {
@@ -274,12 +484,11 @@ impl<S: Store> NodeMemory<'_, S> {
     }
 
     /// Adds a dialogue turn, kept until [`NodeMemory::flush`] (call it after the node ran).
-    /// A turn needs a message id.
+    /// A turn needs a message id; it and the parent's are checked by [`check_message_id`].
     pub fn add_messages(&mut self, turn: NodeTurn) -> Result<()> {
-        if turn.message_id.is_empty() {
-            return Err(Error::Invalid(memtape_core::Error::InvalidMessage(
-                "a node memory turn needs a message_id".into(),
-            )));
+        check_message_id("message_id", &turn.message_id)?;
+        if let Some(parent) = &turn.parent_message_id {
+            check_message_id("parent_message_id", parent)?;
         }
         self.pending.push(turn);
         Ok(())
@@ -406,6 +615,10 @@ impl<S: Store> NodeMemory<'_, S> {
         parent_message_id: Option<&str>,
         select: impl FnOnce(&[&Message]) -> Vec<usize>,
     ) -> Result<Vec<NodeMessage>> {
+        check_message_id("message_id", current_message_id)?;
+        if let Some(parent) = parent_message_id {
+            check_message_id("parent_message_id", parent)?;
+        }
         let since = self.cleared_at()?;
         let turns = self.turns(since)?;
         let leaf = match latest_turn(&turns, current_message_id) {
@@ -517,6 +730,32 @@ impl<S: Store> NodeMemory<'_, S> {
             .scope_info(&self.scope)?
             .and_then(|i| i.head);
         Ok(head.filter(|h| *h > since))
+    }
+}
+
+/// The longest Dify message id node memory takes, in bytes (Dify's are UUIDs, 36 bytes).
+pub const MAX_MESSAGE_ID_BYTES: usize = 256;
+
+/// Checks a Dify message id (`what` names the field in the error): 1 to
+/// [`MAX_MESSAGE_ID_BYTES`] bytes, no control character.
+pub fn check_message_id(what: &str, id: &str) -> Result<()> {
+    let problem = if id.is_empty() {
+        Some("is empty".to_owned())
+    } else if id.len() > MAX_MESSAGE_ID_BYTES {
+        Some(format!(
+            "is {} bytes long (at most {MAX_MESSAGE_ID_BYTES})",
+            id.len()
+        ))
+    } else if id.chars().any(char::is_control) {
+        Some("holds a control character".to_owned())
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Err(Error::Invalid(memtape_core::Error::InvalidMessage(
+            format!("node memory: the {what} {p}"),
+        ))),
+        None => Ok(()),
     }
 }
 

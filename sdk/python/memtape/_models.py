@@ -255,6 +255,15 @@ class DiffWire(_Model):
     """What changed between the two versions, as a unified diff."""
 
 
+class DifyNodeFile(_Model):
+    """A node's memory as Dify stores it (`node_memory/{app_id}/{conversation_id}/{node_id}.json`, seed 002)."""
+
+    version: int
+    """Always 1."""
+    messages: list[dict[str, Any]]
+    """The messages, in turns: a user message, then the node's answer (`message_id`, `parent_message_id`, `role`, `content`, `files`, `token_count`, `created_at`)."""
+
+
 class DroppedList(_Model):
     """The dropped facts."""
 
@@ -432,7 +441,7 @@ class FlagsBody(_Model):
     path: str
     """The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`)."""
     enabled: bool | None = Field(default=None)
-    """Whether it is injected into the system prompt."""
+    """Whether it is injected into the system prompt (MEMORY.md, PROFILE.md and SESSION-STATE.md are in every prompt: they cannot be disabled)."""
     sort_order: int | None = Field(default=None)
     """Its place among injected files (lower first)."""
     if_version: int | None = Field(default=None)
@@ -485,6 +494,21 @@ class Hits(_Model):
     """The hits, best first."""
     index_behind: str | None = Field(default=None)
     """Set when the index could not catch up with the tape before this search (a full disk): the hits miss the latest entries, and this says why."""
+
+
+class IdleNodeWire(_Model):
+    """A node memory the cleanup cleared (or would clear)."""
+
+    session: str
+    """Its conversation (session key)."""
+    node: str
+    """Its node."""
+    user: str | None = Field(default=None)
+    """The user, when the conversation is one user's."""
+    last_active: str
+    """When it was last written (RFC 3339)."""
+    cleared_by: int | None = Field(default=None)
+    """The `node/clear` anchor written (absent in a dry run)."""
 
 
 class ImportWire(_Model):
@@ -585,6 +609,94 @@ class NewWire(_Model):
     """How many old daily notes were removed."""
     consolidation: None | ConsolidationWire = Field(default=None)
     """What the model's consolidation did, when the server has a model (it archives through `save_memory` then)."""
+
+
+class NodeAdded(_Model):
+    """The entries a turn wrote."""
+
+    ids: list[int]
+    """The user's and the assistant's entry ids."""
+
+
+class NodeCleanupBody(_Model):
+    """Which idle node memories to clear."""
+
+    older_than_days: int | None = Field(default=None)
+    """Clear node memories last written more than this many days ago (at least 1; default 30)."""
+    session: str | None = Field(default=None)
+    """Only the nodes of this conversation (session key)."""
+    dry_run: bool | None = Field(default=None)
+    """Report what would be cleared; write nothing (a read key is enough then)."""
+
+
+class NodeCleanupWire(_Model):
+    """What the cleanup found and did."""
+
+    cutoff: str
+    """Node memories last written before this time (RFC 3339) were idle."""
+    dry_run: bool
+    """Whether nothing was written."""
+    cleared: list[IdleNodeWire]
+    """The idle node memories, cleared unless this was a dry run."""
+    active: int
+    """How many node memories were written since the cutoff (kept)."""
+    empty: int
+    """How many were already empty."""
+
+
+class NodeCleared(_Model):
+    """What a clear did."""
+
+    anchor: int | None = Field(default=None)
+    """The `node/clear` anchor written; absent when the node had never been written (there was nothing to clear, and nothing was written)."""
+
+
+class NodeHistory(_Model):
+    """A node's history."""
+
+    messages: list[NodeMessageWire]
+    """The thread's messages, oldest first; empty for a node that never ran."""
+
+
+class NodeImported(_Model):
+    """What an import wrote."""
+
+    entries: int
+    """How many entries (three a turn: the `node.turn` event and the two messages)."""
+
+
+class NodeMessageWire(_Model):
+    """A message of a node's history."""
+
+    role: RoleName
+    """`system`, `user`, `assistant` or `tool`."""
+    content: None | ContentSchema = Field(default=None)
+    """The text, or OpenAI content parts."""
+    name: str | None = Field(default=None)
+    """A participant or tool name."""
+    tool_calls: list[ToolCallWire] | None = Field(default=None)
+    """The tools the assistant calls."""
+    tool_call_id: str | None = Field(default=None)
+    """For a tool result: the call it answers."""
+    id: int
+    """Its entry id."""
+    message_id: str
+    """The Dify message its turn belongs to."""
+    parent_message_id: str | None = Field(default=None)
+    """The Dify message that turn was added after."""
+
+
+class NodeTurnBody(_Model):
+    """One dialogue turn for a node (the arguments of Dify's `add_messages`)."""
+
+    message_id: str
+    """The Dify message this turn belongs to: 1 to 256 bytes, no control character."""
+    parent_message_id: str | None = Field(default=None)
+    """The Dify message it follows: none (or absent) for the first message of a thread, `00000000-0000-0000-0000-000000000000` for a message from before threads."""
+    user_content: str
+    """The user's input to the node."""
+    assistant_content: str
+    """The node's answer."""
 
 
 class PruneBody(_Model):
@@ -882,7 +994,7 @@ WorkspaceAnswer = dict[str, Any]
 """A MateClaw tool's JSON answer (as MateClaw returns it: `agentId`, `filename`, …)."""
 
 
-for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, ImportWire, ImportedSession, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
+for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DifyNodeFile, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, IdleNodeWire, ImportWire, ImportedSession, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, NodeAdded, NodeCleanupBody, NodeCleanupWire, NodeCleared, NodeHistory, NodeImported, NodeMessageWire, NodeTurnBody, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
     _m.model_rebuild()
 
 
@@ -908,6 +1020,7 @@ __all__ = [
     "CreateBody",
     "DailyBody",
     "DiffWire",
+    "DifyNodeFile",
     "DroppedList",
     "DroppedWire",
     "EditBody",
@@ -931,6 +1044,7 @@ __all__ = [
     "History",
     "HitWire",
     "Hits",
+    "IdleNodeWire",
     "ImportWire",
     "ImportedSession",
     "KindName",
@@ -941,6 +1055,14 @@ __all__ = [
     "ModeName",
     "NewMessage",
     "NewWire",
+    "NodeAdded",
+    "NodeCleanupBody",
+    "NodeCleanupWire",
+    "NodeCleared",
+    "NodeHistory",
+    "NodeImported",
+    "NodeMessageWire",
+    "NodeTurnBody",
     "PolicyWire",
     "PrecisionWire",
     "PruneBody",

@@ -37,6 +37,8 @@ OPERATIONS = [
     "GET /v1/sessions",
     "GET /v1/sessions/{session}/entries",
     "GET /v1/sessions/{session}/history",
+    "GET /v1/sessions/{session}/nodes/{node}/export",
+    "GET /v1/sessions/{session}/nodes/{node}/history",
     "GET /v1/tools",
     "GET /v1/workspace/file",
     "GET /v1/workspace/files",
@@ -53,6 +55,7 @@ OPERATIONS = [
     "POST /v1/memory/prune",
     "POST /v1/memory/save",
     "POST /v1/memory/undo",
+    "POST /v1/nodes/cleanup",
     "POST /v1/retention/run",
     "POST /v1/sessions/{session}/anchors",
     "POST /v1/sessions/{session}/consolidate",
@@ -61,6 +64,9 @@ OPERATIONS = [
     "POST /v1/sessions/{session}/extraction",
     "POST /v1/sessions/{session}/messages",
     "POST /v1/sessions/{session}/new",
+    "POST /v1/sessions/{session}/nodes/{node}/clear",
+    "POST /v1/sessions/{session}/nodes/{node}/import",
+    "POST /v1/sessions/{session}/nodes/{node}/turns",
     "POST /v1/sessions/{session}/start",
     "POST /v1/tools/{name}",
     "POST /v1/wal/scan",
@@ -335,6 +341,70 @@ class MemoryResource:
         return self._client._request('POST', _url, query=_query, json=_body, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
 
+class NodesResource:
+    """Dify's node memory: a workflow node's turns in a conversation, in and out."""
+
+    def __init__(self, client: _SyncBase) -> None:
+        self._client = client
+
+    def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
+        """Adds a turn to a node's memory (Dify's `add_messages` then `flush`), in one transaction.
+
+        `POST /v1/sessions/{session}/nodes/{node}/turns`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/turns'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content}
+        return self._client._request('POST', _url, query=_query, json=_body, cast=NodeAdded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    def history(self, session: str, node: str, message_id: str, *, parent_message_id: str | None = None, max_tokens: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> NodeHistory:
+        """The node's history before it answers `message_id`: the thread that message continues (Dify's `extract_thread_messages`), within `max_tokens`. A node that never ran has an empty history.
+
+        `GET /v1/sessions/{session}/nodes/{node}/history`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/history'
+        _query = {'message_id': message_id, 'parent_message_id': parent_message_id, 'max_tokens': max_tokens}
+        _query.update(self._client._scope(agent, user))
+        return self._client._request('GET', _url, query=_query, cast=NodeHistory, timeout=timeout)
+
+    def clear(self, session: str, node: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeCleared:
+        """Empties a node's memory (Dify's `clear`): a `node/clear` anchor, after which the node's history is empty; its turns stay on the tape. A node never written is left alone.
+
+        `POST /v1/sessions/{session}/nodes/{node}/clear`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/clear'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        return self._client._request('POST', _url, query=_query, json=None, cast=NodeCleared, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    def export(self, session: str, node: str, *, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> DifyNodeFile:
+        """The node's memory in Dify's stored form: its turns since it was last cleared, every thread. A node never written has no messages. What an import took in comes back the same.
+
+        `GET /v1/sessions/{session}/nodes/{node}/export`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/export'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        return self._client._request('GET', _url, query=_query, cast=DifyNodeFile, timeout=timeout)
+
+    def import_(self, session: str, node: str, version: int, messages: list[dict[str, Any]], *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeImported:
+        """Imports a node's memory in Dify's stored form into a node that has none, in one transaction. A file that breaks a rule (another version, an unknown field, a message out of turn) is refused naming it; a node that already has entries is a 409. Nothing is written then.
+
+        `POST /v1/sessions/{session}/nodes/{node}/import`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/import'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'version': version, 'messages': messages}
+        return self._client._request('POST', _url, query=_query, json=_body, cast=NodeImported, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    def cleanup(self, *, older_than_days: int | None = None, session: str | None = None, dry_run: bool | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeCleanupWire:
+        """Clears every node memory of the app not written for more than `older_than_days` days (the seed's cleanup task for old node memory). Idempotent: an empty node memory is skipped.
+
+        `POST /v1/nodes/cleanup`."""
+        _url = '/v1/nodes/cleanup'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'older_than_days': older_than_days, 'session': session, 'dry_run': dry_run}
+        return self._client._request('POST', _url, query=_query, json=_body, cast=NodeCleanupWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+
 class RetentionResource:
     """Retention policies and runs."""
 
@@ -578,6 +648,8 @@ class Operations:
     """Files under /memories: Anthropic's memory tool."""
     memory: MemoryResource
     """Memory: long-term facts, daily notes, versions, diff, undo, blame, as-of."""
+    nodes: NodesResource
+    """Dify's node memory: a workflow node's turns in a conversation, in and out."""
     retention: RetentionResource
     """Retention policies and runs."""
     sessions: SessionsResource
@@ -594,6 +666,7 @@ class Operations:
         self.entries = EntriesResource(self)  # type: ignore[arg-type]
         self.memories = MemoriesResource(self)  # type: ignore[arg-type]
         self.memory = MemoryResource(self)  # type: ignore[arg-type]
+        self.nodes = NodesResource(self)  # type: ignore[arg-type]
         self.retention = RetentionResource(self)  # type: ignore[arg-type]
         self.sessions = SessionsResource(self)  # type: ignore[arg-type]
         self.tools = ToolsResource(self)  # type: ignore[arg-type]
@@ -909,6 +982,70 @@ class AsyncMemoryResource:
         return await self._client._request('POST', _url, query=_query, json=_body, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
 
+class AsyncNodesResource:
+    """Dify's node memory: a workflow node's turns in a conversation, in and out."""
+
+    def __init__(self, client: _AsyncBase) -> None:
+        self._client = client
+
+    async def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
+        """Adds a turn to a node's memory (Dify's `add_messages` then `flush`), in one transaction.
+
+        `POST /v1/sessions/{session}/nodes/{node}/turns`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/turns'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content}
+        return await self._client._request('POST', _url, query=_query, json=_body, cast=NodeAdded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    async def history(self, session: str, node: str, message_id: str, *, parent_message_id: str | None = None, max_tokens: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> NodeHistory:
+        """The node's history before it answers `message_id`: the thread that message continues (Dify's `extract_thread_messages`), within `max_tokens`. A node that never ran has an empty history.
+
+        `GET /v1/sessions/{session}/nodes/{node}/history`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/history'
+        _query = {'message_id': message_id, 'parent_message_id': parent_message_id, 'max_tokens': max_tokens}
+        _query.update(self._client._scope(agent, user))
+        return await self._client._request('GET', _url, query=_query, cast=NodeHistory, timeout=timeout)
+
+    async def clear(self, session: str, node: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeCleared:
+        """Empties a node's memory (Dify's `clear`): a `node/clear` anchor, after which the node's history is empty; its turns stay on the tape. A node never written is left alone.
+
+        `POST /v1/sessions/{session}/nodes/{node}/clear`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/clear'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        return await self._client._request('POST', _url, query=_query, json=None, cast=NodeCleared, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    async def export(self, session: str, node: str, *, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> DifyNodeFile:
+        """The node's memory in Dify's stored form: its turns since it was last cleared, every thread. A node never written has no messages. What an import took in comes back the same.
+
+        `GET /v1/sessions/{session}/nodes/{node}/export`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/export'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        return await self._client._request('GET', _url, query=_query, cast=DifyNodeFile, timeout=timeout)
+
+    async def import_(self, session: str, node: str, version: int, messages: list[dict[str, Any]], *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeImported:
+        """Imports a node's memory in Dify's stored form into a node that has none, in one transaction. A file that breaks a rule (another version, an unknown field, a message out of turn) is refused naming it; a node that already has entries is a 409. Nothing is written then.
+
+        `POST /v1/sessions/{session}/nodes/{node}/import`."""
+        _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/import'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'version': version, 'messages': messages}
+        return await self._client._request('POST', _url, query=_query, json=_body, cast=NodeImported, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    async def cleanup(self, *, older_than_days: int | None = None, session: str | None = None, dry_run: bool | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeCleanupWire:
+        """Clears every node memory of the app not written for more than `older_than_days` days (the seed's cleanup task for old node memory). Idempotent: an empty node memory is skipped.
+
+        `POST /v1/nodes/cleanup`."""
+        _url = '/v1/nodes/cleanup'
+        _query = {}
+        _query.update(self._client._scope(agent, user))
+        _body = {'older_than_days': older_than_days, 'session': session, 'dry_run': dry_run}
+        return await self._client._request('POST', _url, query=_query, json=_body, cast=NodeCleanupWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+
 class AsyncRetentionResource:
     """Retention policies and runs."""
 
@@ -1152,6 +1289,8 @@ class AsyncOperations:
     """Files under /memories: Anthropic's memory tool."""
     memory: AsyncMemoryResource
     """Memory: long-term facts, daily notes, versions, diff, undo, blame, as-of."""
+    nodes: AsyncNodesResource
+    """Dify's node memory: a workflow node's turns in a conversation, in and out."""
     retention: AsyncRetentionResource
     """Retention policies and runs."""
     sessions: AsyncSessionsResource
@@ -1168,6 +1307,7 @@ class AsyncOperations:
         self.entries = AsyncEntriesResource(self)  # type: ignore[arg-type]
         self.memories = AsyncMemoriesResource(self)  # type: ignore[arg-type]
         self.memory = AsyncMemoryResource(self)  # type: ignore[arg-type]
+        self.nodes = AsyncNodesResource(self)  # type: ignore[arg-type]
         self.retention = AsyncRetentionResource(self)  # type: ignore[arg-type]
         self.sessions = AsyncSessionsResource(self)  # type: ignore[arg-type]
         self.tools = AsyncToolsResource(self)  # type: ignore[arg-type]

@@ -73,6 +73,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, str]] = {
     ("get", "/v1/tools"): ("tools", "list"),
     ("post", "/v1/tools/{name}"): ("tools", "call"),
     ("post", "/v1/wal/scan"): ("wal", "scan"),
+    ("post", "/v1/sessions/{session}/nodes/{node}/turns"): ("nodes", "add"),
+    ("get", "/v1/sessions/{session}/nodes/{node}/history"): ("nodes", "history"),
+    ("post", "/v1/sessions/{session}/nodes/{node}/clear"): ("nodes", "clear"),
+    ("get", "/v1/sessions/{session}/nodes/{node}/export"): ("nodes", "export"),
+    ("post", "/v1/sessions/{session}/nodes/{node}/import"): ("nodes", "import_"),
+    ("post", "/v1/nodes/cleanup"): ("nodes", "cleanup"),
     ("get", "/v1/retention"): ("retention", "get"),
     ("put", "/v1/retention"): ("retention", "set"),
     ("post", "/v1/retention/run"): ("retention", "run"),
@@ -88,6 +94,7 @@ RESOURCE_DOCS = {
     "tools": "The memory tools, callable by name.",
     "wal": "The WAL scanner.",
     "retention": "Retention policies and runs.",
+    "nodes": "Dify's node memory: a workflow node's turns in a conversation, in and out.",
 }
 
 # Names pydantic's BaseModel uses itself: a field of that name gets an alias.

@@ -135,6 +135,12 @@ export const ROUTES = {
   'tools.list': 'GET /v1/tools',
   'tools.call': 'POST /v1/tools/{name}',
   'wal.scan': 'POST /v1/wal/scan',
+  'nodes.add': 'POST /v1/sessions/{session}/nodes/{node}/turns',
+  'nodes.history': 'GET /v1/sessions/{session}/nodes/{node}/history',
+  'nodes.clear': 'POST /v1/sessions/{session}/nodes/{node}/clear',
+  'nodes.export': 'GET /v1/sessions/{session}/nodes/{node}/export',
+  'nodes.import': 'POST /v1/sessions/{session}/nodes/{node}/import',
+  'nodes.cleanup': 'POST /v1/nodes/cleanup',
   'retention.get': 'GET /v1/retention',
   'retention.set': 'PUT /v1/retention',
   'retention.run': 'POST /v1/retention/run',
@@ -223,6 +229,7 @@ export class Memtape {
   readonly tools: ToolsResource;
   readonly wal: WalResource;
   readonly retention: RetentionResource;
+  readonly nodes: NodesResource;
 
   constructor(options: ClientOptions = {}) {
     this.options = options;
@@ -243,6 +250,7 @@ export class Memtape {
     this.tools = new ToolsResource(this);
     this.wal = new WalResource(this);
     this.retention = new RetentionResource(this);
+    this.nodes = new NodesResource(this);
   }
 
   /** A client like this one with some options changed (another agent, user, key, ...). */
@@ -692,6 +700,61 @@ export class WalResource extends Resource {
   /** What the WAL scanner finds in a user message (stores nothing). */
   scan(body: S.WalScanBody, options?: RequestOptions): Promise<S.WalScan> {
     return this.client.request('POST /v1/wal/scan', {}, body, options);
+  }
+}
+
+/** Dify's node memory: a workflow node's turns in a conversation (the app is the agent). */
+export class NodesResource extends Resource {
+  /** Adds a turn to the node's memory (Dify's `add_messages` then `flush`). */
+  add(
+    session: string,
+    node: string,
+    body: S.NodeTurnBody,
+    params?: Params<'POST /v1/sessions/{session}/nodes/{node}/turns'>,
+  ): Promise<S.NodeAdded> {
+    return this.client.request('POST /v1/sessions/{session}/nodes/{node}/turns', { session, node }, body, params);
+  }
+
+  /** The node's history before it answers `message_id` (empty for a node that never ran). */
+  history(
+    session: string,
+    node: string,
+    params: Params<'GET /v1/sessions/{session}/nodes/{node}/history'>,
+  ): Promise<S.NodeHistory> {
+    return this.client.request('GET /v1/sessions/{session}/nodes/{node}/history', { session, node }, undefined, params);
+  }
+
+  /** Empties the node's memory (its turns stay on the tape). */
+  clear(
+    session: string,
+    node: string,
+    params?: Params<'POST /v1/sessions/{session}/nodes/{node}/clear'>,
+  ): Promise<S.NodeCleared> {
+    return this.client.request('POST /v1/sessions/{session}/nodes/{node}/clear', { session, node }, undefined, params);
+  }
+
+  /** The node's memory in Dify's stored form (`{version: 1, messages: [...]}`). */
+  export(
+    session: string,
+    node: string,
+    params?: Params<'GET /v1/sessions/{session}/nodes/{node}/export'>,
+  ): Promise<S.DifyNodeFile> {
+    return this.client.request('GET /v1/sessions/{session}/nodes/{node}/export', { session, node }, undefined, params);
+  }
+
+  /** Imports Dify's stored form into a node that has no memory yet (all or nothing). */
+  import(
+    session: string,
+    node: string,
+    body: S.DifyNodeFile,
+    params?: Params<'POST /v1/sessions/{session}/nodes/{node}/import'>,
+  ): Promise<S.NodeImported> {
+    return this.client.request('POST /v1/sessions/{session}/nodes/{node}/import', { session, node }, body, params);
+  }
+
+  /** Clears every node memory idle for more than `older_than_days` days (`dry_run` reports only). */
+  cleanup(body: S.NodeCleanupBody = {}, params?: Params<'POST /v1/nodes/cleanup'>): Promise<S.NodeCleanupWire> {
+    return this.client.request('POST /v1/nodes/cleanup', {}, body, params);
   }
 }
 

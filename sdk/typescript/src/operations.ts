@@ -476,6 +476,22 @@ export interface Operations {
     body: never;
     response: S.Versions;
   };
+  /**
+   * Clears every node memory of the app not written for more than `older_than_days` days
+   * (the seed's cleanup task for old node memory). Idempotent: an empty node memory is
+   * skipped.
+   */
+  "POST /v1/nodes/cleanup": {
+    path: {};
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user, when the memory or session is one user's. */
+      user?: string;
+    };
+    body: S.NodeCleanupBody;
+    response: S.NodeCleanupWire;
+  };
   /** The agent's retention policy (any key of the tenant may read it). */
   "GET /v1/retention": {
     path: {};
@@ -762,6 +778,112 @@ export interface Operations {
     response: S.NewWire;
   };
   /**
+   * Empties a node's memory (Dify's `clear`): a `node/clear` anchor, after which the node's
+   * history is empty; its turns stay on the tape. A node never written is left alone.
+   */
+  "POST /v1/sessions/{session}/nodes/{node}/clear": {
+    path: {
+      /** The conversation (session key) */
+      session: string;
+      /** The workflow node's id */
+      node: string;
+    };
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user, when the memory or session is one user's. */
+      user?: string;
+    };
+    body: never;
+    response: S.NodeCleared;
+  };
+  /**
+   * The node's memory in Dify's stored form: its turns since it was last cleared, every
+   * thread. A node never written has no messages. What an import took in comes back the same.
+   */
+  "GET /v1/sessions/{session}/nodes/{node}/export": {
+    path: {
+      /** The conversation (session key) */
+      session: string;
+      /** The workflow node's id */
+      node: string;
+    };
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user, when the memory or session is one user's. */
+      user?: string;
+    };
+    body: never;
+    response: S.DifyNodeFile;
+  };
+  /**
+   * The node's history before it answers `message_id`: the thread that message continues
+   * (Dify's `extract_thread_messages`), within `max_tokens`. A node that never ran has an
+   * empty history.
+   */
+  "GET /v1/sessions/{session}/nodes/{node}/history": {
+    path: {
+      /** The conversation (session key) */
+      session: string;
+      /** The workflow node's id */
+      node: string;
+    };
+    query: {
+      /** The app (agent; default `default`). */
+      agent?: string;
+      /** The user, when the conversation is one user's. */
+      user?: string;
+      /** The Dify message the node is about to answer. */
+      message_id: string;
+      /** That message's parent (absent: it starts a thread). */
+      parent_message_id?: string;
+      /** At most this many tokens (cl100k; default 2000, Dify's `max_token_limit`). */
+      max_tokens?: number;
+    };
+    body: never;
+    response: S.NodeHistory;
+  };
+  /**
+   * Imports a node's memory in Dify's stored form into a node that has none, in one
+   * transaction. A file that breaks a rule (another version, an unknown field, a message
+   * out of turn) is refused naming it; a node that already has entries is a 409. Nothing is
+   * written then.
+   */
+  "POST /v1/sessions/{session}/nodes/{node}/import": {
+    path: {
+      /** The conversation (session key) */
+      session: string;
+      /** The workflow node's id */
+      node: string;
+    };
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user, when the memory or session is one user's. */
+      user?: string;
+    };
+    body: S.DifyNodeFile;
+    response: S.NodeImported;
+  };
+  /** Adds a turn to a node's memory (Dify's `add_messages` then `flush`), in one transaction. */
+  "POST /v1/sessions/{session}/nodes/{node}/turns": {
+    path: {
+      /** The conversation (session key) */
+      session: string;
+      /** The workflow node's id */
+      node: string;
+    };
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user, when the memory or session is one user's. */
+      user?: string;
+    };
+    body: S.NodeTurnBody;
+    response: S.NodeAdded;
+  };
+  /**
    * Bub's session start: the `session/start` anchor when the session has none, Bub's
    * history view, and the memory zone on the session's tape.
    */
@@ -921,6 +1043,7 @@ export const operations = {
   "GET /v1/memory/show": { method: "GET", path: "/v1/memory/show", operationId: "show", pathParams: [], query: ["agent", "user", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/undo": { method: "POST", path: "/v1/memory/undo", operationId: "undo", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory/versions": { method: "GET", path: "/v1/memory/versions", operationId: "versions", pathParams: [], query: ["agent", "user", "path", "ops"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/nodes/cleanup": { method: "POST", path: "/v1/nodes/cleanup", operationId: "cleanup", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/retention": { method: "GET", path: "/v1/retention", operationId: "retention", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "PUT /v1/retention": { method: "PUT", path: "/v1/retention", operationId: "set_retention", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "POST /v1/retention/run": { method: "POST", path: "/v1/retention/run", operationId: "run_retention", pathParams: [], query: [], scoped: false, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
@@ -935,6 +1058,11 @@ export const operations = {
   "GET /v1/sessions/{session}/history": { method: "GET", path: "/v1/sessions/{session}/history", operationId: "history", pathParams: ["session"], query: ["agent", "user", "max_messages", "max_tokens", "view", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/sessions/{session}/new": { method: "POST", path: "/v1/sessions/{session}/new", operationId: "new_session", pathParams: ["session"], query: ["agent", "user", "retention_days"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/sessions/{session}/nodes/{node}/clear": { method: "POST", path: "/v1/sessions/{session}/nodes/{node}/clear", operationId: "clear", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
+  "GET /v1/sessions/{session}/nodes/{node}/export": { method: "GET", path: "/v1/sessions/{session}/nodes/{node}/export", operationId: "export", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "GET /v1/sessions/{session}/nodes/{node}/history": { method: "GET", path: "/v1/sessions/{session}/nodes/{node}/history", operationId: "history", pathParams: ["session", "node"], query: ["agent", "user", "message_id", "parent_message_id", "max_tokens"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/sessions/{session}/nodes/{node}/import": { method: "POST", path: "/v1/sessions/{session}/nodes/{node}/import", operationId: "import", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "POST /v1/sessions/{session}/nodes/{node}/turns": { method: "POST", path: "/v1/sessions/{session}/nodes/{node}/turns", operationId: "add", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/sessions/{session}/start": { method: "POST", path: "/v1/sessions/{session}/start", operationId: "start", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/tools": { method: "GET", path: "/v1/tools", operationId: "tools", pathParams: [], query: [], scoped: false, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/tools/{name}": { method: "POST", path: "/v1/tools/{name}", operationId: "call_tool", pathParams: ["name"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },

@@ -266,6 +266,20 @@ export interface DiffWire {
   diff: string;
 }
 
+/**
+ * A node's memory as Dify stores it (`node_memory/{app_id}/{conversation_id}/{node_id}.json`,
+ * seed 002).
+ */
+export interface DifyNodeFile {
+  /** Always 1. */
+  version: number;
+  /**
+   * The messages, in turns: a user message, then the node's answer (`message_id`,
+   * `parent_message_id`, `role`, `content`, `files`, `token_count`, `created_at`).
+   */
+  messages: Array<{ [key: string]: unknown }>;
+}
+
 /** The dropped facts. */
 export interface DroppedList {
   /** Newest first. */
@@ -469,7 +483,10 @@ export type FileWire = MemoryFileWire & {
 export interface FlagsBody {
   /** The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`). */
   path: string;
-  /** Whether it is injected into the system prompt. */
+  /**
+   * Whether it is injected into the system prompt (MEMORY.md, PROFILE.md and
+   * SESSION-STATE.md are in every prompt: they cannot be disabled).
+   */
   enabled?: boolean | null;
   /** Its place among injected files (lower first). */
   sort_order?: number | null;
@@ -523,6 +540,20 @@ export interface Hits {
    * disk): the hits miss the latest entries, and this says why.
    */
   index_behind?: string | null;
+}
+
+/** A node memory the cleanup cleared (or would clear). */
+export interface IdleNodeWire {
+  /** Its conversation (session key). */
+  session: string;
+  /** Its node. */
+  node: string;
+  /** The user, when the conversation is one user's. */
+  user?: string | null;
+  /** When it was last written (RFC 3339). */
+  last_active: string;
+  /** The `node/clear` anchor written (absent in a dry run). */
+  cleared_by?: number | null;
 }
 
 /** What an import did. */
@@ -625,6 +656,85 @@ export interface NewWire {
    * through `save_memory` then).
    */
   consolidation?: ConsolidationWire | null;
+}
+
+/** The entries a turn wrote. */
+export interface NodeAdded {
+  /** The user's and the assistant's entry ids. */
+  ids: number[];
+}
+
+/** Which idle node memories to clear. */
+export interface NodeCleanupBody {
+  /**
+   * Clear node memories last written more than this many days ago (at least 1; default
+   * 30).
+   */
+  older_than_days?: number | null;
+  /** Only the nodes of this conversation (session key). */
+  session?: string | null;
+  /** Report what would be cleared; write nothing (a read key is enough then). */
+  dry_run?: boolean;
+}
+
+/** What the cleanup found and did. */
+export interface NodeCleanupWire {
+  /** Node memories last written before this time (RFC 3339) were idle. */
+  cutoff: string;
+  /** Whether nothing was written. */
+  dry_run: boolean;
+  /** The idle node memories, cleared unless this was a dry run. */
+  cleared: IdleNodeWire[];
+  /** How many node memories were written since the cutoff (kept). */
+  active: number;
+  /** How many were already empty. */
+  empty: number;
+}
+
+/** What a clear did. */
+export interface NodeCleared {
+  /**
+   * The `node/clear` anchor written; absent when the node had never been written (there
+   * was nothing to clear, and nothing was written).
+   */
+  anchor?: number | null;
+}
+
+/** A node's history. */
+export interface NodeHistory {
+  /** The thread's messages, oldest first; empty for a node that never ran. */
+  messages: NodeMessageWire[];
+}
+
+/** What an import wrote. */
+export interface NodeImported {
+  /** How many entries (three a turn: the `node.turn` event and the two messages). */
+  entries: number;
+}
+
+/** A message of a node's history. */
+export type NodeMessageWire = ChatMessage & {
+  /** Its entry id. */
+  id: number;
+  /** The Dify message its turn belongs to. */
+  message_id: string;
+  /** The Dify message that turn was added after. */
+  parent_message_id?: string | null;
+};
+
+/** One dialogue turn for a node (the arguments of Dify's `add_messages`). */
+export interface NodeTurnBody {
+  /** The Dify message this turn belongs to: 1 to 256 bytes, no control character. */
+  message_id: string;
+  /**
+   * The Dify message it follows: none (or absent) for the first message of a thread,
+   * `00000000-0000-0000-0000-000000000000` for a message from before threads.
+   */
+  parent_message_id?: string | null;
+  /** The user's input to the node. */
+  user_content: string;
+  /** The node's answer. */
+  assistant_content: string;
 }
 
 /** A compaction policy. */

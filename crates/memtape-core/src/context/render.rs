@@ -74,8 +74,7 @@ pub fn date_line(now: DateTime<Utc>, precision: TimePrecision) -> String {
 
 /// Whether the `<memory>` block already shows this file (so it is not injected twice).
 fn in_memory_block(path: &str) -> bool {
-    matches!(path, paths::MEMORY | paths::PROFILE | paths::SESSION_STATE)
-        || paths::daily_date(path).is_some()
+    paths::always_in_prompt(path) || paths::daily_date(path).is_some()
 }
 
 /// MateClaw's workspace file injection: every enabled file, by sort order (then path), as

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::{Error, Meta, Payload, Result};
 
 pub mod bub;
+pub mod dify_node;
 pub mod memtape;
 pub mod nanobot;
 

@@ -55,17 +55,26 @@ pub fn daily_date(path: &str) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(name, "%Y-%m-%d").ok()
 }
 
-/// The enabled flag and sort order a file starts with (MateClaw's seed data): AGENTS.md
-/// and SOUL.md go into the system prompt first; every other file is off until enabled.
-/// (MEMORY.md, PROFILE.md and the notes reach the prompt through the `<memory>` block.)
+/// The enabled flag and sort order a file starts with (MateClaw's seed data): the core
+/// files AGENTS.md (0), SOUL.md (1), PROFILE.md (2) and MEMORY.md (3) are enabled, as is
+/// SESSION-STATE.md; every other file is off until enabled. AGENTS.md and SOUL.md are
+/// injected as agent files; the files [`always_in_prompt`] names reach the prompt through
+/// the `<memory>` block, so their flag says what is true of them.
 pub fn default_flags(path: &str) -> (bool, i64) {
     match path {
         AGENTS => (true, 0),
         SOUL => (true, 1),
-        PROFILE => (false, 2),
-        MEMORY => (false, 3),
+        PROFILE => (true, 2),
+        MEMORY => (true, 3),
+        SESSION_STATE => (true, 100),
         _ => (false, 100),
     }
+}
+
+/// Whether the file is in every prompt whatever its flag (the `<memory>` block shows it):
+/// MEMORY.md, PROFILE.md and SESSION-STATE.md. Such a file cannot be disabled.
+pub fn always_in_prompt(path: &str) -> bool {
+    matches!(path, MEMORY | PROFILE | SESSION_STATE)
 }
 
 /// Longest accepted path, in bytes (well under the 4096 bytes Linux allows for a whole

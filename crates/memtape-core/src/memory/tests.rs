@@ -189,11 +189,14 @@ fn rename_delete_flags_and_clear() {
     assert!(all.view().files.is_empty());
 }
 
-/// MateClaw seed data: AGENTS.md (0) and SOUL.md (1) are enabled; new files are not.
+/// MateClaw seed data: the core files AGENTS.md (0), SOUL.md (1), PROFILE.md (2) and
+/// MEMORY.md (3) are enabled; new files are not.
 #[test]
 fn seed_mateclaw_default_flags() {
     assert_eq!(paths::default_flags("AGENTS.md"), (true, 0));
     assert_eq!(paths::default_flags("SOUL.md"), (true, 1));
+    assert_eq!(paths::default_flags("PROFILE.md"), (true, 2));
+    assert_eq!(paths::default_flags("MEMORY.md"), (true, 3));
     assert!(!paths::default_flags("memory/2026-04-01.md").0);
     assert!(!paths::default_flags("notes.md").0);
 }

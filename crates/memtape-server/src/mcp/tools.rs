@@ -19,6 +19,10 @@ pub(super) const MEMORY_DROPPED: &str = "memory_dropped";
 pub(super) const MEMORY_RESTORE: &str = "memory_restore";
 pub(super) const MEMORY_AS_OF: &str = "memory_as_of";
 pub(super) const MEMORY_BLAME: &str = "memory_blame";
+pub(super) const NODE_ADD: &str = "node_add";
+pub(super) const NODE_HISTORY: &str = "node_history";
+pub(super) const NODE_CLEAR: &str = "node_clear";
+pub(super) const NODE_CLEANUP: &str = "node_cleanup";
 /// Offered only where the operator opted in ([`crate::AppState::set_mcp_erase_own_session`]).
 pub(super) const TAPE_ERASE_SESSION: &str = "tape_erase_session";
 
@@ -102,6 +106,74 @@ pub(super) struct EmergeInput {
 pub(super) struct RestoreInput {
     /// The dropped fact's id (from memory_dropped).
     pub(super) id: u64,
+}
+
+/// A node of a conversation (of this connection's agent, Dify's app, and user).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct NodeRefInput {
+    /// The conversation (session key).
+    pub(super) session: String,
+    /// The workflow node's id.
+    pub(super) node: String,
+}
+
+/// `node_add`'s input: one turn (Dify's `add_messages`).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct NodeAddInput {
+    /// The conversation (session key).
+    pub(super) session: String,
+    /// The workflow node's id.
+    pub(super) node: String,
+    /// The Dify message this turn belongs to.
+    pub(super) message_id: String,
+    /// The Dify message it follows (absent: it starts a thread).
+    #[serde(default)]
+    pub(super) parent_message_id: Option<String>,
+    /// The user's input to the node.
+    pub(super) user_content: String,
+    /// The node's answer.
+    pub(super) assistant_content: String,
+}
+
+/// `node_history`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct NodeHistoryInput {
+    /// The conversation (session key).
+    pub(super) session: String,
+    /// The workflow node's id.
+    pub(super) node: String,
+    /// The Dify message the node is about to answer.
+    pub(super) message_id: String,
+    /// That message's parent (absent: it starts a thread).
+    #[serde(default)]
+    pub(super) parent_message_id: Option<String>,
+    /// At most this many tokens (cl100k; default 2000).
+    #[serde(default)]
+    pub(super) max_tokens: Option<usize>,
+}
+
+/// `node_cleanup`'s input.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct NodeCleanupInput {
+    /// Clear node memories last written more than this many days ago (at least 1; default
+    /// 30).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub(super) older_than_days: Option<u32>,
+    /// Only the nodes of this conversation (session key).
+    #[serde(default)]
+    pub(super) session: Option<String>,
+    /// Report what would be cleared; write nothing.
+    #[serde(default)]
+    pub(super) dry_run: Option<bool>,
 }
 
 /// `memory_dropped`'s input: nothing.
@@ -391,7 +463,7 @@ pub fn tools() -> Vec<Tool> {
                 .with_annotations(annotations(read_only))
         })
         .collect();
-    let tape: [(&str, &str, Arc<JsonObject>, bool); 11] = [
+    let tape: [(&str, &str, Arc<JsonObject>, bool); 15] = [
         (
             TAPE_APPEND,
             "Append messages to a session of the tape (one transaction); the user's messages \
@@ -476,6 +548,36 @@ pub fn tools() -> Vec<Tool> {
             schema::<BlameInput>(),
             true,
         ),
+        (
+            NODE_ADD,
+            "Add a turn to a workflow node's memory (Dify's node memory): the node's input and \
+             answer under the Dify message they belong to and its parent. Returns the two \
+             entry ids.",
+            schema::<NodeAddInput>(),
+            false,
+        ),
+        (
+            NODE_HISTORY,
+            "A workflow node's history before it answers message_id: the thread that message \
+             continues (regenerated answers left out), within max_tokens. Empty for a node \
+             that never ran.",
+            schema::<NodeHistoryInput>(),
+            true,
+        ),
+        (
+            NODE_CLEAR,
+            "Empty a workflow node's memory (its turns stay on the tape); a node never \
+             written is left alone.",
+            schema::<NodeRefInput>(),
+            false,
+        ),
+        (
+            NODE_CLEANUP,
+            "Clear every node memory not written for more than older_than_days days (Dify's \
+             cleanup task); with dry_run, only report them.",
+            schema::<NodeCleanupInput>(),
+            false,
+        ),
     ];
     for (name, description, schema, read_only) in tape {
         out.push(Tool::new(name, description, schema).with_annotations(annotations(read_only)));
@@ -537,5 +639,9 @@ pub(super) fn is_tool(name: &str) -> bool {
             | MEMORY_RESTORE
             | MEMORY_AS_OF
             | MEMORY_BLAME
+            | NODE_ADD
+            | NODE_HISTORY
+            | NODE_CLEAR
+            | NODE_CLEANUP
     ) || memtape::tools::find(name).is_some()
 }

@@ -878,7 +878,8 @@ pub struct FlagsBody {
     /// The file (`AGENTS.md`, `memories/notes.md`, or `/memories/notes.md`).
     #[schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+\\.md$")]
     pub path: String,
-    /// Whether it is injected into the system prompt.
+    /// Whether it is injected into the system prompt (MEMORY.md, PROFILE.md and
+    /// SESSION-STATE.md are in every prompt: they cannot be disabled).
     #[serde(default)]
     pub enabled: Option<bool>,
     /// Its place among injected files (lower first).
@@ -913,6 +914,12 @@ pub async fn flags(
         None => body.path.clone(),
     };
     let path = check_path(&path)?;
+    if body.enabled == Some(false) && memtape::memory::paths::always_in_prompt(&path) {
+        return Err(ApiError::bad_request(format!(
+            "{path} is in every prompt (the <memory> block shows it), so it cannot be \
+             disabled; to keep something out of the prompt, move it to another file"
+        )));
+    }
     let r = state
         .run(move |engine| {
             // Flags are set on the scope's own files (a user's file overrides the agent's).

@@ -4,11 +4,17 @@
 
 mod erase;
 mod files;
+pub(crate) mod mateclaw_compat;
 mod memory;
+mod node;
 mod session;
 
 pub(crate) use memory::{
     EmergenceBody, FileParams, blame, dropped, emergence, file, restore_dropped, view,
+};
+pub(crate) use node::{
+    NodeCleanupBody, NodeHistoryParams, NodePath, NodeTurnBody, add as node_add,
+    cleanup as node_cleanup, clear as node_clear, history as node_history,
 };
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
@@ -47,9 +53,12 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/wal/scan", post(wal_scan))
         .merge(session::routes())
         .merge(memory::routes())
+        .merge(node::routes())
         .merge(files::routes())
         .merge(transfer::routes())
         .merge(erase::routes())
+        // MateClaw's own paths, outside `/v1` and the OpenAPI document.
+        .merge(mateclaw_compat::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.
@@ -90,6 +99,12 @@ pub fn routes() -> Router<AppState> {
     memory::dropped,
     memory::restore_dropped,
     memory::emergence,
+    node::add,
+    node::history,
+    node::clear,
+    node::cleanup,
+    node::export,
+    node::import,
     files::view,
     files::create,
     files::edit,

@@ -53,6 +53,11 @@ impl Server {
         Self::start_indexed(tempfile::tempdir().unwrap(), limits, None, Some(model))
     }
 
+    /// A server over the store in `dir` (its keys there) that keeps memory with `model`.
+    pub fn start_in_with_model(dir: tempfile::TempDir, model: memtape_server::ModelSetup) -> Self {
+        Self::start_indexed(dir, Limits::default(), None, Some(model))
+    }
+
     /// A server over a fresh store whose index embeds with `embedder`.
     #[allow(dead_code)] // Not every test file embeds.
     pub fn start_embedding(embedder: std::sync::Arc<dyn memtape::Embedder>) -> Self {

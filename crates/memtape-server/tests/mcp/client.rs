@@ -179,6 +179,10 @@ pub async fn exercise(client: &Connected, updates: &mut UnboundedReceiver<String
                 "memory_restore",
                 "memory_as_of",
                 "memory_blame",
+                "node_add",
+                "node_history",
+                "node_clear",
+                "node_cleanup",
             ]
             .map(str::to_owned),
         )
