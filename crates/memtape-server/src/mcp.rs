@@ -287,6 +287,7 @@ impl Memtape {
                     max_tokens: input.max_tokens,
                     view: None,
                     as_of: input.as_of,
+                    attachments: input.attachments.map(|a| a.as_str().to_owned()),
                 };
                 let Json(out) =
                     rest::history(state, caller, ApiPath(input.session), ApiQuery(params)).await?;
