@@ -7,9 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, ValueEnum};
-use memtape::{
-    AttachmentsFormat, FileOwner, FileRef, FileSource, FileType, FilesDir, Message,
-};
+use memtape::{AttachmentsFormat, FileOwner, FileRef, FileSource, FileType, FilesDir, Message};
 use serde_json::Value;
 
 use crate::ctx::Ctx;
@@ -109,8 +107,8 @@ fn reference(spec: &str, owner: FileOwner) -> Result<FileRef> {
     else {
         bail!("expected TYPE:upload:ID, TYPE:tool:ID, TYPE:url:URL or Dify's JSON");
     };
-    let file_type: FileType = serde_json::from_value(Value::String(kind.to_owned()))
-        .map_err(|_| {
+    let file_type: FileType =
+        serde_json::from_value(Value::String(kind.to_owned())).map_err(|_| {
             anyhow::anyhow!("type {kind:?}: expected image, document, audio, video or custom")
         })?;
     let source = match method {

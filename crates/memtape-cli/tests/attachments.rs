@@ -116,7 +116,14 @@ fn a_file_appended_by_reference_comes_back_as_a_reference_or_as_parts() {
                       "upload_file_id": id, "belongs_to": "assistant"})
     .to_string();
     r.ok(&[
-        "append", "chat", "--role", "assistant", "--content", "a cat", "--file", &dify,
+        "append",
+        "chat",
+        "--role",
+        "assistant",
+        "--content",
+        "a cat",
+        "--file",
+        &dify,
     ]);
     let refs = r.json(&["history", "chat", "--json"]);
     assert_eq!(refs[1]["files"][0]["belongs_to"], "assistant");
@@ -151,7 +158,14 @@ fn bad_references_and_uploads_are_refused_naming_them() {
     ];
     for (spec, why) in &cases {
         let e = r.fails(&[
-            "append", "chat", "--role", "user", "--content", "x", "--file", spec,
+            "append",
+            "chat",
+            "--role",
+            "user",
+            "--content",
+            "x",
+            "--file",
+            spec,
         ]);
         assert!(e.contains(why), "{spec}: {e} should say {why}");
     }
@@ -174,12 +188,7 @@ fn bad_references_and_uploads_are_refused_naming_them() {
 
     // Uploads: the type must agree with the bytes, and be one memtape takes.
     std::fs::write(r.dir.path().join("notes.txt"), "just text").unwrap();
-    let e = r.fails(&[
-        "upload",
-        &r.path("notes.txt"),
-        "--media-type",
-        "image/png",
-    ]);
+    let e = r.fails(&["upload", &r.path("notes.txt"), "--media-type", "image/png"]);
     assert!(e.contains("text/plain"), "{e}");
     std::fs::write(r.dir.path().join("a.bin"), b"\x00\x01binary").unwrap();
     let e = r.fails(&["upload", &r.path("a.bin")]);

@@ -105,9 +105,13 @@ fn check(sites: &Sites, request: &Request) -> Result<(), ApiError> {
             && JSON_LINES_TYPES.contains(&media.as_str());
         // An upload is a form, which a page may send anywhere without asking: it is taken
         // only with an `Authorization` header, which no page can add without a preflight.
-        let upload = request.uri().path() == crate::rest::UPLOAD_PATH
-            && media == "multipart/form-data";
-        if upload && !request.headers().contains_key(axum::http::header::AUTHORIZATION) {
+        let upload =
+            request.uri().path() == crate::rest::UPLOAD_PATH && media == "multipart/form-data";
+        if upload
+            && !request
+                .headers()
+                .contains_key(axum::http::header::AUTHORIZATION)
+        {
             return Err(ApiError::forbidden(
                 "an upload (multipart/form-data) must carry an Authorization header (on a \
                  server without keys, any `Bearer` value): a page of another site cannot send \

@@ -321,8 +321,7 @@ async fn deadline(
         return too_large();
     }
     let (parts, body) = request.into_parts();
-    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await
-    {
+    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
             return ApiError::new(
                 axum::http::StatusCode::REQUEST_TIMEOUT,

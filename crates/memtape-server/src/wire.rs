@@ -385,7 +385,7 @@ pub enum AppendBody {
     /// Several messages.
     Many(ManyMessages),
     /// One message.
-    One(NewMessage),
+    One(Box<NewMessage>),
 }
 
 impl<'de> Deserialize<'de> for AppendBody {
@@ -400,7 +400,7 @@ impl<'de> Deserialize<'de> for AppendBody {
                 .map_err(serde::de::Error::custom)
         } else {
             serde_json::from_value(value)
-                .map(AppendBody::One)
+                .map(|m| AppendBody::One(Box::new(m)))
                 .map_err(serde::de::Error::custom)
         }
     }

@@ -879,7 +879,11 @@ fn tape_append_takes_files_and_unknown_arguments_are_refused() {
                         "function": {"name": "f", "arguments": "{}", "strict": true}}]}]}),
                 "strict",
             ),
-            ("memory_search", json!({"query": "x", "fuzzy": true}), "fuzzy"),
+            (
+                "memory_search",
+                json!({"query": "x", "fuzzy": true}),
+                "fuzzy",
+            ),
             (
                 "memory",
                 json!({"command": "view", "path": "/memories", "recursive": true}),

@@ -17,8 +17,8 @@ const NOTES_B64: &str = "bWVldGluZyBub3Rlczogc2hpcCBmcmlkYXkK";
 
 /// A multipart body with a field and the file `name` of `content_type`.
 fn multipart(name: &str, content_type: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut body = b"--BOUNDARY\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nada\r\n"
-        .to_vec();
+    let mut body =
+        b"--BOUNDARY\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nada\r\n".to_vec();
     body.extend_from_slice(
         format!(
             "--BOUNDARY\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n"
@@ -216,12 +216,14 @@ fn another_tenants_upload_is_refused_and_never_resolved() {
     let one = json!({"role": "user", "content": "mine now", "files": [image["reference"]]});
     let (status, refused) = s.call("POST", "/v1/sessions/g/messages", Some(&one), Some(&globex));
     assert_eq!(status, 422, "{refused}");
-    assert!(
-        said(&refused).contains(id),
-        "names the upload: {refused}"
-    );
+    assert!(said(&refused).contains(id), "names the upload: {refused}");
     let many = json!({"messages": [{"role": "user", "content": "hello"}, one]});
-    let (status, _) = s.call("POST", "/v1/sessions/g/messages", Some(&many), Some(&globex));
+    let (status, _) = s.call(
+        "POST",
+        "/v1/sessions/g/messages",
+        Some(&many),
+        Some(&globex),
+    );
     assert_eq!(status, 422);
     let (status, _) = s.call("GET", "/v1/sessions/g/history", None, Some(&globex));
     assert_eq!(status, 404, "nothing was stored");
@@ -267,10 +269,30 @@ fn uploads_are_checked_for_size_type_and_origin_and_a_retry_stores_once() {
 
     // The type must be accepted and agree with the bytes.
     for (name, declared, bytes, why) in [
-        ("a.png", "image/png", &b"%PDF-1.7 not an image"[..], "are application/pdf"),
-        ("a.zip", "application/zip", &b"PK\x03\x04zip"[..], "not accepted"),
-        ("a.txt", "text/plain", &b"bin\x00ary"[..], "are application/octet-stream"),
-        ("a.bin", "application/octet-stream", &b"\x00\x01\x02"[..], "not accepted"),
+        (
+            "a.png",
+            "image/png",
+            &b"%PDF-1.7 not an image"[..],
+            "are application/pdf",
+        ),
+        (
+            "a.zip",
+            "application/zip",
+            &b"PK\x03\x04zip"[..],
+            "not accepted",
+        ),
+        (
+            "a.txt",
+            "text/plain",
+            &b"bin\x00ary"[..],
+            "are application/octet-stream",
+        ),
+        (
+            "a.bin",
+            "application/octet-stream",
+            &b"\x00\x01\x02"[..],
+            "not accepted",
+        ),
         ("a.txt", "text/plain", &b""[..], "empty"),
     ] {
         let (status, e) = upload(&s, "x", name, declared, bytes, &[]);
@@ -401,10 +423,7 @@ fn hostile_references_are_refused_naming_what_is_wrong() {
         let body = json!({"role": "user", "content": "look", "files": [file]});
         let (status, e) = s.post("/v1/sessions/chat/messages", &body);
         assert_eq!(status, 422, "{file}: {e}");
-        assert!(
-            said(&e).contains(why),
-            "{file}: {e} should say {why:?}"
-        );
+        assert!(said(&e).contains(why), "{file}: {e} should say {why:?}");
     }
     let many: Vec<Value> = (0..33).map(|_| url("https://example.org/a.png")).collect();
     let (status, e) = s.post(

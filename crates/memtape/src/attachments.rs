@@ -105,10 +105,20 @@ fn refused(why: String) -> Error {
 pub fn upload_type(declared: Option<&str>, bytes: &[u8]) -> Result<(&'static str, FileType)> {
     let sniffed = media_type(bytes);
     let declared = declared
-        .map(|d| d.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .map(|d| {
+            d.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
         .filter(|d| !d.is_empty() && d != "application/octet-stream");
     let wanted = declared.as_deref().unwrap_or(sniffed);
-    let wanted = if wanted == "image/jpg" { "image/jpeg" } else { wanted };
+    let wanted = if wanted == "image/jpg" {
+        "image/jpeg"
+    } else {
+        wanted
+    };
     let Some(&(media, file_type)) = UPLOAD_TYPES.iter().find(|(m, _)| *m == wanted) else {
         let allowed: Vec<&str> = UPLOAD_TYPES.iter().map(|(m, _)| *m).collect();
         return Err(refused(format!(
@@ -132,9 +142,8 @@ pub fn upload_type(declared: Option<&str>, bytes: &[u8]) -> Result<(&'static str
 /// URL of at most [`MAX_FILE_URL_BYTES`] without spaces or control characters.
 pub fn check_reference(file: &FileRef) -> Result<()> {
     match &file.source {
-        FileSource::LocalFile { upload_file_id: id } | FileSource::ToolFile { tool_file_id: id } => {
-            check_id(id)
-        }
+        FileSource::LocalFile { upload_file_id: id }
+        | FileSource::ToolFile { tool_file_id: id } => check_id(id),
         FileSource::RemoteUrl { url } => {
             let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
             let rest = if lower.starts_with("https://") {
@@ -258,14 +267,14 @@ impl FilesDir {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let name: String = name
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(255)
-            .collect();
+        let name: String = name.chars().filter(|c| !c.is_control()).take(255).collect();
         let info = UploadInfo {
             id: id.clone(),
-            name: if name.trim().is_empty() { id.clone() } else { name },
+            name: if name.trim().is_empty() {
+                id.clone()
+            } else {
+                name
+            },
             media_type: media_type.to_owned(),
             size: bytes.len() as u64,
             file_type,
@@ -276,10 +285,14 @@ impl FilesDir {
             std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         }
         let Some(path) = self.path("uploads", &id)? else {
-            return Err(refused("the files folder is a symlink: nothing is stored".into()));
+            return Err(refused(
+                "the files folder is a symlink: nothing is stored".into(),
+            ));
         };
         let Some(info_path) = self.path("upload-info", &format!("{id}.json"))? else {
-            return Err(refused("the files folder is a symlink: nothing is stored".into()));
+            return Err(refused(
+                "the files folder is a symlink: nothing is stored".into(),
+            ));
         };
         let json = serde_json::to_vec(&info).map_err(|e| refused(e.to_string()))?;
         write_new(&info_path, &json)?;
@@ -736,5 +749,69 @@ mod tests {
                 "{id}"
             );
         }
+    }
+
+    #[test]
+    fn an_upload_is_its_tenants_only_and_an_erasure_takes_its_info() {
+        let data = tempfile::tempdir().unwrap();
+        let acme = FilesDir::of_tenant(data.path(), "acme");
+        let globex = FilesDir::of_tenant(data.path(), "globex");
+        let (media, kind) = upload_type(Some("image/png"), b"\x89PNG\r\n\x1a\nx").unwrap();
+        let info = acme
+            .store_upload(
+                b"\x89PNG\r\n\x1a\nx",
+                "cat.png",
+                media,
+                kind,
+                chrono::Utc::now(),
+            )
+            .unwrap();
+        assert!(
+            data.path()
+                .join("files/tenants/acme/uploads")
+                .join(&info.id)
+                .is_file()
+        );
+        let reference = info.reference();
+        acme.check_all(std::slice::from_ref(&reference)).unwrap();
+        let refused = globex
+            .check_all(std::slice::from_ref(&reference))
+            .unwrap_err();
+        assert!(refused.to_string().contains(&info.id), "{refused}");
+        assert_eq!(globex.upload_info(&info.id).unwrap(), None);
+        assert_eq!(acme.upload_info(&info.id).unwrap(), Some(info.clone()));
+        assert_eq!(acme.erase(&[reference], None).unwrap(), 1);
+        assert_eq!(acme.upload_info(&info.id).unwrap(), None);
+        assert!(
+            !data
+                .path()
+                .join("files/tenants/acme/upload-info")
+                .join(format!("{}.json", info.id))
+                .exists()
+        );
+        // The default tenant's files are `files/` itself, as they always were.
+        let default = FilesDir::of_tenant(data.path(), DEFAULT_TENANT);
+        std::fs::create_dir_all(data.path().join("files/uploads")).unwrap();
+        std::fs::write(data.path().join("files/uploads/old.pdf"), b"%PDF-1.4").unwrap();
+        default
+            .check_all(&[upload("old.pdf", FileType::Document)])
+            .unwrap();
+    }
+
+    #[test]
+    fn upload_types_must_agree_with_the_bytes() {
+        assert_eq!(upload_type(None, b"%PDF-1.7").unwrap().0, "application/pdf");
+        assert_eq!(
+            upload_type(Some("image/jpg"), b"\xFF\xD8\xFFx").unwrap().0,
+            "image/jpeg"
+        );
+        assert_eq!(
+            upload_type(Some("text/markdown"), b"# hi").unwrap().0,
+            "text/markdown"
+        );
+        assert!(upload_type(Some("image/gif"), b"# hi").is_err());
+        assert!(upload_type(Some("text/plain"), b"\x89PNG\r\n\x1a\n").is_err());
+        assert!(upload_type(None, b"\x00\x01").is_err());
+        assert!(upload_type(Some("application/zip"), b"PK").is_err());
     }
 }

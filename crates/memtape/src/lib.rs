@@ -40,9 +40,9 @@ mod workspace;
 mod writer;
 
 pub use attachments::{
-    AttachmentsFormat, DEFAULT_TENANT, FILES_DIR, FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, MAX_FILE_URL_BYTES,
-    MAX_FILES_PER_MESSAGE, UPLOAD_TYPES, UploadInfo, check_reference, content_parts, llm_message,
-    media_type, upload_type,
+    AttachmentsFormat, DEFAULT_TENANT, FILES_DIR, FileResolver, FilesDir, MAX_ATTACHMENT_BYTES,
+    MAX_FILE_URL_BYTES, MAX_FILES_PER_MESSAGE, UPLOAD_TYPES, UploadInfo, check_reference,
+    content_parts, llm_message, media_type, upload_type,
 };
 pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
@@ -91,8 +91,9 @@ pub use memtape_core::context::{
 pub use memtape_core::retention::{Expiry, Retention};
 pub use memtape_core::{
     Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, ErasedHow,
-    Erasure, Event, FileOwner, FileRef, FileSource, FileType, Filter, HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload,
-    Role, Scope, TapeQuery, TokenCounter, ToolCall, erasure, events,
+    Erasure, Event, FileOwner, FileRef, FileSource, FileType, Filter, HistoryLimits, HistoryView,
+    Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall,
+    erasure, events,
     formats::{Format, parse_time},
     memory, summary, wal,
 };

@@ -269,7 +269,7 @@ pub async fn append(
     let scope = session(&caller, &p, &name)?;
     let items = match body {
         AppendBody::Many(many) => many.messages,
-        AppendBody::One(m) => vec![m],
+        AppendBody::One(m) => vec![*m],
     };
     if items.is_empty() {
         return Err(ApiError::bad_request("no messages to append"));

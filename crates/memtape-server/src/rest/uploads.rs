@@ -123,9 +123,7 @@ pub async fn upload(
     let bytes = part.bytes.to_vec();
     let name = part.filename.unwrap_or_default();
     let info = state
-        .run(move |engine| {
-            Ok(files.store_upload(&bytes, &name, media, file_type, engine.now())?)
-        })
+        .run(move |engine| Ok(files.store_upload(&bytes, &name, media, file_type, engine.now())?))
         .await?;
     Ok((StatusCode::CREATED, Json(UploadWire::of(&info))))
 }
@@ -193,7 +191,8 @@ fn file_part<'a>(body: &'a [u8], boundary: &str) -> Result<FilePart<'a>> {
             return Err(bad("no part named `file`"));
         }
         let start = find(body, b"\r\n", after).ok_or_else(|| bad("a part is cut short"))? + 2;
-        let head_end = find(body, b"\r\n\r\n", start).ok_or_else(|| bad("a part has no headers"))?;
+        let head_end =
+            find(body, b"\r\n\r\n", start).ok_or_else(|| bad("a part has no headers"))?;
         let head = std::str::from_utf8(&body[start..head_end])
             .map_err(|_| bad("a part's headers are not UTF-8"))?;
         let content = head_end + 4;
@@ -256,7 +255,13 @@ mod tests {
         assert_eq!(part.bytes, b"hello");
         assert_eq!(part.filename.as_deref(), Some("a.txt"));
         assert_eq!(part.content_type.as_deref(), Some("text/plain"));
-        assert!(file_part(b"--XY\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--XY--", "XY").is_err());
+        assert!(
+            file_part(
+                b"--XY\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--XY--",
+                "XY"
+            )
+            .is_err()
+        );
         assert!(file_part(b"garbage", "XY").is_err());
         assert_eq!(
             boundary("multipart/form-data; boundary=\"abc\"").as_deref(),

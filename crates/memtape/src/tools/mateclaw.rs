@@ -152,7 +152,9 @@ pub(super) fn call<S: Store>(
     let agent = scope.agent_name();
     match name {
         LIST => {
-            let List { filename_prefix, .. } = input(name, args)?;
+            let List {
+                filename_prefix, ..
+            } = input(name, args)?;
             let prefix = filename_prefix.unwrap_or_default();
             if prefix.starts_with('/') || prefix.split('/').any(|s| s == "..") {
                 return Err(Error::Tool(format!(
@@ -192,7 +194,9 @@ pub(super) fn call<S: Store>(
             Ok(ToolOutput::json(&file_json(agent, &path, file, true)))
         }
         WRITE => {
-            let Write { filename, content, .. } = input(name, args)?;
+            let Write {
+                filename, content, ..
+            } = input(name, args)?;
             let path = check_filename(&filename)?;
             check_size(&path, &content)?;
             let (mut existed, mut enabled) = (false, false);
