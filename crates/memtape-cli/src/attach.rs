@@ -16,8 +16,9 @@ use crate::ctx::Ctx;
 pub const FILE_HELP: &str = "A file attached by reference (repeatable): `TYPE:upload:ID` (an \
 upload, see `memtape upload`), `TYPE:tool:ID` (a tool file), `TYPE:url:URL` (http or https), \
 with TYPE image, document, audio, video or custom; or Dify's JSON, e.g. \
-'{\"type\":\"image\",\"transfer_method\":\"local_file\",\"upload_file_id\":\"ID\",\"belongs_to\":\"user\"}'. \
-An upload or tool file must be in this tenant's files folder.";
+'{\"type\": \"image\", \"transfer_method\": \"local_file\", \"upload_file_id\": \"ID\"}' \
+(belongs_to: user, or assistant for an assistant's message). An upload or tool file must be \
+in this tenant's files folder.";
 
 /// How `history` and `context` print attached files.
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -843,6 +843,23 @@ fn tape_append_takes_files_and_unknown_arguments_are_refused() {
                 "data": "iVBORw0KGgpraXR0ZW4="}}),
             "{parts}"
         );
+        let context = ok_json(
+            &c,
+            "tape_context",
+            json!({"session": "chat", "budget": 4000, "record": false, "attachments": "parts"}),
+        )
+        .await;
+        let user = context["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            user["content"][1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgpraXR0ZW4=",
+            "{context}"
+        );
 
         let refused = [
             (

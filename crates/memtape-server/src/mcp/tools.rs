@@ -446,6 +446,10 @@ pub(super) struct ContextInput {
     #[serde(default)]
     #[schemars(description = AS_OF)]
     pub(super) as_of: Option<String>,
+    /// How attached files come back: `refs` (Dify's references, the default), `parts` or
+    /// `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks).
+    #[serde(default)]
+    pub(super) attachments: Option<AttachmentsInput>,
 }
 
 /// A compaction policy.
