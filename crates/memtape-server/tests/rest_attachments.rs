@@ -240,6 +240,46 @@ fn another_tenants_upload_is_refused_and_never_resolved() {
     assert!(!s.dir.path().join("files/tenants/globex").exists());
 }
 
+/// An erasure takes a tenant's attached uploads (and what they are) with the session.
+#[test]
+fn an_erased_session_takes_its_uploads_from_the_tenants_folder() {
+    let s = Server::start();
+    let (admin, _) = KeyStore::open(s.dir.path())
+        .create("acme", Role::Admin)
+        .unwrap();
+    let key = Some(admin.as_str());
+    let (status, image) = upload(&s, &admin, "cat.png", "image/png", PNG, &[]);
+    assert_eq!(status, 201, "{image}");
+    let id = image["id"].as_str().unwrap();
+    let folder = s.dir.path().join("files/tenants/acme");
+    assert!(folder.join("uploads").join(id).is_file());
+    assert!(
+        folder
+            .join("upload-info")
+            .join(format!("{id}.json"))
+            .is_file()
+    );
+    let body = json!({"role": "user", "content": "my cat", "files": [image["reference"]]});
+    let (status, _) = s.call("POST", "/v1/sessions/pets/messages", Some(&body), key);
+    assert_eq!(status, 201);
+    let (status, erased) = s.call(
+        "POST",
+        "/v1/erase",
+        Some(&json!({"what": "session", "session": "pets", "reason": "asked to"})),
+        key,
+    );
+    assert_eq!(status, 200, "{erased}");
+    assert!(!folder.join("uploads").join(id).exists());
+    assert!(
+        !folder
+            .join("upload-info")
+            .join(format!("{id}.json"))
+            .exists()
+    );
+    let (status, _) = s.call("GET", &format!("/v1/files/{id}"), None, key);
+    assert_eq!(status, 404);
+}
+
 #[test]
 fn uploads_are_checked_for_size_type_and_origin_and_a_retry_stores_once() {
     let s = Server::start_with(Limits {

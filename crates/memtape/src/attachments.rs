@@ -779,6 +779,12 @@ mod tests {
             .unwrap_err();
         assert!(refused.to_string().contains(&info.id), "{refused}");
         assert_eq!(globex.upload_info(&info.id).unwrap(), None);
+        assert_eq!(
+            globex.resolve(&reference).unwrap(),
+            None,
+            "never read for another"
+        );
+        assert!(acme.resolve(&reference).unwrap().is_some());
         assert_eq!(acme.upload_info(&info.id).unwrap(), Some(info.clone()));
         assert_eq!(acme.erase(&[reference], None).unwrap(), 1);
         assert_eq!(acme.upload_info(&info.id).unwrap(), None);
