@@ -405,6 +405,11 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
                 "--view chooses memtape's or Bub's history; Dify's memory flags read the thread: use one or the other"
             );
         }
+        if a.attachments.format().is_some() {
+            bail!(
+                "--attachments rebuilds the messages of memtape's or Bub's history; Dify's memory flags print Dify's own: use one or the other"
+            );
+        }
         let (max, tokens) = (a.max_messages, a.max_tokens);
         return crate::dify::history(&engine, &scope, &a.dify, max, tokens, a.json, out);
     }

@@ -92,6 +92,8 @@ fn a_file_appended_by_reference_comes_back_as_a_reference_or_as_parts() {
     let e = r.fails(&["history", "chat", "--attachments", "parts"]);
     assert!(e.contains("image_detial"), "{e}");
     std::fs::remove_file(r.dir.path().join("data/memtape.toml")).unwrap();
+    let e = r.fails(&["history", "chat", "--window", "2", "--attachments", "parts"]);
+    assert!(e.contains("--attachments"), "not ignored: {e}");
 
     // The context: references by default, parts on request.
     let context = r.json(&["context", "chat", "--dry-run", "--json"]);
