@@ -254,3 +254,44 @@ fn node_memory_keeps_the_files_of_both_sides() {
     ]);
     assert!(e.contains("plain name"), "{e}");
 }
+
+/// `memtape serve` takes `[attachments]` of memtape.toml, and an upload the CLI made is the
+/// server's default tenant's: the two surfaces share the files.
+#[test]
+fn serve_rebuilds_under_the_attachments_settings_and_shares_the_clis_uploads() {
+    let r = Run::new();
+    let id = upload_png(&r);
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        "[attachments]\nallowed_file_types = [\"image\"]\nimage_detail = \"high\"\n",
+    )
+    .unwrap();
+    let s = crate::common::serving::Serving::start(&r, &[]);
+    let files = json!([
+        {"type": "image", "transfer_method": "local_file", "upload_file_id": id},
+        {"type": "document", "transfer_method": "remote_url", "url": "https://example.org/a.pdf"},
+    ]);
+    let (status, e) = s.call(
+        "POST",
+        "/v1/sessions/chat/messages",
+        Some(json!({"role": "user", "content": "look", "files": files})),
+        None,
+    );
+    assert_eq!(status, 201, "{e}");
+    let (status, history) = s.call(
+        "GET",
+        "/v1/sessions/chat/history?attachments=parts",
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(
+        history["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_B64}"), "detail": "high"}},
+        ]),
+        "the document is not an allowed type: left out"
+    );
+    s.terminate();
+}
