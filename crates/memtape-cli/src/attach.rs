@@ -192,6 +192,7 @@ pub fn upload(ctx: &Ctx, a: &UploadArgs, out: &mut impl Write) -> Result<()> {
         bail!("{} is empty", a.path.display());
     }
     let (media, file_type) = memtape::upload_type(a.media_type.as_deref(), &bytes)?;
+    crate::config::load(ctx)?.attachments.allows(file_type)?;
     let name = a
         .path
         .file_name()

@@ -266,6 +266,9 @@ fn serve_rebuilds_under_the_attachments_settings_and_shares_the_clis_uploads() {
         "[attachments]\nallowed_file_types = [\"image\"]\nimage_detail = \"high\"\n",
     )
     .unwrap();
+    std::fs::write(r.dir.path().join("spec.pdf"), b"%PDF-1.7 spec").unwrap();
+    let e = r.fails(&["upload", &r.path("spec.pdf")]);
+    assert!(e.contains("allowed_file_types"), "{e}");
     let s = crate::common::serving::Serving::start(&r, &[]);
     let files = json!([
         {"type": "image", "transfer_method": "local_file", "upload_file_id": id},

@@ -240,6 +240,37 @@ fn another_tenants_upload_is_refused_and_never_resolved() {
     assert!(!s.dir.path().join("files/tenants/globex").exists());
 }
 
+/// Dify's `file_upload_config` (`[attachments]`): an upload of a type it does not allow is
+/// refused, and rebuilding leaves such a file out and sends images in its detail.
+#[test]
+fn the_attachments_settings_decide_what_is_taken_and_rebuilt() {
+    let s = Server::start_configured(|state| {
+        state.set_attachments_config(memtape::AttachmentsConfig {
+            allowed_file_types: vec![memtape::FileType::Image],
+            image_detail: memtape::ImageDetail::High,
+        });
+    });
+    let (status, e) = upload(&s, "x", "spec.pdf", "application/pdf", b"%PDF-1.7", &[]);
+    assert_eq!(status, 422, "{e}");
+    assert!(said(&e).contains("allowed_file_types"), "{e}");
+    let (status, image) = upload(&s, "x", "cat.png", "image/png", PNG, &[]);
+    assert_eq!(status, 201, "{image}");
+    let files = json!([image["reference"],
+        {"type": "document", "transfer_method": "remote_url", "url": "https://example.org/a.pdf"}]);
+    let (status, _) = s.post(
+        "/v1/sessions/s/messages",
+        &json!({"role": "user", "content": "look", "files": files}),
+    );
+    assert_eq!(status, 201);
+    let (_, history) = s.get("/v1/sessions/s/history?attachments=parts");
+    let content = history["messages"][0]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(content.len(), 2, "the document is left out: {content:?}");
+    assert_eq!(content[1]["image_url"]["detail"], "high");
+}
+
 /// An erasure takes a tenant's attached uploads (and what they are) with the session.
 #[test]
 fn an_erased_session_takes_its_uploads_from_the_tenants_folder() {

@@ -362,6 +362,27 @@ impl Default for AttachmentsConfig {
     }
 }
 
+impl AttachmentsConfig {
+    /// Refuses a file of a type Dify's `allowed_file_types` leaves out, naming it.
+    pub fn allows(&self, file_type: memtape_core::FileType) -> Result<()> {
+        if self.allowed_file_types.contains(&file_type) {
+            return Ok(());
+        }
+        let name = |t: &memtape_core::FileType| {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let allowed: Vec<String> = self.allowed_file_types.iter().map(name).collect();
+        Err(Error::Config(format!(
+            "a file of type {} is not allowed ([attachments] allowed_file_types: {})",
+            name(&file_type),
+            allowed.join(", ")
+        )))
+    }
+}
+
 /// How much of an image the model looks at (OpenAI's `detail`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

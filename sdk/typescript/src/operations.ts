@@ -82,7 +82,7 @@ export interface Operations {
    * `file`, at most the server's upload limit (15 MiB by default; 413 above it). Accepted
    * types: PNG, JPEG, GIF and WebP images, PDF, and UTF-8 text (`text/plain`,
    * `text/markdown`, `text/csv`, `application/json`); the type sent must agree with the
-   * bytes (422 otherwise). The request must carry an `Authorization` header (any bearer
+   * bytes, and its file type be one the server's `[attachments]` allows (422 otherwise). The request must carry an `Authorization` header (any bearer
    * value on a server without keys), which a page of another site cannot send without
    * asking first. The answer holds the id and a ready-to-use reference for a message's
    * `files`. Send an `Idempotency-Key` to retry safely.
