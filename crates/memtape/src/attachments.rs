@@ -280,8 +280,20 @@ impl FilesDir {
             file_type,
             created_at: now.to_rfc3339(),
         };
+        let linked = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink());
+        if self.guarded.iter().any(|p| linked(p)) {
+            return Err(refused(
+                "the files folder is a symlink: nothing is stored".into(),
+            ));
+        }
         for folder in ["uploads", "upload-info"] {
             let dir = self.root.join(folder);
+            if linked(&dir) {
+                return Err(refused(format!(
+                    "{} is a symlink: nothing is stored",
+                    dir.display()
+                )));
+            }
             std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         }
         let Some(path) = self.path("uploads", &id)? else {
@@ -819,5 +831,20 @@ mod tests {
         assert!(upload_type(Some("text/plain"), b"\x89PNG\r\n\x1a\n").is_err());
         assert!(upload_type(None, b"\x00\x01").is_err());
         assert!(upload_type(Some("application/zip"), b"PK").is_err());
+    }
+
+    #[test]
+    fn an_upload_is_never_written_through_a_symlink() {
+        let data = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(data.path().join("files/tenants")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), data.path().join("files/tenants/acme")).unwrap();
+        let acme = FilesDir::of_tenant(data.path(), "acme");
+        let now = chrono::Utc::now();
+        let refused = acme
+            .store_upload(b"hello", "a.txt", "text/plain", FileType::Document, now)
+            .unwrap_err();
+        assert!(refused.to_string().contains("symlink"), "{refused}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 }
