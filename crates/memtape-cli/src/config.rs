@@ -2,13 +2,13 @@
 //! `MEMTAPE_CONFIG` points). `[llm]` says which model the memory lifecycle talks to (the
 //! `MEMTAPE_LLM_*` variables win key by key); `[lifecycle]` when and how it runs;
 //! `[retention]` how long raw conversation is kept; `[mcp]` what MCP clients may do beyond
-//! the default tools. No file means the defaults and no
+//! the default tools; `[attachments]` how attached files are rebuilt into content parts. No file means the defaults and no
 //! model: nothing is ever sent anywhere, and nothing expires.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use memtape::{LifecycleConfig, RetentionConfig};
+use memtape::{AttachmentsConfig, LifecycleConfig, RetentionConfig};
 use memtape_llm::{Llm, LlmConfig, LlmSettings};
 use serde::Deserialize;
 
@@ -32,6 +32,8 @@ struct File {
     retention: RetentionConfig,
     #[serde(default)]
     mcp: McpSettings,
+    #[serde(default)]
+    attachments: AttachmentsConfig,
 }
 
 /// `[mcp]`: what MCP clients are offered beyond the default tools.
@@ -59,6 +61,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// The MCP settings.
     pub mcp: McpSettings,
+    /// How attached files are rebuilt into content parts (`[attachments]`, Dify's
+    /// `file_upload_config`).
+    pub attachments: AttachmentsConfig,
 }
 
 impl Config {
@@ -134,6 +139,7 @@ pub fn load(ctx: &Ctx) -> Result<Config> {
         lifecycle: file.lifecycle,
         retention: file.retention,
         mcp: file.mcp,
+        attachments: file.attachments,
     })
 }
 

@@ -86,6 +86,11 @@ pub struct ContextArgs {
     /// Print JSON: {"messages": [...], "tokens": N, ...}.
     #[arg(long)]
     json: bool,
+    /// How attached files are printed: `refs` (Dify's references), or rebuilt into content
+    /// parts (`parts` or `openai`: OpenAI's, `anthropic`: Anthropic's; implies --json), by
+    /// `[attachments]` of memtape.toml.
+    #[arg(long, value_enum, default_value = "refs")]
+    attachments: crate::attach::AttachmentsArg,
     /// The prompt as it would have been built at this moment (an RFC 3339 time or an
     /// entry id): that memory, that history, the clock then; nothing is recorded.
     #[arg(long, value_name = "TIME|ID")]
@@ -127,14 +132,27 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
     };
     // With a model configured, a compaction summary is the model's (MateClaw); a prompt
     // of the past is built without it.
-    let llm = match &crate::config::load(ctx)?.llm {
+    let config = crate::config::load(ctx)?;
+    let llm = match &config.llm {
         Some(llm) if args.as_of.is_none() => Some(llm.connect()?),
         _ => None,
     };
     let built = engine
         .context_using(&session, &request, llm.as_deref())
         .with_context(|| format!("building the context of {session}"))?;
-    if args.json {
+    if let Some(format) = args.attachments.format() {
+        let files = crate::attach::files(ctx)?;
+        let mut value = serde_json::to_value(ContextOut::of(&built))?;
+        value["messages"] = built
+            .messages
+            .iter()
+            .map(|m| {
+                crate::attach::message_json(m, Some(format), Some(&files), &config.attachments)
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into();
+        output::json(out, &value)?;
+    } else if args.json {
         output::json(out, &ContextOut::of(&built))?;
     } else {
         print_human(&built, out)?;

@@ -3,6 +3,7 @@
 //! live in their own module. Flags are parsed by clap into typed values, and every failure
 //! exits non-zero with one message that names what is wrong.
 
+mod attach;
 mod bench;
 mod bench_follow;
 mod bench_serve;
@@ -73,6 +74,9 @@ enum Command {
     Append(tape::AppendArgs),
     /// Show the history a model would get: the unconsolidated tail of the current thread.
     History(tape::HistoryArgs),
+    /// Keep a file (an image, a PDF, text) as an upload of the tenant; prints its id, which
+    /// `append --file TYPE:upload:ID` attaches to a message.
+    Upload(attach::UploadArgs),
     /// List the agent's sessions (of every user, or of --user).
     Sessions(tape::SessionsArgs),
     /// The agent's language-model calls (consolidation, extraction, …) and the tokens
@@ -205,6 +209,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Init(a) => tape::init(&ctx.store(&a.store), out)?,
         Command::Append(a) => tape::append(&ctx.scope(&a.scope), a, out)?,
         Command::History(a) => tape::history(&ctx.scope(&a.scope), a, out)?,
+        Command::Upload(a) => attach::upload(&ctx.scope(&a.scope), a, out)?,
         Command::Sessions(a) => tape::sessions(&ctx.scope(&a.scope), a, out)?,
         Command::Thread(a) => tape::thread(&ctx.scope(&a.scope), a, out)?,
         Command::Usage(a) => tape::usage(&ctx.scope(&a.scope), a, out)?,

@@ -118,6 +118,11 @@ pub struct AddArgs {
     /// The node's answer.
     #[arg(long)]
     answer: String,
+    #[arg(long = "file", value_name = "FILE", help = crate::attach::FILE_HELP)]
+    files: Vec<String>,
+    /// A file the node's answer produced (repeatable; the same forms as --file).
+    #[arg(long = "answer-file", value_name = "FILE")]
+    answer_files: Vec<String>,
 }
 
 /// `memtape node history`.
@@ -402,8 +407,13 @@ pub fn node(ctx: &Ctx, command: &NodeCommand, out: &mut impl Write) -> Result<()
                 message_id: a.message_id.clone(),
                 parent_message_id: a.parent.clone(),
                 user_content: a.query.clone(),
+                user_files: crate::attach::references(ctx, &a.files, memtape::FileOwner::User)?,
                 assistant_content: a.answer.clone(),
-                ..NodeTurn::default()
+                assistant_files: crate::attach::references(
+                    ctx,
+                    &a.answer_files,
+                    memtape::FileOwner::Assistant,
+                )?,
             })?;
             let ids: Vec<String> = memory.flush()?.iter().map(|e| e.id.to_string()).collect();
             writeln!(out, "{}", ids.join(" "))?;

@@ -121,6 +121,19 @@ pub fn entry_line(e: &Entry) -> String {
             if let Some(id) = &m.tool_call_id {
                 s.push_str(&format!(" [answers {}]", one_line(id)));
             }
+            for f in &m.files {
+                let (how, what) = match &f.source {
+                    memtape::FileSource::LocalFile { upload_file_id } => ("upload", upload_file_id),
+                    memtape::FileSource::RemoteUrl { url } => ("url", url),
+                    memtape::FileSource::ToolFile { tool_file_id } => ("tool", tool_file_id),
+                };
+                let kind = serde_json::to_value(f.file_type).unwrap_or_default();
+                s.push_str(&format!(
+                    " [file {}:{how}:{}]",
+                    kind.as_str().unwrap_or_default(),
+                    one_line(what)
+                ));
+            }
             s
         }
         Payload::Anchor(a) => match &a.state {
@@ -163,6 +176,10 @@ pub struct ChatMessage<'a> {
     tool_call_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[memtape::FileRef]>::is_empty")]
+    files: &'a [memtape::FileRef],
 }
 
 impl<'a> ChatMessage<'a> {
@@ -174,6 +191,8 @@ impl<'a> ChatMessage<'a> {
             tool_calls: &m.tool_calls,
             tool_call_id: m.tool_call_id.as_deref(),
             name: m.name.as_deref(),
+            reasoning_content: m.reasoning_content.as_deref(),
+            files: &m.files,
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct ServeArgs {
     /// The largest request body accepted, in MiB.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     body_limit_mib: u32,
+    /// The largest file `POST /v1/files` accepts, in MiB (413 above it).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    upload_limit_mib: u32,
     /// How many engine calls run at once; more requests wait.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     engine_calls: u32,
@@ -154,6 +157,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
         header_timeout: Duration::from_secs(a.header_timeout.into()),
         sites: sites(a)?,
         mcp_sessions_per_key: a.mcp_sessions_per_key as usize,
+        upload_bytes: a.upload_limit_mib as usize * 1024 * 1024,
     };
     let config = config::load(&ctx)?;
     let (model, model_line) = config.server_model()?;
@@ -161,6 +165,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     state.set_data_dir(dir.clone());
     state.set_retention_config(config.retention);
     state.set_mcp_erase_own_session(config.mcp.erase_own_session);
+    state.set_attachments_config(config.attachments.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -104,6 +104,8 @@ pub struct AppendArgs {
     /// Metadata to keep with the entry, as a JSON object.
     #[arg(long, value_name = "JSON")]
     meta: Option<String>,
+    #[arg(long = "file", value_name = "FILE", help = crate::attach::FILE_HELP)]
+    files: Vec<String>,
     /// Do not scan a user message into the working state (the WAL).
     #[arg(long)]
     no_wal: bool,
@@ -137,6 +139,12 @@ pub struct HistoryArgs {
     /// The history as it was at this moment: an RFC 3339 time or an entry id.
     #[arg(long, value_name = "TIME|ID")]
     as_of: Option<memtape::AsOf>,
+    /// How attached files are printed: `refs` (Dify's references: `files` in JSON, a
+    /// `[file ...]` note in text), or rebuilt into content parts (`parts` or `openai`:
+    /// OpenAI's, `anthropic`: Anthropic's; uploads as base64 data; implies --json), by
+    /// `[attachments]` of memtape.toml (which file types, the image detail).
+    #[arg(long, value_enum, default_value = "refs")]
+    attachments: crate::attach::AttachmentsArg,
     #[command(flatten)]
     dify: crate::dify::DifyArgs,
     #[command(flatten)]
@@ -299,6 +307,12 @@ pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
     }
     message.tool_call_id = a.tool_call_id.clone();
     message.name = a.name.clone();
+    let owner = if role == Role::Assistant {
+        memtape::FileOwner::Assistant
+    } else {
+        memtape::FileOwner::User
+    };
+    message.files = crate::attach::references(ctx, &a.files, owner)?;
     let options = AppendOptions {
         parent: a.parent,
         meta: a
@@ -391,6 +405,11 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
                 "--view chooses memtape's or Bub's history; Dify's memory flags read the thread: use one or the other"
             );
         }
+        if a.attachments.format().is_some() {
+            bail!(
+                "--attachments rebuilds the messages of memtape's or Bub's history; Dify's memory flags print Dify's own: use one or the other"
+            );
+        }
         let (max, tokens) = (a.max_messages, a.max_tokens);
         return crate::dify::history(&engine, &scope, &a.dify, max, tokens, a.json, out);
     }
@@ -404,6 +423,16 @@ pub fn history(ctx: &Ctx, a: &HistoryArgs, out: &mut impl Write) -> Result<()> {
         None => engine.history_view_as_of(&scope, as_of)?,
     };
     let history = engine.history_in_as_of(&scope, &limits, view, as_of)?;
+    if let Some(format) = a.attachments.format() {
+        let files = crate::attach::files(ctx)?;
+        let config = crate::config::load(ctx)?.attachments;
+        let messages = history
+            .iter()
+            .filter_map(|e| e.message())
+            .map(|m| crate::attach::message_json(m, Some(format), Some(&files), &config))
+            .collect::<Result<Vec<_>>>()?;
+        return output::json(out, &messages);
+    }
     output::history(out, &history, a.json)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // Tests panic on failure by design.
 
+mod attachments;
 mod bench_qa;
 mod bub;
 mod chat;

@@ -12,7 +12,9 @@
 //!   request with a body method (`POST`, `PUT`, `PATCH`) must say it is JSON (`application/
 //!   json` or `+json`; JSON lines on the routes that stream them), even when it carries no
 //!   body, so a browser must ask first, and memtape never answers a preflight with
-//!   permission. `DELETE` always needs a preflight.
+//!   permission. `DELETE` always needs a preflight. The one form taken, an upload's
+//!   `multipart/form-data` on `POST /v1/files`, must carry an `Authorization` header, which
+//!   a page cannot add without asking first either.
 //! - **Origin.** A write whose `Origin` is not the server's own (`http(s)://` and the
 //!   `Host` it was sent to) is refused, unless `--allow-origin` names it (the memory
 //!   browser is served from the server itself, so it is the server's own).
@@ -101,7 +103,22 @@ fn check(sites: &Sites, request: &Request) -> Result<(), ApiError> {
         let json = media == "application/json" || media.ends_with("+json");
         let lines = JSON_LINES_ROUTES.contains(&request.uri().path())
             && JSON_LINES_TYPES.contains(&media.as_str());
-        if !json && !lines {
+        // An upload is a form, which a page may send anywhere without asking: it is taken
+        // only with an `Authorization` header, which no page can add without a preflight.
+        let upload =
+            request.uri().path() == crate::rest::UPLOAD_PATH && media == "multipart/form-data";
+        if upload
+            && !request
+                .headers()
+                .contains_key(axum::http::header::AUTHORIZATION)
+        {
+            return Err(ApiError::forbidden(
+                "an upload (multipart/form-data) must carry an Authorization header (on a \
+                 server without keys, any `Bearer` value): a page of another site cannot send \
+                 one without asking first",
+            ));
+        }
+        if !json && !lines && !upload {
             let wanted = if JSON_LINES_ROUTES.contains(&request.uri().path()) {
                 "`Content-Type: application/x-ndjson` (or application/json)"
             } else {

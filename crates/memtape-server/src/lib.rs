@@ -51,7 +51,8 @@ pub use state::{AppState, Caller, Limits, ModelSetup, Role};
         wire::names::ScopeName,
         wire::names::ModeName,
         wire::names::ViewName,
-        wire::names::FormatName
+        wire::names::FormatName,
+        wire::FileRefWire
     )),
     modifiers(&BearerAuth, &Conventions),
     security(("bearer" = []))
@@ -242,9 +243,9 @@ fn router(
             state.clone(),
             deadline,
         ))
-        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        .layer(RequestBodyLimitLayer::new(largest_body(&limits)))
         // axum's own 2 MiB default for JSON bodies would undercut the configured limit.
-        .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
+        .layer(axum::extract::DefaultBodyLimit::max(largest_body(&limits)))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             count_activity,
@@ -257,6 +258,23 @@ fn router(
         // Around it all: MateClaw's paths answer every failure in MateClaw's envelope.
         .layer(axum::middleware::from_fn(rest::mateclaw_compat::envelope))
         .with_state(state)
+}
+
+/// The largest body any route takes: the JSON limit, or an upload's.
+fn largest_body(limits: &Limits) -> usize {
+    limits
+        .body_bytes
+        .max(limits.upload_bytes.saturating_add(rest::MULTIPART_OVERHEAD))
+}
+
+/// The largest body the route at `path` takes: an upload's on the upload route
+/// ([`Limits::upload_bytes`] and the multipart's own bytes), the JSON limit elsewhere.
+fn body_limit(limits: &Limits, path: &str) -> usize {
+    if path == rest::UPLOAD_PATH {
+        limits.upload_bytes.saturating_add(rest::MULTIPART_OVERHEAD)
+    } else {
+        limits.body_bytes
+    }
 }
 
 /// The request timeout ([`Limits::request_timeout`]), kept so that a write never answers
@@ -287,10 +305,25 @@ async fn deadline(
             .await
             .unwrap_or_else(|_| too_slow());
     }
+    let limit = body_limit(limits, request.uri().path());
+    let too_large = || {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is over the limit of {limit} bytes"),
+        )
+        .into_response()
+    };
+    let announced = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return too_large();
+    }
     let (parts, body) = request.into_parts();
-    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limits.body_bytes))
-        .await
-    {
+    let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
             return ApiError::new(
                 axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -301,15 +334,10 @@ async fn deadline(
         }
         Ok(Err(e)) => {
             return if rest::is_length_limit(&e) {
-                ApiError::new(
-                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    format!("the body is over the limit of {} bytes", limits.body_bytes),
-                )
+                too_large()
             } else {
-                ApiError::bad_request(format!("could not read the body: {e}"))
-            }
-            .into_response();
+                ApiError::bad_request(format!("could not read the body: {e}")).into_response()
+            };
         }
         Ok(Ok(body)) => body,
     };

@@ -289,6 +289,7 @@ impl Memtape {
                     max_tokens: input.max_tokens,
                     view: None,
                     as_of: input.as_of,
+                    attachments: input.attachments.map(|a| a.as_str().to_owned()),
                 };
                 let Json(out) =
                     rest::history(state, caller, ApiPath(input.session), ApiQuery(params)).await?;
@@ -515,19 +516,32 @@ impl Memtape {
                     record: record && input.as_of.is_none(),
                     as_of: crate::wire::as_of(input.as_of.as_deref())?,
                 };
+                let rebuild =
+                    crate::wire::attachments_format(input.attachments.map(|a| a.as_str()))?;
+                let files = match rebuild {
+                    Some(_) => Some(self.state.files_of(&who.caller.tenant)?),
+                    None => None,
+                };
+                let config = self.state.attachments_config().clone();
                 let state = self.state.clone();
                 // A prompt of the past is built without the model.
                 let llm = state.model().ok().filter(|_| request.as_of.is_none());
                 let call = async move {
                     state
                         .run(move |engine| {
-                            Ok(engine.context_using(&session, &request, llm.as_deref())?)
+                            let built = engine.context_using(&session, &request, llm.as_deref())?;
+                            let messages = built
+                                .messages
+                                .iter()
+                                .map(|m| ChatMessage::rebuilt(m, rebuild, files.as_ref(), &config))
+                                .collect::<crate::error::Result<Vec<_>>>()?;
+                            Ok((built, messages))
                         })
                         .await
                 };
-                let built = call.await?;
+                let (built, messages) = call.await?;
                 to_text(&json!({
-                    "messages": built.messages.iter().map(ChatMessage::of).collect::<Vec<_>>(),
+                    "messages": messages,
                     "tokens": built.tokens,
                     "max_input_tokens": built.max_input_tokens,
                     "policy": built.policy,

@@ -117,6 +117,8 @@ pub struct Limits {
     pub sites: crate::guard::Sites,
     /// How many MCP sessions one key may have open at once (429 past it).
     pub mcp_sessions_per_key: usize,
+    /// The largest file `POST /v1/files` accepts, in bytes (413 above it).
+    pub upload_bytes: usize,
 }
 
 impl Default for Limits {
@@ -128,6 +130,7 @@ impl Default for Limits {
             header_timeout: std::time::Duration::from_secs(10),
             sites: crate::guard::Sites::default(),
             mcp_sessions_per_key: 64,
+            upload_bytes: 15 * 1024 * 1024,
         }
     }
 }
@@ -171,6 +174,8 @@ struct Inner {
     retention_scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
     /// Whether MCP offers `tape_erase_session` ([`AppState::set_mcp_erase_own_session`]).
     mcp_erase: std::sync::atomic::AtomicBool,
+    /// How attached files are rebuilt into content parts ([`AppState::set_attachments_config`]).
+    attachments: std::sync::OnceLock<memtape::AttachmentsConfig>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -305,6 +310,7 @@ impl AppState {
                 uncaptured: std::sync::Mutex::default(),
                 mcp_sessions: Arc::default(),
                 data_dir: std::sync::OnceLock::new(),
+                attachments: std::sync::OnceLock::new(),
                 retention: std::sync::OnceLock::new(),
                 retention_scheduler: Arc::default(),
                 mcp_erase: std::sync::atomic::AtomicBool::new(false),
@@ -663,6 +669,30 @@ impl AppState {
             }
         });
         let _ = done.await;
+    }
+
+    /// Sets how attached files are rebuilt into content parts (memtape.toml's
+    /// `[attachments]`, Dify's `file_upload_config`), once, before serving.
+    pub fn set_attachments_config(&self, config: memtape::AttachmentsConfig) {
+        let _ = self.inner.attachments.set(config);
+    }
+
+    /// How attached files are rebuilt into content parts.
+    pub fn attachments_config(&self) -> &memtape::AttachmentsConfig {
+        self.inner.attachments.get_or_init(Default::default)
+    }
+
+    /// The attached files of `tenant` (uploads and tool files), in the data directory; a
+    /// 503 when the server has no data directory to keep them in.
+    pub fn files_of(&self, tenant: &str) -> Result<memtape::FilesDir> {
+        let dir = self.data_dir().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "this server has no data directory to keep attached files in",
+            )
+        })?;
+        Ok(memtape::FilesDir::of_tenant(dir, tenant))
     }
 
     /// The data directory, if [`AppState::set_data_dir`] named one.

@@ -64,6 +64,7 @@ pub fn as_of(raw: Option<&str>) -> Result<Option<memtape::AsOf>> {
 
 /// A tool call made by the assistant (OpenAI's shape).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ToolCallWire {
     /// The call's id.
     pub id: String,
@@ -80,6 +81,7 @@ fn function() -> String {
 
 /// The function of a tool call.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FunctionWire {
     /// Its name.
     pub name: String,
@@ -87,7 +89,110 @@ pub struct FunctionWire {
     pub arguments: String,
 }
 
-/// A chat message, as sent in and as history returns it (OpenAI's chat shape).
+/// A file attached to a message by reference, in Dify's shape: `{"type": "image",
+/// "transfer_method": "local_file", "upload_file_id": "...", "belongs_to": "user"}`;
+/// `remote_url` carries `url` (http or https), `tool_file` carries `tool_file_id`. An
+/// upload or tool file must be the caller's tenant's (`POST /v1/files` makes uploads).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileRefWire {
+    /// `image`, `document`, `audio`, `video` or `custom`.
+    #[serde(rename = "type")]
+    #[schema(value_type = names::FileTypeName)]
+    pub file_type: String,
+    /// `local_file` (an upload), `remote_url` or `tool_file`.
+    #[schema(value_type = names::TransferMethodName)]
+    pub transfer_method: String,
+    /// The upload's id (`local_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_file_id: Option<String>,
+    /// The URL (`remote_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The tool file's id (`tool_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_file_id: Option<String>,
+    /// `user` (the default) or `assistant`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<names::OwnerName>)]
+    pub belongs_to: Option<String>,
+}
+
+impl FileRefWire {
+    /// The engine's reference; a 422 naming what is wrong otherwise (an unknown type or
+    /// method, a missing or extra id or URL, an id that is not a plain name, a URL that is
+    /// not http(s)).
+    pub fn to_ref(&self) -> Result<memtape_core::FileRef> {
+        use memtape_core::{FileOwner, FileSource, FileType};
+        let bad = |why: String| ApiError::unprocessable(format!("files: {why}"));
+        let file_type = match self.file_type.as_str() {
+            "image" => FileType::Image,
+            "document" => FileType::Document,
+            "audio" => FileType::Audio,
+            "video" => FileType::Video,
+            "custom" => FileType::Custom,
+            other => {
+                return Err(bad(format!(
+                    "type {other:?}: expected image, document, audio, video or custom"
+                )));
+            }
+        };
+        let (upload, url, tool) = (&self.upload_file_id, &self.url, &self.tool_file_id);
+        let source = match (self.transfer_method.as_str(), upload, url, tool) {
+            ("local_file", Some(id), None, None) => FileSource::LocalFile {
+                upload_file_id: id.clone(),
+            },
+            ("remote_url", None, Some(url), None) => FileSource::RemoteUrl { url: url.clone() },
+            ("tool_file", None, None, Some(id)) => FileSource::ToolFile {
+                tool_file_id: id.clone(),
+            },
+            ("local_file" | "remote_url" | "tool_file", ..) => {
+                return Err(bad(format!(
+                    "transfer_method {} takes exactly one of upload_file_id (local_file), url \
+                     (remote_url), tool_file_id (tool_file): the one it names",
+                    self.transfer_method
+                )));
+            }
+            (other, ..) => {
+                return Err(bad(format!(
+                    "transfer_method {other:?}: expected local_file, remote_url or tool_file"
+                )));
+            }
+        };
+        let belongs_to = match self.belongs_to.as_deref() {
+            None | Some("user") => FileOwner::User,
+            Some("assistant") => FileOwner::Assistant,
+            Some(other) => {
+                return Err(bad(format!(
+                    "belongs_to {other:?}: expected user or assistant"
+                )));
+            }
+        };
+        let file = memtape_core::FileRef {
+            file_type,
+            source,
+            belongs_to,
+        };
+        memtape::check_reference(&file).map_err(|e| bad(e.to_string()))?;
+        Ok(file)
+    }
+
+    /// The wire form of a reference.
+    pub fn of(f: &memtape_core::FileRef) -> Self {
+        let value = serde_json::to_value(f).unwrap_or(Value::Null);
+        serde_json::from_value(value).unwrap_or(FileRefWire {
+            file_type: String::new(),
+            transfer_method: String::new(),
+            upload_file_id: None,
+            url: None,
+            tool_file_id: None,
+            belongs_to: None,
+        })
+    }
+}
+
+/// A chat message, as sent in and as history returns it (OpenAI's chat shape, with the
+/// model's separate reasoning and Dify's file references).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessage {
@@ -107,13 +212,33 @@ pub struct ChatMessage {
     /// For a tool result: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The model's reasoning, when the provider returned it separately.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Files attached by reference (Dify's shape); history gives them back as references,
+    /// or rebuilt into the content with `attachments=parts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 32)]
+    pub files: Vec<FileRefWire>,
 }
 
 impl ChatMessage {
-    /// The engine's message for this one; a shape the engine refuses is a 422.
+    /// The engine's message for this one; a shape the engine refuses is a 422. Its file
+    /// references are checked for their shape here; whether the files exist (in the
+    /// caller's tenant) is the append's to check.
     pub fn to_message(&self) -> Result<Message> {
-        let value = serde_json::to_value(self).map_err(|e| ApiError::internal(e.to_string()))?;
-        serde_json::from_value(value).map_err(|e| ApiError::unprocessable(format!("message: {e}")))
+        let files = self
+            .files
+            .iter()
+            .map(FileRefWire::to_ref)
+            .collect::<Result<Vec<_>>>()?;
+        let mut plain = self.clone();
+        plain.files.clear();
+        let value = serde_json::to_value(&plain).map_err(|e| ApiError::internal(e.to_string()))?;
+        let mut message: Message = serde_json::from_value(value)
+            .map_err(|e| ApiError::unprocessable(format!("message: {e}")))?;
+        message.files = files;
+        Ok(message)
     }
 
     /// The wire form of an engine message.
@@ -129,7 +254,48 @@ impl ChatMessage {
                 .and_then(|c| serde_json::from_value(c.clone()).ok())
                 .unwrap_or_default(),
             tool_call_id: text("tool_call_id"),
+            reasoning_content: text("reasoning_content"),
+            files: m.files.iter().map(FileRefWire::of).collect(),
         }
+    }
+}
+
+/// How history and context give attached files back: `None` for references (`refs`, the
+/// default), else the provider whose content parts they are rebuilt into; a 400 naming the
+/// choices otherwise.
+pub fn attachments_format(raw: Option<&str>) -> Result<Option<memtape::AttachmentsFormat>> {
+    match raw {
+        None | Some("refs") => Ok(None),
+        Some("parts" | "openai") => Ok(Some(memtape::AttachmentsFormat::OpenAi)),
+        Some("anthropic") => Ok(Some(memtape::AttachmentsFormat::Anthropic)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "attachments {other:?}: expected refs, parts (OpenAI's), openai or anthropic"
+        ))),
+    }
+}
+
+impl ChatMessage {
+    /// The wire form of `m`, its files as references (`rebuild` none) or rebuilt into
+    /// content parts of that provider from `files` (then `files` is empty: the parts are
+    /// what a provider is sent).
+    pub fn rebuilt(
+        m: &Message,
+        rebuild: Option<memtape::AttachmentsFormat>,
+        files: Option<&memtape::FilesDir>,
+        config: &memtape::AttachmentsConfig,
+    ) -> Result<Self> {
+        let mut out = ChatMessage::of(m);
+        let (Some(format), Some(files)) = (rebuild, files) else {
+            return Ok(out);
+        };
+        if m.files.is_empty() && format == memtape::AttachmentsFormat::OpenAi {
+            return Ok(out);
+        }
+        if !m.files.is_empty() || matches!(m.content, Some(memtape::Content::Parts(_))) {
+            out.content = Some(memtape::content_parts(m, files, format, config)?);
+        }
+        out.files.clear();
+        Ok(out)
     }
 }
 
@@ -151,30 +317,93 @@ pub struct ContentPart {
     pub kind: String,
 }
 
-/// One message to append: a chat message, and optionally the message it follows.
+/// One message to append: a chat message's fields, and optionally the message it
+/// follows. A field of neither is refused (422), never ignored.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewMessage {
-    /// The message.
-    #[serde(flatten)]
-    pub message: ChatMessage,
+    /// `system`, `user`, `assistant` or `tool`.
+    #[schema(value_type = names::RoleName)]
+    pub role: String,
+    /// The text, or OpenAI content parts.
+    #[serde(default)]
+    #[schema(value_type = Option<ContentSchema>)]
+    pub content: Option<Value>,
+    /// A participant or tool name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The tools the assistant calls.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCallWire>,
+    /// For a tool result: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// The model's reasoning, when the provider returned it separately.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// Files attached by reference (Dify's shape): uploads (`POST /v1/files`) and tool
+    /// files of the caller's tenant, or http(s) URLs; at most 32.
+    #[serde(default)]
+    #[schema(max_items = 32)]
+    pub files: Vec<FileRefWire>,
     /// The entry it follows (a regenerated answer names the message it answers again);
     /// by default the session's latest message.
     #[serde(default)]
+    #[schema(maximum = 9007199254740991_u64)]
     pub parent: Option<u64>,
 }
 
-/// The body of an append: one message, or several in order (one transaction).
+impl NewMessage {
+    /// The chat message it carries.
+    pub fn message(&self) -> ChatMessage {
+        ChatMessage {
+            role: self.role.clone(),
+            content: self.content.clone(),
+            name: self.name.clone(),
+            tool_calls: self.tool_calls.clone(),
+            tool_call_id: self.tool_call_id.clone(),
+            reasoning_content: self.reasoning_content.clone(),
+            files: self.files.clone(),
+        }
+    }
+}
+
+/// Several messages to append, in order.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManyMessages {
+    /// The messages, in order.
+    #[schema(min_items = 1)]
+    pub messages: Vec<NewMessage>,
+}
+
+/// The body of an append: one message, or several in order (`{"messages": [...]}`, one
+/// transaction).
+#[derive(Debug, ToSchema)]
 #[serde(untagged)]
 pub enum AppendBody {
     /// Several messages.
-    Many {
-        /// The messages, in order.
-        #[schema(min_items = 1)]
-        messages: Vec<NewMessage>,
-    },
+    Many(ManyMessages),
     /// One message.
-    One(NewMessage),
+    One(Box<NewMessage>),
+}
+
+impl<'de> Deserialize<'de> for AppendBody {
+    /// An object with `messages` is several; any other is one message. Either way an
+    /// error names the field at fault, not "no variant matched".
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        let many = value.get("messages").is_some();
+        if many {
+            serde_json::from_value(value)
+                .map(AppendBody::Many)
+                .map_err(serde::de::Error::custom)
+        } else {
+            serde_json::from_value(value)
+                .map(|m| AppendBody::One(Box::new(m)))
+                .map_err(serde::de::Error::custom)
+        }
+    }
 }
 
 /// What an append wrote.
@@ -373,6 +602,62 @@ pub mod names {
         Thread,
         /// Bub's view: the tape after the last anchor.
         Bub,
+    }
+
+    /// Dify's file types.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum FileTypeName {
+        /// An image.
+        Image,
+        /// A document.
+        Document,
+        /// An audio clip.
+        Audio,
+        /// A video.
+        Video,
+        /// Anything else.
+        Custom,
+    }
+
+    /// Dify's transfer methods.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum TransferMethodName {
+        /// An upload (`upload_file_id`).
+        LocalFile,
+        /// A URL (`url`).
+        RemoteUrl,
+        /// A tool's file (`tool_file_id`).
+        ToolFile,
+    }
+
+    /// Who a file belongs to.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum OwnerName {
+        /// The user.
+        User,
+        /// The assistant.
+        Assistant,
+    }
+
+    /// How history gives attached files back.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum AttachmentsName {
+        /// Dify's references, in `files` (the default).
+        Refs,
+        /// Rebuilt into OpenAI content parts.
+        Parts,
+        /// Rebuilt into OpenAI content parts.
+        Openai,
+        /// Rebuilt into Anthropic content blocks.
+        Anthropic,
     }
 
     /// An export or import format.

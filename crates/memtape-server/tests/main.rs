@@ -16,6 +16,7 @@ mod mcp;
 mod openapi;
 mod postgres;
 mod rest;
+mod rest_attachments;
 mod rest_erase;
 mod rest_files;
 mod rest_memory;

@@ -903,3 +903,123 @@ fn node_memory_tools_follow_the_thread_and_refuse_bad_ids() {
     let (status, body) = s.get("/v1/sessions/c1/nodes/llm/history?agent=chatflow&message_id=m1");
     assert_eq!((status, body), (200, json!({"messages": []})), "cleared");
 }
+
+/// `tape_append` takes Dify's file references (an upload of the tenant, checked as over
+/// REST), `tape_history` gives them back as references or rebuilt into parts, and an
+/// unknown argument, of a message or of a memory tool, is a tool error, never ignored.
+#[test]
+fn tape_append_takes_files_and_unknown_arguments_are_refused() {
+    let s = Server::start();
+    let (status, image) = s.send_raw(
+        "POST",
+        "/v1/files",
+        &[
+            ("Content-Type", "multipart/form-data; boundary=B"),
+            ("Authorization", "Bearer local"),
+        ],
+        b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"cat.png\"\r\nContent-Type: image/png\r\n\r\n\x89PNG\r\n\x1a\nkitten\r\n--B--\r\n",
+    );
+    assert_eq!(status, 201, "{image}");
+    let reference = image["reference"].clone();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (c, _) = connect(&url, None).await.unwrap();
+        ok(
+            &c,
+            "tape_append",
+            json!({"session": "chat", "messages": [
+                {"role": "user", "content": "look", "files": [reference]}]}),
+        )
+        .await;
+        let refs = ok_json(&c, "tape_history", json!({"session": "chat"})).await;
+        assert_eq!(refs["messages"][0]["files"][0], reference, "{refs}");
+        let parts = ok_json(
+            &c,
+            "tape_history",
+            json!({"session": "chat", "attachments": "anthropic"}),
+        )
+        .await;
+        assert_eq!(
+            parts["messages"][0]["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                "data": "iVBORw0KGgpraXR0ZW4="}}),
+            "{parts}"
+        );
+        let context = ok_json(
+            &c,
+            "tape_context",
+            json!({"session": "chat", "budget": 4000, "record": false, "attachments": "parts"}),
+        )
+        .await;
+        let user = context["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            user["content"][1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgpraXR0ZW4=",
+            "{context}"
+        );
+
+        let refused = [
+            (
+                "tape_append",
+                json!({"session": "chat", "messages": [
+                    {"role": "user", "content": "hi", "colour": "red"}]}),
+                "colour",
+            ),
+            (
+                "tape_append",
+                json!({"session": "chat", "messages": [{"role": "user", "content": "hi",
+                    "files": [{"type": "image", "transfer_method": "local_file",
+                               "upload_file_id": "../../etc/passwd"}]}]}),
+                "plain name",
+            ),
+            (
+                "tape_append",
+                json!({"session": "chat", "messages": [{"role": "user", "content": "hi",
+                    "files": [{"type": "image", "transfer_method": "local_file",
+                               "upload_file_id": "someone-elses"}]}]}),
+                "no upload someone-elses",
+            ),
+            (
+                "tape_append",
+                json!({"session": "chat", "messages": [{"role": "user", "content": "hi",
+                    "files": [{"type": "image", "transfer_method": "remote_url",
+                               "url": "file:///etc/passwd"}]}]}),
+                "http or https",
+            ),
+            (
+                "tape_append",
+                json!({"session": "chat", "messages": [{"role": "assistant",
+                    "tool_calls": [{"id": "c", "type": "function",
+                        "function": {"name": "f", "arguments": "{}", "strict": true}}]}]}),
+                "strict",
+            ),
+            (
+                "memory_search",
+                json!({"query": "x", "fuzzy": true}),
+                "fuzzy",
+            ),
+            (
+                "memory",
+                json!({"command": "view", "path": "/memories", "recursive": true}),
+                "recursive",
+            ),
+        ];
+        for (tool, args, why) in refused {
+            let (text, error) = call(&c, tool, args.clone()).await;
+            assert!(error, "{tool} {args}: {text}");
+            assert!(text.contains(why), "{tool} {args}: {text} should say {why}");
+        }
+        let history = ok_json(&c, "tape_history", json!({"session": "chat"})).await;
+        assert_eq!(
+            history["messages"].as_array().unwrap().len(),
+            1,
+            "nothing refused was stored: {history}"
+        );
+        c.cancel().await.unwrap();
+    });
+}

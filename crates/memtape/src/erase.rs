@@ -11,7 +11,6 @@ use memtape_core::{AsOf, Entry, EntryId, Scope};
 use memtape_store::{EraseMode, EraseOutcome, EraseRequest, EraseTarget, Store};
 
 use crate::FilesDir;
-use crate::attachments::FILES_DIR;
 use crate::workspace::{Prefer, workspace_dir};
 use crate::{Engine, Error, Result};
 
@@ -300,22 +299,25 @@ impl<S: Store> Engine<S> {
 /// remove them again. A failure does not stop the erasure (its entries are rewritten by
 /// then); the first is kept and reported once the store is done.
 struct FilesRemoval {
-    files: Option<FilesDir>,
+    data_dir: Option<std::path::PathBuf>,
     failed: Option<Error>,
 }
 
 impl FilesRemoval {
     fn new(data_dir: Option<&Path>) -> Self {
         FilesRemoval {
-            files: data_dir.map(|dir| FilesDir::new(dir.join(FILES_DIR))),
+            data_dir: data_dir.map(Path::to_path_buf),
             failed: None,
         }
     }
 
     fn remove(&mut self, outcome: &mut EraseOutcome) {
-        let Some(files) = &self.files else {
+        // The files of the erasure's tenant (its receipt's; a dry run has none and
+        // removes nothing).
+        let (Some(dir), Some(receipt)) = (&self.data_dir, &outcome.receipt) else {
             return;
         };
+        let files = FilesDir::of_tenant(dir, receipt.scope.tenant());
         let text = match &outcome.mode {
             EraseMode::Text(text) => Some(text.as_str()),
             EraseMode::Whole => None,

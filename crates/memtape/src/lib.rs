@@ -39,7 +39,11 @@ mod usage;
 mod workspace;
 mod writer;
 
-pub use attachments::{FILES_DIR, FileResolver, FilesDir, MAX_ATTACHMENT_BYTES, llm_message};
+pub use attachments::{
+    AttachmentsFormat, DEFAULT_TENANT, FILES_DIR, FileResolver, FilesDir, MAX_ATTACHMENT_BYTES,
+    MAX_FILE_URL_BYTES, MAX_FILES_PER_MESSAGE, UPLOAD_TYPES, UploadInfo, check_reference,
+    content_parts, llm_message, media_type, upload_type,
+};
 pub use background::{Background, OnConsolidated};
 pub use bub::SessionStart;
 pub use capture::{Captured, scan_entry, scan_new_entry};
@@ -65,7 +69,9 @@ pub use retention::{
 };
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
-pub use settings::{EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule};
+pub use settings::{
+    AttachmentsConfig, EmergenceConfig, ExtractionConfig, ImageDetail, LifecycleConfig, Schedule,
+};
 pub use tiers::{Blame, BlamedLine, check_memory_scope, memory_scope};
 pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};
@@ -85,8 +91,9 @@ pub use memtape_core::context::{
 pub use memtape_core::retention::{Expiry, Retention};
 pub use memtape_core::{
     Anchor, AnchorRange, AsOf, Bpe, BpeEncoding, Cached, Content, Entry, EntryId, ErasedHow,
-    Erasure, Event, Filter, HistoryLimits, HistoryView, Kind, Message, Meta, NewEntry, Payload,
-    Role, Scope, TapeQuery, TokenCounter, ToolCall, erasure, events,
+    Erasure, Event, FileOwner, FileRef, FileSource, FileType, Filter, HistoryLimits, HistoryView,
+    Kind, Message, Meta, NewEntry, Payload, Role, Scope, TapeQuery, TokenCounter, ToolCall,
+    erasure, events,
     formats::{Format, dify_node, parse_time},
     memory, summary, wal,
 };

@@ -336,3 +336,70 @@ mod tests {
         );
     }
 }
+
+/// Dify's `file_upload_config` for rebuilding a message's file references into a model's
+/// content parts (history and context with `attachments=parts`): the `[attachments]` table
+/// of `memtape.toml`. The references on the tape are never changed by it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttachmentsConfig {
+    /// The file types rebuilt (Dify's `allowed_file_types`; default `image` and
+    /// `document`): a file of another type is left out of the parts, as Dify leaves it out.
+    pub allowed_file_types: Vec<memtape_core::FileType>,
+    /// The detail images are sent with (Dify's `image_config.detail`, default `low`).
+    pub image_detail: ImageDetail,
+}
+
+impl Default for AttachmentsConfig {
+    fn default() -> Self {
+        AttachmentsConfig {
+            allowed_file_types: vec![
+                memtape_core::FileType::Image,
+                memtape_core::FileType::Document,
+            ],
+            image_detail: ImageDetail::Low,
+        }
+    }
+}
+
+impl AttachmentsConfig {
+    /// Refuses a file of a type Dify's `allowed_file_types` leaves out, naming it.
+    pub fn allows(&self, file_type: memtape_core::FileType) -> Result<()> {
+        if self.allowed_file_types.contains(&file_type) {
+            return Ok(());
+        }
+        let name = |t: &memtape_core::FileType| {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let allowed: Vec<String> = self.allowed_file_types.iter().map(name).collect();
+        Err(Error::Config(format!(
+            "a file of type {} is not allowed ([attachments] allowed_file_types: {})",
+            name(&file_type),
+            allowed.join(", ")
+        )))
+    }
+}
+
+/// How much of an image the model looks at (OpenAI's `detail`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageDetail {
+    /// Low detail (Dify's default).
+    #[default]
+    Low,
+    /// High detail.
+    High,
+}
+
+impl ImageDetail {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageDetail::Low => "low",
+            ImageDetail::High => "high",
+        }
+    }
+}

@@ -122,7 +122,7 @@ pub fn workspace_dir(data_dir: &Path, scope: &Scope) -> PathBuf {
 }
 
 /// A scope name as one safe path segment.
-fn encode(name: &str) -> String {
+pub(crate) fn encode(name: &str) -> String {
     let mut out = String::new();
     for b in name.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'@') {

@@ -37,10 +37,14 @@ fn attachments_go_with_their_entries_or_when_they_hold_the_text() {
     let data = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     let dir = data.path();
-    let uploads = dir.join("files/uploads");
-    let tools = dir.join("files/tool-files");
+    // Tenant `t`'s files are in its own folder; the `default` tenant's are `files/` itself.
+    let uploads = dir.join("files/tenants/t/uploads");
+    let tools = dir.join("files/tenants/t/tool-files");
     std::fs::create_dir_all(&uploads).unwrap();
     std::fs::create_dir_all(&tools).unwrap();
+    let others = dir.join("files/uploads");
+    std::fs::create_dir_all(&others).unwrap();
+    std::fs::write(others.join("card.txt"), format!("card: {SECRET}\n")).unwrap();
     std::fs::write(uploads.join("card.txt"), format!("card: {SECRET}\n")).unwrap();
     let utf16: Vec<u8> = format!("note {SECRET}")
         .encode_utf16()
@@ -88,6 +92,10 @@ fn attachments_go_with_their_entries_or_when_they_hold_the_text() {
     assert!(!uploads.join("card.txt").exists());
     assert!(!uploads.join("wide.txt").exists());
     assert!(uploads.join("photo.png").exists());
+    assert!(
+        others.join("card.txt").exists(),
+        "another tenant's file of the same name is not this erasure's"
+    );
     // The symlink pointed outside: neither it nor what it points at was touched.
     assert!(outside.path().join("keep.txt").exists());
 

@@ -111,7 +111,7 @@ class Captured(_Model):
 
 
 class ChatMessage(_Model):
-    """A chat message, as sent in and as history returns it (OpenAI's chat shape)."""
+    """A chat message, as sent in and as history returns it (OpenAI's chat shape, with the model's separate reasoning and Dify's file references)."""
 
     role: RoleName
     """`system`, `user`, `assistant` or `tool`."""
@@ -123,6 +123,10 @@ class ChatMessage(_Model):
     """The tools the assistant calls."""
     tool_call_id: str | None = Field(default=None)
     """For a tool result: the call it answers."""
+    reasoning_content: str | None = Field(default=None)
+    """The model's reasoning, when the provider returned it separately."""
+    files: list[FileRefWire] | None = Field(default=None)
+    """Files attached by reference (Dify's shape); history gives them back as references, or rebuilt into the content with `attachments=parts`."""
 
 
 class CompactionWire(_Model):
@@ -189,6 +193,8 @@ class ContextBody(_Model):
     """How precisely the current time is written (default `hour`)."""
     as_of: str | None = Field(default=None)
     """Build the prompt as the tape stood at this moment: an RFC 3339 time or an entry id (as a string or a number). Nothing is recorded then."""
+    attachments: None | AttachmentsName = Field(default=None)
+    """How attached files come back: `refs` (Dify's references in `files`, the default), `parts` or `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks), by the server's `[attachments]` settings."""
 
 
 class ContextWire(_Model):
@@ -409,6 +415,23 @@ class FileBody(_Model):
     """Record it only if the memory is still at this version (409 otherwise): the `memory_version` it was read at."""
 
 
+class FileRefWire(_Model):
+    """A file attached to a message by reference, in Dify's shape: `{"type": "image", "transfer_method": "local_file", "upload_file_id": "...", "belongs_to": "user"}`; `remote_url` carries `url` (http or https), `tool_file` carries `tool_file_id`. An upload or tool file must be the caller's tenant's (`POST /v1/files` makes uploads)."""
+
+    type: FileTypeName
+    """`image`, `document`, `audio`, `video` or `custom`."""
+    transfer_method: TransferMethodName
+    """`local_file` (an upload), `remote_url` or `tool_file`."""
+    upload_file_id: str | None = Field(default=None)
+    """The upload's id (`local_file`)."""
+    url: str | None = Field(default=None)
+    """The URL (`remote_url`)."""
+    tool_file_id: str | None = Field(default=None)
+    """The tool file's id (`tool_file`)."""
+    belongs_to: None | OwnerName = Field(default=None)
+    """`user` (the default) or `assistant`."""
+
+
 class FileText(_Model):
     """What the tool answered, for people and models."""
 
@@ -533,6 +556,13 @@ class ImportedSession(_Model):
     """Its user, if any."""
 
 
+class ManyMessages(_Model):
+    """Several messages to append, in order."""
+
+    messages: list[NewMessage]
+    """The messages, in order."""
+
+
 class MaybeRecorded(_Model):
     """A change that may have recorded nothing (it changed nothing)."""
 
@@ -580,7 +610,7 @@ class MemoryWire(_Model):
 
 
 class NewMessage(_Model):
-    """One message to append: a chat message, and optionally the message it follows."""
+    """One message to append: a chat message's fields, and optionally the message it follows. A field of neither is refused (422), never ignored."""
 
     role: RoleName
     """`system`, `user`, `assistant` or `tool`."""
@@ -592,6 +622,10 @@ class NewMessage(_Model):
     """The tools the assistant calls."""
     tool_call_id: str | None = Field(default=None)
     """For a tool result: the call it answers."""
+    reasoning_content: str | None = Field(default=None)
+    """The model's reasoning, when the provider returned it separately."""
+    files: list[FileRefWire] | None = Field(default=None)
+    """Files attached by reference (Dify's shape): uploads (`POST /v1/files`) and tool files of the caller's tenant, or http(s) URLs; at most 32."""
     parent: int | None = Field(default=None)
     """The entry it follows (a regenerated answer names the message it answers again); by default the session's latest message."""
 
@@ -678,6 +712,10 @@ class NodeMessageWire(_Model):
     """The tools the assistant calls."""
     tool_call_id: str | None = Field(default=None)
     """For a tool result: the call it answers."""
+    reasoning_content: str | None = Field(default=None)
+    """The model's reasoning, when the provider returned it separately."""
+    files: list[FileRefWire] | None = Field(default=None)
+    """Files attached by reference (Dify's shape); history gives them back as references, or rebuilt into the content with `attachments=parts`."""
     id: int
     """Its entry id."""
     message_id: str
@@ -869,6 +907,30 @@ class UndoBody(_Model):
     """The version."""
 
 
+class UploadForm(_Model):
+    """The multipart body of an upload, as the OpenAPI document describes it."""
+
+    file: str
+    """The file (its part's `Content-Type` says its type; `application/octet-stream` or none: its bytes do)."""
+
+
+class UploadWire(_Model):
+    """An upload, as stored."""
+
+    id: str
+    """Its id: the `upload_file_id` of a reference."""
+    name: str
+    """The name it was sent with."""
+    media_type: str
+    """Its media type."""
+    size: int
+    """Its size in bytes."""
+    created_at: str
+    """When it was uploaded (RFC 3339)."""
+    reference: FileRefWire
+    """A reference to it, ready to put in a message's `files`."""
+
+
 class VersionWire(_Model):
     """A recorded memory version."""
 
@@ -942,8 +1004,12 @@ class Written(_Model):
     """Its id."""
 
 
-AppendBody = dict[str, Any] | NewMessage
-"""The body of an append: one message, or several in order (one transaction)."""
+AppendBody = ManyMessages | NewMessage
+"""The body of an append: one message, or several in order (`{"messages": [...]}`, one transaction)."""
+
+
+AttachmentsName = Literal["refs", "parts", "openai", "anthropic"]
+"""How history gives attached files back."""
 
 
 ContentSchema = str | list[ContentPart]
@@ -958,6 +1024,10 @@ EraseWhat = Literal["user", "session", "entries", "text"]
 """What an erasure takes."""
 
 
+FileTypeName = Literal["image", "document", "audio", "video", "custom"]
+"""Dify's file types."""
+
+
 FormatName = Literal["memtape", "bub", "nanobot"]
 """An export or import format."""
 
@@ -968,6 +1038,10 @@ KindName = Literal["message", "tool_call", "tool_result", "anchor", "event", "sy
 
 ModeName = Literal["hybrid", "bm25", "vector"]
 """How a search ranks."""
+
+
+OwnerName = Literal["user", "assistant"]
+"""Who a file belongs to."""
 
 
 PolicyWire = Literal["mateclaw", "qanot"]
@@ -986,6 +1060,10 @@ ScopeName = Literal["agent", "user", "tenant"]
 """Whose entries a search covers."""
 
 
+TransferMethodName = Literal["local_file", "remote_url", "tool_file"]
+"""Dify's transfer methods."""
+
+
 ViewName = Literal["thread", "bub"]
 """Which history view."""
 
@@ -994,7 +1072,7 @@ WorkspaceAnswer = dict[str, Any]
 """A MateClaw tool's JSON answer (as MateClaw returns it: `agentId`, `filename`, …)."""
 
 
-for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DifyNodeFile, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, IdleNodeWire, ImportWire, ImportedSession, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, NodeAdded, NodeCleanupBody, NodeCleanupWire, NodeCleared, NodeHistory, NodeImported, NodeMessageWire, NodeTurnBody, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
+for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DifyNodeFile, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileRefWire, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, IdleNodeWire, ImportWire, ImportedSession, ManyMessages, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, NodeAdded, NodeCleanupBody, NodeCleanupWire, NodeCleared, NodeHistory, NodeImported, NodeMessageWire, NodeTurnBody, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, UploadForm, UploadWire, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
     _m.model_rebuild()
 
 
@@ -1005,6 +1083,7 @@ __all__ = [
     "AnchorBody",
     "AppendBody",
     "Appended",
+    "AttachmentsName",
     "BlameLineWire",
     "BlameWire",
     "Captured",
@@ -1034,7 +1113,9 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "FileBody",
+    "FileRefWire",
     "FileText",
+    "FileTypeName",
     "FileWire",
     "FlagsBody",
     "ForgetBody",
@@ -1048,6 +1129,7 @@ __all__ = [
     "ImportWire",
     "ImportedSession",
     "KindName",
+    "ManyMessages",
     "MaybeRecorded",
     "MemoryFileWire",
     "MemoryRunWire",
@@ -1063,6 +1145,7 @@ __all__ = [
     "NodeImported",
     "NodeMessageWire",
     "NodeTurnBody",
+    "OwnerName",
     "PolicyWire",
     "PrecisionWire",
     "PruneBody",
@@ -1084,7 +1167,10 @@ __all__ = [
     "ToolResult",
     "ToolWire",
     "Tools",
+    "TransferMethodName",
     "UndoBody",
+    "UploadForm",
+    "UploadWire",
     "VersionWire",
     "Versions",
     "ViewName",

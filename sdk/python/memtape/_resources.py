@@ -23,6 +23,7 @@ OPERATIONS = [
     "GET /v1/agents",
     "GET /v1/entries/{id}/thread",
     "GET /v1/export",
+    "GET /v1/files/{id}",
     "GET /v1/memories",
     "GET /v1/memory",
     "GET /v1/memory/blame",
@@ -45,6 +46,7 @@ OPERATIONS = [
     "PATCH /v1/memories",
     "PATCH /v1/workspace/file",
     "POST /v1/erase",
+    "POST /v1/files",
     "POST /v1/import",
     "POST /v1/memories/rename",
     "POST /v1/memory/clear",
@@ -107,6 +109,29 @@ class EntriesResource:
         _query = {}
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=Thread, timeout=timeout)
+
+
+class FilesResource:
+    """Uploads: files a message attaches by reference (Dify's `local_file`)."""
+
+    def __init__(self, client: _SyncBase) -> None:
+        self._client = client
+
+    def upload(self, file: bytes, *, filename: str = "upload", media_type: str = "application/octet-stream", idempotency_key: str | None = None, timeout: float | None = None) -> UploadWire:
+        """Uploads a file (Dify's upload): `multipart/form-data` with the file in the part named `file`, at most the server's upload limit (15 MiB by default; 413 above it). Accepted types: PNG, JPEG, GIF and WebP images, PDF, and UTF-8 text (`text/plain`, `text/markdown`, `text/csv`, `application/json`); the type sent must agree with the bytes, and its file type be one the server's `[attachments]` allows (422 otherwise). The request must carry an `Authorization` header (any bearer value on a server without keys), which a page of another site cannot send without asking first. The answer holds the id and a ready-to-use reference for a message's `files`. Send an `Idempotency-Key` to retry safely.
+
+        `POST /v1/files`."""
+        _url = '/v1/files'
+        _query = {}
+        return self._client._request('POST', _url, query=_query, upload=(filename, file, media_type), cast=UploadWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    def get(self, id: str, *, timeout: float | None = None) -> UploadWire:
+        """What an upload of the caller's tenant is. Another tenant's upload is not found, as one that does not exist.
+
+        `GET /v1/files/{id}`."""
+        _url = f'/v1/files/{_path(id)}'
+        _query = {}
+        return self._client._request('GET', _url, query=_query, cast=UploadWire, timeout=timeout)
 
 
 class MemoriesResource:
@@ -455,22 +480,22 @@ class SessionsResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'parent': parent}
+        _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'reasoning_content': reasoning_content, 'files': files, 'parent': parent}
         return self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def history(self, session: str, *, max_messages: int | None = None, max_tokens: int | None = None, view: ViewName | None = None, as_of: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> History:
+    def history(self, session: str, *, max_messages: int | None = None, max_tokens: int | None = None, view: ViewName | None = None, as_of: str | None = None, attachments: AttachmentsName | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> History:
         """The history a model would get for the session.
 
         `GET /v1/sessions/{session}/history`."""
         _url = f'/v1/sessions/{_path(session)}/history'
-        _query = {'max_messages': max_messages, 'max_tokens': max_tokens, 'view': view, 'as_of': as_of}
+        _query = {'max_messages': max_messages, 'max_tokens': max_tokens, 'view': view, 'as_of': as_of, 'attachments': attachments}
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=History, timeout=timeout)
 
@@ -522,14 +547,14 @@ class SessionsResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments}
         return self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:
@@ -644,6 +669,8 @@ class Operations:
     """The tenant's agents."""
     entries: EntriesResource
     """Tape entries by id."""
+    files: FilesResource
+    """Uploads: files a message attaches by reference (Dify's `local_file`)."""
     memories: MemoriesResource
     """Files under /memories: Anthropic's memory tool."""
     memory: MemoryResource
@@ -664,6 +691,7 @@ class Operations:
     def _resources(self) -> None:
         self.agents = AgentsResource(self)  # type: ignore[arg-type]
         self.entries = EntriesResource(self)  # type: ignore[arg-type]
+        self.files = FilesResource(self)  # type: ignore[arg-type]
         self.memories = MemoriesResource(self)  # type: ignore[arg-type]
         self.memory = MemoryResource(self)  # type: ignore[arg-type]
         self.nodes = NodesResource(self)  # type: ignore[arg-type]
@@ -748,6 +776,29 @@ class AsyncEntriesResource:
         _query = {}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=Thread, timeout=timeout)
+
+
+class AsyncFilesResource:
+    """Uploads: files a message attaches by reference (Dify's `local_file`)."""
+
+    def __init__(self, client: _AsyncBase) -> None:
+        self._client = client
+
+    async def upload(self, file: bytes, *, filename: str = "upload", media_type: str = "application/octet-stream", idempotency_key: str | None = None, timeout: float | None = None) -> UploadWire:
+        """Uploads a file (Dify's upload): `multipart/form-data` with the file in the part named `file`, at most the server's upload limit (15 MiB by default; 413 above it). Accepted types: PNG, JPEG, GIF and WebP images, PDF, and UTF-8 text (`text/plain`, `text/markdown`, `text/csv`, `application/json`); the type sent must agree with the bytes, and its file type be one the server's `[attachments]` allows (422 otherwise). The request must carry an `Authorization` header (any bearer value on a server without keys), which a page of another site cannot send without asking first. The answer holds the id and a ready-to-use reference for a message's `files`. Send an `Idempotency-Key` to retry safely.
+
+        `POST /v1/files`."""
+        _url = '/v1/files'
+        _query = {}
+        return await self._client._request('POST', _url, query=_query, upload=(filename, file, media_type), cast=UploadWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
+
+    async def get(self, id: str, *, timeout: float | None = None) -> UploadWire:
+        """What an upload of the caller's tenant is. Another tenant's upload is not found, as one that does not exist.
+
+        `GET /v1/files/{id}`."""
+        _url = f'/v1/files/{_path(id)}'
+        _query = {}
+        return await self._client._request('GET', _url, query=_query, cast=UploadWire, timeout=timeout)
 
 
 class AsyncMemoriesResource:
@@ -1096,22 +1147,22 @@ class AsyncSessionsResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'parent': parent}
+        _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'reasoning_content': reasoning_content, 'files': files, 'parent': parent}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def history(self, session: str, *, max_messages: int | None = None, max_tokens: int | None = None, view: ViewName | None = None, as_of: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> History:
+    async def history(self, session: str, *, max_messages: int | None = None, max_tokens: int | None = None, view: ViewName | None = None, as_of: str | None = None, attachments: AttachmentsName | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> History:
         """The history a model would get for the session.
 
         `GET /v1/sessions/{session}/history`."""
         _url = f'/v1/sessions/{_path(session)}/history'
-        _query = {'max_messages': max_messages, 'max_tokens': max_tokens, 'view': view, 'as_of': as_of}
+        _query = {'max_messages': max_messages, 'max_tokens': max_tokens, 'view': view, 'as_of': as_of, 'attachments': attachments}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=History, timeout=timeout)
 
@@ -1163,14 +1214,14 @@ class AsyncSessionsResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     async def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:
@@ -1285,6 +1336,8 @@ class AsyncOperations:
     """The tenant's agents."""
     entries: AsyncEntriesResource
     """Tape entries by id."""
+    files: AsyncFilesResource
+    """Uploads: files a message attaches by reference (Dify's `local_file`)."""
     memories: AsyncMemoriesResource
     """Files under /memories: Anthropic's memory tool."""
     memory: AsyncMemoryResource
@@ -1305,6 +1358,7 @@ class AsyncOperations:
     def _resources(self) -> None:
         self.agents = AsyncAgentsResource(self)  # type: ignore[arg-type]
         self.entries = AsyncEntriesResource(self)  # type: ignore[arg-type]
+        self.files = AsyncFilesResource(self)  # type: ignore[arg-type]
         self.memories = AsyncMemoriesResource(self)  # type: ignore[arg-type]
         self.memory = AsyncMemoryResource(self)  # type: ignore[arg-type]
         self.nodes = AsyncNodesResource(self)  # type: ignore[arg-type]

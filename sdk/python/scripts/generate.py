@@ -82,6 +82,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, str]] = {
     ("get", "/v1/retention"): ("retention", "get"),
     ("put", "/v1/retention"): ("retention", "set"),
     ("post", "/v1/retention/run"): ("retention", "run"),
+    ("post", "/v1/files"): ("files", "upload"),
+    ("get", "/v1/files/{id}"): ("files", "get"),
 }
 
 RESOURCE_DOCS = {
@@ -95,6 +97,7 @@ RESOURCE_DOCS = {
     "wal": "The WAL scanner.",
     "retention": "Retention policies and runs.",
     "nodes": "Dify's node memory: a workflow node's turns in a conversation, in and out.",
+    "files": "Uploads: files a message attaches by reference (Dify's `local_file`).",
 }
 
 # Names pydantic's BaseModel uses itself: a field of that name gets an alias.
@@ -282,8 +285,16 @@ def operation_source(
     elif "application/x-ndjson" in body:
         body_kind = "ndjson"
         sig.append("data: str | bytes")
+    elif "multipart/form-data" in body:
+        body_kind = "multipart"
     seen = {p["name"] for p in params}
     kwargs = []
+    if body_kind == "multipart":
+        kwargs += [
+            (0, "file: bytes"),
+            (1, 'filename: str = "upload"'),
+            (1, 'media_type: str = "application/octet-stream"'),
+        ]
     for field, fs in fields.items():
         if field in seen:
             raise SystemExit(f"{method} {path}: body field {field!r} is also a parameter")
@@ -344,6 +355,8 @@ def operation_source(
         body_arg = "json=_body"
     elif body_kind == "ndjson":
         body_arg = "content=data"
+    elif body_kind == "multipart":
+        body_arg = "upload=(filename, file, media_type)"
     else:
         body_arg = "json=None" if method != "get" and method != "delete" else ""
     call_args = [repr(method.upper()), "_url", "query=_query"]

@@ -52,6 +52,24 @@ def test_attachments_as_content_parts_round_trip(client, session):
     assert client.search("picture", session=session).hits
 
 
+def test_an_upload_goes_on_a_message_by_reference_and_comes_back_as_parts(client, session):
+    upload = client.files.upload(b"\x89PNG\r\n\x1a\nkitten", filename="cat.png", media_type="image/png")
+    assert upload.media_type == "image/png"
+    assert client.files.get(upload.id) == upload
+    reference = upload.reference.model_dump(exclude_none=True)
+    client.sessions.append(session, role="user", content="look", files=[reference])
+    refs = client.sessions.history(session).messages[0]
+    assert [f.model_dump(exclude_none=True) for f in refs.files] == [reference]
+    parts = client.sessions.history(session, attachments="parts").messages[0]
+    image = parts.content[1].model_dump(exclude_none=True)
+    assert image == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw0KGgpraXR0ZW4=", "detail": "low"},
+    }
+    with pytest.raises(memtape.UnprocessableEntityError):
+        client.files.upload(b"just text", media_type="image/png")
+
+
 def test_search_finds_what_was_appended_and_scores_it(client, session):
     client.sessions.append(session, role="user", content="My sister's violin recital is on Friday.")
     hits = client.search("violin recital", session=session, limit=3)

@@ -302,7 +302,7 @@ export interface OperationInfo {
   /** Whether it takes an \`Idempotency-Key\` header. */
   readonly idempotencyKey: boolean;
   /** The request body's media type, if it has a body. */
-  readonly body: 'application/json' | 'application/x-ndjson' | null;
+  readonly body: 'application/json' | 'application/x-ndjson' | 'multipart/form-data' | null;
   readonly bodyRequired: boolean;
   /** The status of its success. */
   readonly status: number;

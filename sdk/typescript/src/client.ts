@@ -144,6 +144,8 @@ export const ROUTES = {
   'retention.get': 'GET /v1/retention',
   'retention.set': 'PUT /v1/retention',
   'retention.run': 'POST /v1/retention/run',
+  'files.upload': 'POST /v1/files',
+  'files.get': 'GET /v1/files/{id}',
 } as const satisfies Record<string, OperationKey>;
 
 // An operation of the document that no method calls fails the build here, naming it.
@@ -230,6 +232,7 @@ export class Memtape {
   readonly wal: WalResource;
   readonly retention: RetentionResource;
   readonly nodes: NodesResource;
+  readonly files: FilesResource;
 
   constructor(options: ClientOptions = {}) {
     this.options = options;
@@ -251,6 +254,7 @@ export class Memtape {
     this.wal = new WalResource(this);
     this.retention = new RetentionResource(this);
     this.nodes = new NodesResource(this);
+    this.files = new FilesResource(this);
   }
 
   /** A client like this one with some options changed (another agent, user, key, ...). */
@@ -333,7 +337,12 @@ export class Memtape {
     if (search) url += `?${search}`;
 
     const headers: Record<string, string> = { accept: 'application/json' };
-    if (op.method !== 'GET' && op.method !== 'HEAD') {
+    const form = op.body === 'multipart/form-data';
+    if (form) {
+      // fetch writes the form's content type (with its boundary). The server takes a form
+      // only with an Authorization header, which any value satisfies without keys.
+      headers.authorization = 'Bearer local';
+    } else if (op.method !== 'GET' && op.method !== 'HEAD') {
       // The server takes a write as JSON (or JSONL), also one without a body.
       headers['content-type'] = op.body ?? 'application/json';
     }
@@ -346,8 +355,10 @@ export class Memtape {
     if (op.idempotencyKey) headers['idempotency-key'] = options.idempotencyKey ?? (await uuid());
     Object.assign(headers, this.options.defaultHeaders, options.headers);
 
-    let payload: string | undefined;
-    if (body !== undefined && op.body !== null) {
+    let payload: string | FormData | undefined;
+    if (form) {
+      payload = body as FormData;
+    } else if (body !== undefined && op.body !== null) {
       payload = op.body === 'application/json' ? JSON.stringify(body) : String(body);
     }
 
@@ -773,5 +784,28 @@ export class RetentionResource extends Resource {
   /** Runs the tenant's retention now (admin keys only; `dry_run` counts and changes nothing). */
   run(body: S.RetentionRunBody = {}, options?: RequestOptions): Promise<S.RetentionRunWire[]> {
     return this.client.request('POST /v1/retention/run', {}, body, options);
+  }
+}
+
+/** Uploads: files a message attaches by reference (Dify's `local_file`). */
+export class FilesResource extends Resource {
+  /**
+   * Uploads a file (an image, a PDF, UTF-8 text; at most the server's upload limit); the
+   * answer holds its id and a reference ready for a message's `files`.
+   */
+  upload(
+    file: Blob | Uint8Array,
+    options: RequestOptions & { filename?: string; mediaType?: string } = {},
+  ): Promise<S.UploadWire> {
+    const { filename = 'upload', mediaType = 'application/octet-stream', ...rest } = options;
+    const blob = file instanceof Blob ? file : new Blob([file as BlobPart], { type: mediaType });
+    const form = new FormData();
+    form.append('file', blob, filename);
+    return this.client.request('POST /v1/files', {}, form, rest);
+  }
+
+  /** What an upload of the tenant is (404 for another tenant's). */
+  get(id: string, options?: RequestOptions): Promise<S.UploadWire> {
+    return this.client.request('GET /v1/files/{id}', { id }, undefined, options);
   }
 }

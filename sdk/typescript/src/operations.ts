@@ -78,6 +78,35 @@ export interface Operations {
     response: string;
   };
   /**
+   * Uploads a file (Dify's upload): `multipart/form-data` with the file in the part named
+   * `file`, at most the server's upload limit (15 MiB by default; 413 above it). Accepted
+   * types: PNG, JPEG, GIF and WebP images, PDF, and UTF-8 text (`text/plain`,
+   * `text/markdown`, `text/csv`, `application/json`); the type sent must agree with the
+   * bytes, and its file type be one the server's `[attachments]` allows (422 otherwise). The request must carry an `Authorization` header (any bearer
+   * value on a server without keys), which a page of another site cannot send without
+   * asking first. The answer holds the id and a ready-to-use reference for a message's
+   * `files`. Send an `Idempotency-Key` to retry safely.
+   */
+  "POST /v1/files": {
+    path: {};
+    query: {};
+    body: S.UploadForm;
+    response: S.UploadWire;
+  };
+  /**
+   * What an upload of the caller's tenant is. Another tenant's upload is not found, as one
+   * that does not exist.
+   */
+  "GET /v1/files/{id}": {
+    path: {
+      /** The upload's id */
+      id: string;
+    };
+    query: {};
+    body: never;
+    response: S.UploadWire;
+  };
+  /**
    * Imports a JSONL body (up to the body limit) into the agent (or the user): all of it or
    * nothing. A memtape file's entries must lie within the caller's tenant, agent (and
    * user); an entry outside is refused and nothing is imported. A session that already
@@ -729,6 +758,13 @@ export interface Operations {
        * absent).
        */
       as_of?: string;
+      /**
+       * How attached files come back: `refs` (the default: Dify's references in `files`),
+       * `parts` or `openai` (rebuilt into OpenAI content parts, uploads as base64 data), or
+       * `anthropic` (Anthropic content blocks). Rebuilding follows the server's
+       * `[attachments]` settings (which file types, the image detail).
+       */
+      attachments?: S.AttachmentsName;
     };
     body: never;
     response: S.History;
@@ -1004,7 +1040,7 @@ export interface OperationInfo {
   /** Whether it takes an `Idempotency-Key` header. */
   readonly idempotencyKey: boolean;
   /** The request body's media type, if it has a body. */
-  readonly body: 'application/json' | 'application/x-ndjson' | null;
+  readonly body: 'application/json' | 'application/x-ndjson' | 'multipart/form-data' | null;
   readonly bodyRequired: boolean;
   /** The status of its success. */
   readonly status: number;
@@ -1019,6 +1055,8 @@ export const operations = {
   "GET /v1/entries/{id}/thread": { method: "GET", path: "/v1/entries/{id}/thread", operationId: "thread", pathParams: ["id"], query: ["agent", "user"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/erase": { method: "POST", path: "/v1/erase", operationId: "erase", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/export": { method: "GET", path: "/v1/export", operationId: "export", pathParams: [], query: ["agent", "user", "format", "session"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "text" },
+  "POST /v1/files": { method: "POST", path: "/v1/files", operationId: "upload", pathParams: [], query: [], scoped: false, idempotencyKey: true, body: "multipart/form-data", bodyRequired: true, status: 201, response: "json" },
+  "GET /v1/files/{id}": { method: "GET", path: "/v1/files/{id}", operationId: "info", pathParams: ["id"], query: [], scoped: false, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/import": { method: "POST", path: "/v1/import", operationId: "import", pathParams: [], query: ["agent", "user", "format", "session"], scoped: true, idempotencyKey: true, body: "application/x-ndjson", bodyRequired: true, status: 201, response: "json" },
   "GET /v1/memories": { method: "GET", path: "/v1/memories", operationId: "view", pathParams: [], query: ["agent", "user", "path", "start", "end"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "PUT /v1/memories": { method: "PUT", path: "/v1/memories", operationId: "create", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
@@ -1055,7 +1093,7 @@ export const operations = {
   "POST /v1/sessions/{session}/context": { method: "POST", path: "/v1/sessions/{session}/context", operationId: "context", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/sessions/{session}/entries": { method: "GET", path: "/v1/sessions/{session}/entries", operationId: "entries", pathParams: ["session"], query: ["agent", "user", "after_anchor", "from_last_anchor", "between_start", "between_end", "kind", "after", "before", "limit"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/extraction": { method: "POST", path: "/v1/sessions/{session}/extraction", operationId: "extraction", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
-  "GET /v1/sessions/{session}/history": { method: "GET", path: "/v1/sessions/{session}/history", operationId: "history", pathParams: ["session"], query: ["agent", "user", "max_messages", "max_tokens", "view", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "GET /v1/sessions/{session}/history": { method: "GET", path: "/v1/sessions/{session}/history", operationId: "history", pathParams: ["session"], query: ["agent", "user", "max_messages", "max_tokens", "view", "as_of", "attachments"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/sessions/{session}/new": { method: "POST", path: "/v1/sessions/{session}/new", operationId: "new_session", pathParams: ["session"], query: ["agent", "user", "retention_days"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/nodes/{node}/clear": { method: "POST", path: "/v1/sessions/{session}/nodes/{node}/clear", operationId: "clear", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },

@@ -44,13 +44,13 @@ export interface AnchorBody {
   state?: { [key: string]: unknown } | null;
 }
 
-/** The body of an append: one message, or several in order (one transaction). */
+/**
+ * The body of an append: one message, or several in order (`{"messages": [...]}`, one
+ * transaction).
+ */
 export type AppendBody =
   /** Several messages. */
-  | {
-    /** The messages, in order. */
-    messages: NewMessage[];
-  }
+  | ManyMessages
   /** One message. */
   | NewMessage;
 
@@ -61,6 +61,9 @@ export interface Appended {
   /** What the WAL captured from the user messages (category and text). */
   captured: Captured[];
 }
+
+/** How history gives attached files back. */
+export type AttachmentsName = "refs" | "parts" | "openai" | "anthropic";
 
 /** One line of a blamed file. */
 export interface BlameLineWire {
@@ -109,7 +112,10 @@ export interface Captured {
   text: string;
 }
 
-/** A chat message, as sent in and as history returns it (OpenAI's chat shape). */
+/**
+ * A chat message, as sent in and as history returns it (OpenAI's chat shape, with the
+ * model's separate reasoning and Dify's file references).
+ */
 export interface ChatMessage {
   /** `system`, `user`, `assistant` or `tool`. */
   role: RoleName;
@@ -121,6 +127,13 @@ export interface ChatMessage {
   tool_calls?: ToolCallWire[];
   /** For a tool result: the call it answers. */
   tool_call_id?: string | null;
+  /** The model's reasoning, when the provider returned it separately. */
+  reasoning_content?: string | null;
+  /**
+   * Files attached by reference (Dify's shape); history gives them back as references,
+   * or rebuilt into the content with `attachments=parts`.
+   */
+  files?: FileRefWire[];
 }
 
 /** The compaction in effect. */
@@ -204,6 +217,12 @@ export interface ContextBody {
    * (as a string or a number). Nothing is recorded then.
    */
   as_of?: string | null;
+  /**
+   * How attached files come back: `refs` (Dify's references in `files`, the default),
+   * `parts` or `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks),
+   * by the server's `[attachments]` settings.
+   */
+  attachments?: AttachmentsName | null;
 }
 
 /** A built prompt and what happened while building it. */
@@ -465,11 +484,35 @@ export interface FileBody {
   if_version?: number | null;
 }
 
+/**
+ * A file attached to a message by reference, in Dify's shape: `{"type": "image",
+ * "transfer_method": "local_file", "upload_file_id": "...", "belongs_to": "user"}`;
+ * `remote_url` carries `url` (http or https), `tool_file` carries `tool_file_id`. An
+ * upload or tool file must be the caller's tenant's (`POST /v1/files` makes uploads).
+ */
+export interface FileRefWire {
+  /** `image`, `document`, `audio`, `video` or `custom`. */
+  type: FileTypeName;
+  /** `local_file` (an upload), `remote_url` or `tool_file`. */
+  transfer_method: TransferMethodName;
+  /** The upload's id (`local_file`). */
+  upload_file_id?: string | null;
+  /** The URL (`remote_url`). */
+  url?: string | null;
+  /** The tool file's id (`tool_file`). */
+  tool_file_id?: string | null;
+  /** `user` (the default) or `assistant`. */
+  belongs_to?: OwnerName | null;
+}
+
 /** What the tool answered, for people and models. */
 export interface FileText {
   /** The text (a listing, a numbered file, or what was done). */
   text: string;
 }
+
+/** Dify's file types. */
+export type FileTypeName = "image" | "document" | "audio" | "video" | "custom";
 
 /** One memory file, and the version of the memory it was read from. */
 export type FileWire = MemoryFileWire & {
@@ -579,6 +622,12 @@ export interface ImportedSession {
 /** An entry's kind. */
 export type KindName = "message" | "tool_call" | "tool_result" | "anchor" | "event" | "system";
 
+/** Several messages to append, in order. */
+export interface ManyMessages {
+  /** The messages, in order. */
+  messages: NewMessage[];
+}
+
 /** A change that may have recorded nothing (it changed nothing). */
 export interface MaybeRecorded {
   /** The version recorded, if the memory changed. */
@@ -629,14 +678,34 @@ export interface MemoryWire {
 /** How a search ranks. */
 export type ModeName = "hybrid" | "bm25" | "vector";
 
-/** One message to append: a chat message, and optionally the message it follows. */
-export type NewMessage = ChatMessage & {
+/**
+ * One message to append: a chat message's fields, and optionally the message it
+ * follows. A field of neither is refused (422), never ignored.
+ */
+export interface NewMessage {
+  /** `system`, `user`, `assistant` or `tool`. */
+  role: RoleName;
+  /** The text, or OpenAI content parts. */
+  content?: ContentSchema | null;
+  /** A participant or tool name. */
+  name?: string | null;
+  /** The tools the assistant calls. */
+  tool_calls?: ToolCallWire[];
+  /** For a tool result: the call it answers. */
+  tool_call_id?: string | null;
+  /** The model's reasoning, when the provider returned it separately. */
+  reasoning_content?: string | null;
+  /**
+   * Files attached by reference (Dify's shape): uploads (`POST /v1/files`) and tool
+   * files of the caller's tenant, or http(s) URLs; at most 32.
+   */
+  files?: FileRefWire[];
   /**
    * The entry it follows (a regenerated answer names the message it answers again);
    * by default the session's latest message.
    */
   parent?: number | null;
-};
+}
 
 /** What `/new` did. */
 export interface NewWire {
@@ -736,6 +805,9 @@ export interface NodeTurnBody {
   /** The node's answer. */
   assistant_content: string;
 }
+
+/** Who a file belongs to. */
+export type OwnerName = "user" | "assistant";
 
 /** A compaction policy. */
 export type PolicyWire = "mateclaw" | "qanot";
@@ -901,10 +973,38 @@ export interface Tools {
   tools: ToolWire[];
 }
 
+/** Dify's transfer methods. */
+export type TransferMethodName = "local_file" | "remote_url" | "tool_file";
+
 /** The version to return to. */
 export interface UndoBody {
   /** The version. */
   version: number;
+}
+
+/** The multipart body of an upload, as the OpenAPI document describes it. */
+export interface UploadForm {
+  /**
+   * The file (its part's `Content-Type` says its type; `application/octet-stream` or
+   * none: its bytes do).
+   */
+  file: string;
+}
+
+/** An upload, as stored. */
+export interface UploadWire {
+  /** Its id: the `upload_file_id` of a reference. */
+  id: string;
+  /** The name it was sent with. */
+  name: string;
+  /** Its media type. */
+  media_type: string;
+  /** Its size in bytes. */
+  size: number;
+  /** When it was uploaded (RFC 3339). */
+  created_at: string;
+  /** A reference to it, ready to put in a message's `files`. */
+  reference: FileRefWire;
 }
 
 /** A recorded memory version. */

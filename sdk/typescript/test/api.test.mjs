@@ -372,6 +372,24 @@ test('export and import round trip (memtape and nanobot formats)', async () => {
   assert.match(e.message, /line 1/);
 });
 
+test('an upload goes on a message by reference and comes back as parts', async () => {
+  const client = scoped('attachments');
+  const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x6b, 0x69, 0x74, 0x74, 0x65, 0x6e]);
+  const upload = await client.files.upload(png, { filename: 'cat.png', mediaType: 'image/png' });
+  assert.equal(upload.media_type, 'image/png');
+  assert.deepEqual(await client.files.get(upload.id), upload);
+  await client.sessions.append('pics', { role: 'user', content: 'look', files: [upload.reference] });
+  const refs = await client.sessions.history('pics');
+  assert.deepEqual(refs.messages[0].files, [upload.reference]);
+  const parts = await client.sessions.history('pics', { attachments: 'parts' });
+  assert.deepEqual(parts.messages[0].content[1], {
+    type: 'image_url',
+    image_url: { url: 'data:image/png;base64,iVBORw0KGgpraXR0ZW4=', detail: 'low' },
+  });
+  const wrong = await client.files.upload(new TextEncoder().encode('text'), { mediaType: 'image/png' }).catch((x) => x);
+  assert.ok(wrong instanceof UnprocessableEntityError, String(wrong));
+});
+
 test('retention and erasure (a server without keys is its own admin)', async () => {
   const client = scoped('erasure');
   assert.equal((await client.retention.get()).agent, 'erasure');

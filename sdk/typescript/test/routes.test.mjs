@@ -60,7 +60,14 @@ test('each client method sends its operation: method, path, scope, key, body, Id
       const param = spec.paths[op.path][op.method.toLowerCase()].parameters.find((p) => p.name === q);
       if (param.required) params[q] = q === 'from' || q === 'to' ? 1 : '/memories/x.md';
     }
-    const body = op.body === 'application/x-ndjson' ? '{"a":1}\n' : op.body ? { probe: name } : undefined;
+    const body =
+      op.body === 'application/x-ndjson'
+        ? '{"a":1}\n'
+        : op.body === 'multipart/form-data'
+          ? new Uint8Array([137, 80, 78, 71])
+          : op.body
+            ? { probe: name }
+            : undefined;
     const args = [...pathArgs, ...(op.body ? [body] : []), params];
     requests.length = 0;
     await methodOf(client, name)(...args);
@@ -78,6 +85,11 @@ test('each client method sends its operation: method, path, scope, key, body, Id
     if (op.method === 'GET') {
       assert.equal(r.body, undefined, name);
       assert.equal(r.headers.get('content-type'), null, name);
+    } else if (op.body === 'multipart/form-data') {
+      // fetch writes a form's content type, with its boundary.
+      assert.equal(r.headers.get('content-type'), null, name);
+      assert.ok(r.body instanceof FormData, name);
+      assert.equal((await r.body.get('file').arrayBuffer()).byteLength, 4, name);
     } else {
       assert.equal(r.headers.get('content-type'), op.body ?? 'application/json', name);
       if (op.body === 'application/json') assert.deepEqual(JSON.parse(r.body), body, name);

@@ -217,6 +217,35 @@ pub(super) struct MessageInput {
     /// For a tool result: the id of the call it answers.
     #[serde(default)]
     pub(super) tool_call_id: Option<String>,
+    /// Files attached by reference, in Dify's shape: `{"type": "image", "transfer_method":
+    /// "local_file", "upload_file_id": "...", "belongs_to": "user"}` (an upload of this
+    /// tenant), `remote_url` with `url` (http or https), `tool_file` with `tool_file_id`.
+    #[serde(default)]
+    pub(super) files: Vec<FileInput>,
+}
+
+/// A file reference (Dify's shape).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileInput {
+    /// `image`, `document`, `audio`, `video` or `custom`.
+    #[serde(rename = "type")]
+    pub(super) file_type: String,
+    /// `local_file`, `remote_url` or `tool_file`.
+    pub(super) transfer_method: String,
+    /// The upload's id (`local_file`).
+    #[serde(default)]
+    pub(super) upload_file_id: Option<String>,
+    /// The URL (`remote_url`).
+    #[serde(default)]
+    pub(super) url: Option<String>,
+    /// The tool file's id (`tool_file`).
+    #[serde(default)]
+    pub(super) tool_file_id: Option<String>,
+    /// `user` (the default) or `assistant`.
+    #[serde(default)]
+    pub(super) belongs_to: Option<String>,
 }
 
 impl MessageInput {
@@ -241,6 +270,29 @@ impl MessageInput {
         if let Some(id) = &self.tool_call_id {
             o.insert("tool_call_id".into(), json!(id));
         }
+        if !self.files.is_empty() {
+            let files: Vec<Value> = self
+                .files
+                .iter()
+                .map(|f| {
+                    let mut file = serde_json::Map::new();
+                    file.insert("type".into(), json!(f.file_type));
+                    file.insert("transfer_method".into(), json!(f.transfer_method));
+                    for (k, v) in [
+                        ("upload_file_id", &f.upload_file_id),
+                        ("url", &f.url),
+                        ("tool_file_id", &f.tool_file_id),
+                        ("belongs_to", &f.belongs_to),
+                    ] {
+                        if let Some(v) = v {
+                            file.insert(k.into(), json!(v));
+                        }
+                    }
+                    Value::Object(file)
+                })
+                .collect();
+            o.insert("files".into(), Value::Array(files));
+        }
         Value::Object(o)
     }
 }
@@ -248,16 +300,31 @@ impl MessageInput {
 /// A tool call made by the assistant.
 #[derive(Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
 pub(super) struct ToolCallInput {
     /// The call's id.
     pub(super) id: String,
+    /// Always `function` (OpenAI's shape; may be left out).
+    #[serde(default, rename = "type")]
+    #[allow(dead_code)] // Read to refuse another type; it has one value.
+    pub(super) kind: Option<ToolCallKind>,
     /// The function called.
     pub(super) function: FunctionInput,
+}
+
+/// A tool call's type: only `function`.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ToolCallKind {
+    /// A function call.
+    Function,
 }
 
 /// The function of a tool call.
 #[derive(Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
 pub(super) struct FunctionInput {
     /// Its name.
     pub(super) name: String,
@@ -308,6 +375,37 @@ pub(super) struct HistoryInput {
     #[serde(default)]
     #[schemars(description = AS_OF)]
     pub(super) as_of: Option<String>,
+    /// How attached files come back: `refs` (Dify's references, the default), `parts` or
+    /// `openai` (OpenAI content parts, uploads as base64 data), `anthropic` (Anthropic
+    /// content blocks).
+    #[serde(default)]
+    pub(super) attachments: Option<AttachmentsInput>,
+}
+
+/// How attached files come back.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum AttachmentsInput {
+    /// Dify's references.
+    Refs,
+    /// OpenAI content parts.
+    Parts,
+    /// OpenAI content parts.
+    Openai,
+    /// Anthropic content blocks.
+    Anthropic,
+}
+
+impl AttachmentsInput {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            AttachmentsInput::Refs => "refs",
+            AttachmentsInput::Parts => "parts",
+            AttachmentsInput::Openai => "openai",
+            AttachmentsInput::Anthropic => "anthropic",
+        }
+    }
 }
 
 /// `tape_search`'s input.
@@ -420,6 +518,10 @@ pub(super) struct ContextInput {
     #[serde(default)]
     #[schemars(description = AS_OF)]
     pub(super) as_of: Option<String>,
+    /// How attached files come back: `refs` (Dify's references, the default), `parts` or
+    /// `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks).
+    #[serde(default)]
+    pub(super) attachments: Option<AttachmentsInput>,
 }
 
 /// A compaction policy.

@@ -18,7 +18,9 @@ pub(crate) use node::{
 };
 pub(crate) use session::{ConsolidationBody, consolidation, extraction};
 mod transfer;
+mod uploads;
 pub(crate) use transfer::is_length_limit;
+pub(crate) use uploads::{MULTIPART_OVERHEAD, UPLOAD_PATH};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -59,6 +61,7 @@ pub fn routes() -> Router<AppState> {
         .merge(erase::routes())
         // MateClaw's own paths, outside `/v1` and the OpenAPI document.
         .merge(mateclaw_compat::routes())
+        .merge(uploads::routes())
 }
 
 /// The operations of these routes, for the OpenAPI document.
@@ -119,7 +122,9 @@ pub fn routes() -> Router<AppState> {
     erase::erase,
     erase::retention,
     erase::set_retention,
-    erase::run_retention
+    erase::run_retention,
+    uploads::upload,
+    uploads::info
 ))]
 struct Core;
 
@@ -278,16 +283,25 @@ pub async fn append(
     caller.require(KeyRole::Write)?;
     let scope = session(&caller, &p, &name)?;
     let items = match body {
-        AppendBody::Many { messages } => messages,
-        AppendBody::One(m) => vec![m],
+        AppendBody::Many(many) => many.messages,
+        AppendBody::One(m) => vec![*m],
     };
     if items.is_empty() {
         return Err(ApiError::bad_request("no messages to append"));
     }
     let mut messages = Vec::with_capacity(items.len());
     for item in &items {
-        let message = item.message.to_message()?;
+        let message = item.message().to_message()?;
         messages.push((message, item.parent.map(EntryId::new).transpose()?));
+    }
+    // Every upload and tool file named must be the caller's tenant's.
+    if messages.iter().any(|(m, _)| !m.files.is_empty()) {
+        let files = state.files_of(&caller.tenant)?;
+        for (m, _) in &messages {
+            files
+                .check_all(&m.files)
+                .map_err(|e| ApiError::unprocessable(format!("files: {e}")))?;
+        }
     }
     let now = state.engine().now();
     let entries = messages
@@ -342,6 +356,12 @@ pub struct HistoryParams {
     /// absent).
     #[param(min_length = 1)]
     pub as_of: Option<String>,
+    /// How attached files come back: `refs` (the default: Dify's references in `files`),
+    /// `parts` or `openai` (rebuilt into OpenAI content parts, uploads as base64 data), or
+    /// `anthropic` (Anthropic content blocks). Rebuilding follows the server's
+    /// `[attachments]` settings (which file types, the image detail).
+    #[param(value_type = Option<crate::wire::names::AttachmentsName>)]
+    pub attachments: Option<String>,
 }
 
 /// A history: OpenAI chat messages.
@@ -379,23 +399,28 @@ pub async fn history(
         max_tokens: p.max_tokens,
     };
     let moment = crate::wire::as_of(p.as_of.as_deref())?;
-    let history = state
+    let rebuild = crate::wire::attachments_format(p.attachments.as_deref())?;
+    let files = match rebuild {
+        Some(_) => Some(state.files_of(&caller.tenant)?),
+        None => None,
+    };
+    let config = state.attachments_config().clone();
+    let messages = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
             let view = match view {
                 Some(v) => v,
                 None => engine.history_view_as_of(&scope, moment.as_ref())?,
             };
-            Ok(engine.history_in_as_of(&scope, &limits, view, moment.as_ref())?)
+            let history = engine.history_in_as_of(&scope, &limits, view, moment.as_ref())?;
+            history
+                .iter()
+                .filter_map(|e| e.message())
+                .map(|m| ChatMessage::rebuilt(m, rebuild, files.as_ref(), &config))
+                .collect::<Result<Vec<_>>>()
         })
         .await?;
-    Ok(Json(History {
-        messages: history
-            .iter()
-            .filter_map(|e| e.message())
-            .map(ChatMessage::of)
-            .collect(),
-    }))
+    Ok(Json(History { messages }))
 }
 
 /// Refuses a session with no entries as not found (the same for another tenant's).

@@ -441,6 +441,12 @@ pub struct ContextBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub as_of: Option<memtape::AsOf>,
+    /// How attached files come back: `refs` (Dify's references in `files`, the default),
+    /// `parts` or `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks),
+    /// by the server's `[attachments]` settings.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::wire::names::AttachmentsName>)]
+    pub attachments: Option<String>,
 }
 
 /// The compaction in effect.
@@ -559,6 +565,12 @@ pub async fn context(
         PrecisionWire::Minute => TimePrecision::Minute,
     };
     let has_message = body.message.is_some();
+    let rebuild = crate::wire::attachments_format(body.attachments.as_deref())?;
+    let files = match rebuild {
+        Some(_) => Some(state.files_of(&caller.tenant)?),
+        None => None,
+    };
+    let attachments = state.attachments_config().clone();
     let request = ContextRequest {
         system_prompt: body.system,
         message: body.message.map(Message::user),
@@ -580,8 +592,17 @@ pub async fn context(
                 existing(engine, &scope, &name)?;
             }
             // With a model, a compaction summary is the model's (MateClaw).
-            Ok(engine.context_using(&scope, &request, llm.as_deref())?)
+            let built = engine.context_using(&scope, &request, llm.as_deref())?;
+            let mut wire = ContextWire::of(&built);
+            if rebuild.is_some() {
+                wire.messages = built
+                    .messages
+                    .iter()
+                    .map(|m| ChatMessage::rebuilt(m, rebuild, files.as_ref(), &attachments))
+                    .collect::<Result<Vec<_>>>()?;
+            }
+            Ok(wire)
         })
         .await?;
-    Ok(Json(ContextWire::of(&built)))
+    Ok(Json(built))
 }

@@ -206,6 +206,31 @@ impl Server {
         self.call("POST", path, Some(body), None)
     }
 
+    /// Sends `method path` with `body` as it is, with `headers`; returns the status and the
+    /// JSON body (`Null` when it is not JSON).
+    pub fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, Value) {
+        let url = self.url(path);
+        let mut r = match method {
+            "POST" => self.agent.post(&url),
+            "PUT" => self.agent.put(&url),
+            "PATCH" => self.agent.patch(&url),
+            other => panic!("method {other}"),
+        };
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let mut response = r.send(body).unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
     /// Stops the server (graceful) and waits for it.
     pub fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {

@@ -48,7 +48,7 @@ pub(super) fn spec() -> ToolSpec {
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "command", rename_all = "snake_case")]
+#[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
 enum Command {
     View {
         path: String,

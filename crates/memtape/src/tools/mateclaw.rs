@@ -67,26 +67,37 @@ pub(super) fn specs() -> Vec<ToolSpec> {
 }
 
 // `agentId` is accepted (MateClaw's callers send it) and ignored: the scope names the agent.
+// Any other field is refused, never ignored.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct List {
     filename_prefix: Option<String>,
+    #[serde(default, rename = "agentId")]
+    _agent_id: Option<Value>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Read {
     filename: String,
+    #[serde(default, rename = "agentId")]
+    _agent_id: Option<Value>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Write {
     filename: String,
     content: String,
+    #[serde(default, rename = "agentId")]
+    _agent_id: Option<Value>,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Edit {
+    #[serde(default, rename = "agentId")]
+    _agent_id: Option<Value>,
     filename: String,
     old_text: String,
     new_text: String,
@@ -141,7 +152,9 @@ pub(super) fn call<S: Store>(
     let agent = scope.agent_name();
     match name {
         LIST => {
-            let List { filename_prefix } = input(name, args)?;
+            let List {
+                filename_prefix, ..
+            } = input(name, args)?;
             let prefix = filename_prefix.unwrap_or_default();
             if prefix.starts_with('/') || prefix.split('/').any(|s| s == "..") {
                 return Err(Error::Tool(format!(
@@ -170,7 +183,7 @@ pub(super) fn call<S: Store>(
             ))
         }
         READ => {
-            let Read { filename } = input(name, args)?;
+            let Read { filename, .. } = input(name, args)?;
             let path = check_filename(&filename)?;
             let view = engine.memory_as_of(scope, as_of)?;
             let file = view.files.get(&path).ok_or_else(|| {
@@ -181,7 +194,9 @@ pub(super) fn call<S: Store>(
             Ok(ToolOutput::json(&file_json(agent, &path, file, true)))
         }
         WRITE => {
-            let Write { filename, content } = input(name, args)?;
+            let Write {
+                filename, content, ..
+            } = input(name, args)?;
             let path = check_filename(&filename)?;
             check_size(&path, &content)?;
             let (mut existed, mut enabled) = (false, false);
@@ -219,6 +234,7 @@ pub(super) fn call<S: Store>(
                 old_text,
                 new_text,
                 replace_all,
+                ..
             } = input(name, args)?;
             let path = check_filename(&filename)?;
             if old_text.is_empty() {

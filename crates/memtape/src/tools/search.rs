@@ -58,6 +58,7 @@ pub(super) fn spec() -> ToolSpec {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Search {
     query: String,
     limit: Option<usize>,
