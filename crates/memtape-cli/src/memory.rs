@@ -408,7 +408,7 @@ pub fn wal_capture(ctx: &Ctx, args: &WalCaptureArgs, out: &mut impl Write) -> Re
 }
 
 /// Reads CONTENT, or standard input when it is `-`.
-fn text_arg(value: &str) -> Result<String> {
+pub(crate) fn text_arg(value: &str) -> Result<String> {
     if value != "-" {
         return Ok(value.to_owned());
     }

@@ -86,9 +86,10 @@ pub struct AppendArgs {
     /// Who wrote it.
     #[arg(long, value_enum)]
     role: RoleArg,
-    /// The text.
-    #[arg(long, default_value = "")]
-    content: String,
+    /// The text; `-` reads standard input. Needed unless the message carries tool calls
+    /// or files (`--content ""` appends an empty text on purpose).
+    #[arg(long, allow_hyphen_values = true)]
+    content: Option<String>,
     /// Tool calls, as a JSON list of OpenAI tool calls (assistant only).
     #[arg(long, value_name = "JSON")]
     tool_calls: Option<String>,
@@ -295,12 +296,28 @@ pub fn init(ctx: &Ctx, out: &mut impl Write) -> Result<()> {
 pub fn append(ctx: &Ctx, a: &AppendArgs, out: &mut impl Write) -> Result<()> {
     let engine = open(ctx)?;
     let role = Role::from(a.role);
-    let mut message = Message::text(role, a.content.clone());
+    let content = match a.content.as_deref() {
+        Some("-") => {
+            let text = crate::memory::text_arg("-")?;
+            if text.is_empty() {
+                bail!("--content -: standard input was empty; nothing was appended");
+            }
+            Some(text)
+        }
+        other => other.map(str::to_owned),
+    };
+    if content.is_none() && a.tool_calls.is_none() && a.files.is_empty() {
+        bail!(
+            "nothing to append: give the text with --content TEXT (`--content -` reads \
+             standard input), or --tool-calls or --file"
+        );
+    }
+    let mut message = Message::text(role, content.clone().unwrap_or_default());
     if let Some(calls) = &a.tool_calls {
         let calls: Vec<ToolCall> = serde_json::from_str(calls).context(
             "--tool-calls must be a JSON list of {id, type, function: {name, arguments}}",
         )?;
-        if a.content.is_empty() {
+        if content.as_deref().is_none_or(str::is_empty) {
             message.content = None;
         }
         message.tool_calls = calls;

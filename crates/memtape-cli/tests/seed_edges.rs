@@ -237,3 +237,44 @@ fn nanobot_tool_arguments_given_as_an_object_come_back_as_an_object() {
     let err = r.fails(&["import", "--format", "nanobot", &forged, "--session", "f"]);
     assert!(err.contains("memtape's own field"), "{err}");
 }
+
+/// A careless `memtape append` (no text, or `--content -` on an empty standard input) is
+/// refused saying what to give, and nothing is stored; `-` reads standard input, as it does
+/// for `memory save`.
+#[test]
+fn an_append_with_nothing_to_append_is_refused() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let r = Run::new();
+    let err = r.fails(&["append", "s", "--role", "user"]);
+    assert!(
+        err.contains("nothing to append: give the text with --content"),
+        "{err}"
+    );
+    let piped = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memtape"))
+            .args(["append", "s", "--role", "user", "--content", "-"])
+            .env("MEMTAPE_DATA_DIR", r.dir.path().join("data"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let empty = piped("");
+    assert!(!empty.status.success());
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("standard input was empty"));
+    assert_eq!(r.json(&["sessions", "--json"]), serde_json::json!([]));
+    assert!(piped("from standard input").status.success());
+    // An empty text given on purpose is taken.
+    r.ok(&["append", "s", "--role", "user", "--content", ""]);
+    let history = r.json(&["history", "s", "--json"]);
+    assert_eq!(history[0]["content"], "from standard input", "{history}");
+}
