@@ -9,7 +9,8 @@
 //!    from the provider rebuilds it with MateClaw's emergency path and tries once more.
 //! 3. The memory tools (Bub's and memory_search by default) are offered to the model and
 //!    run; their calls and results go on the tape. The reply is streamed.
-//! 4. After the reply: Qanot's daily note for the exchange, and nanobot's consolidation in
+//! 4. After the reply: Qanot's daily note for the exchange (`Engine::note_exchange`, as
+//!    servers write it; `[lifecycle.daily_notes]` can turn it off), and nanobot's consolidation in
 //!    the background once the session reaches its window.
 //!
 //! `/new` (nanobot: wait for consolidation, archive everything, clear), `/memory`,
@@ -27,8 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use memtape::{
-    Background, ContextConfig, ContextRequest, DynStore, Engine, MateClaw, Message, Mode, Policy,
-    Qanot, Scope, SearchFilter, SearchRequest, ToolCall, Trigger, memory_scope,
+    Background, ContextConfig, ContextRequest, DailyNotes, DynStore, Engine, MateClaw, Message,
+    Mode, Policy, Qanot, Scope, SearchFilter, SearchRequest, ToolCall, Trigger, memory_scope,
 };
 use memtape_llm::{ChatRequest, Llm, ToolSpec};
 use serde_json::Value;
@@ -344,7 +345,7 @@ impl Chat<'_> {
         }
         memory_time += started.elapsed();
         let mut emergency = false;
-        let mut reply = String::new();
+        let mut reply = None;
         for _ in 0..TOOL_ROUNDS {
             let built = Instant::now();
             // A compaction summary the model writes is the model's time, not memory work.
@@ -385,13 +386,12 @@ impl Chat<'_> {
                 write!(out, "{}", answer.content)?;
             }
             if answer.tool_calls.is_empty() {
-                reply = answer.content.clone();
-                if !reply.trim().is_empty() {
-                    engine.append(
+                if !answer.content.trim().is_empty() {
+                    reply = Some(engine.append(
                         &self.session,
-                        Message::assistant(&reply),
+                        Message::assistant(&answer.content),
                         Default::default(),
-                    )?;
+                    )?);
                 }
                 memory_time += bookkeeping.elapsed();
                 break;
@@ -437,8 +437,15 @@ impl Chat<'_> {
         }
         writeln!(out)?;
         let after = Instant::now();
-        if !reply.trim().is_empty() {
-            self.daily_note(text, &reply)?;
+        // Qanot's automatic daily note for the exchange, unless memtape.toml turns it off.
+        let notes = self
+            .lifecycle
+            .daily_notes
+            .for_agent(self.session.agent_name(), DailyNotes::Qanot);
+        if let Some(reply) = &reply
+            && notes == DailyNotes::Qanot
+        {
+            engine.note_exchange(reply)?;
         }
         if let Err(e) = self.background.nudge(&self.session) {
             self.notes.failure(format_args!(
@@ -447,22 +454,6 @@ impl Chat<'_> {
         }
         memory_time += after.elapsed();
         self.spent.push(memory_time);
-        Ok(())
-    }
-
-    /// Qanot's automatic daily note for one exchange: the time, and the start of both
-    /// sides (`...` always follows, as in Qanot).
-    fn daily_note(&self, user: &str, reply: &str) -> Result<()> {
-        let now = self.engine.now();
-        let cut = |s: &str, n: usize| s.chars().take(n).collect::<String>();
-        let note = format!(
-            "## [{}]\n**User:** {}...\n**Agent:** {}...",
-            now.format("%H:%M:%S"),
-            cut(user, 100),
-            cut(reply, 200)
-        );
-        self.engine
-            .append_daily(&memory_scope(&self.session)?, &note, Some(now.date_naive()))?;
         Ok(())
     }
 

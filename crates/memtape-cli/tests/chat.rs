@@ -149,11 +149,13 @@ fn a_conversation_uses_every_part_of_memory() {
         .find(|(p, _)| p.starts_with("memory/20"))
         .map(|(_, f)| f["content"].as_str().unwrap().to_owned())
         .unwrap();
+    // The seed's heading, and no "..." after text that was not cut.
+    assert!(daily.starts_with("# Daily Notes -- 20"), "{daily}");
     assert!(
-        daily.contains("**User:** My name is Ada and I prefer window seats...."),
+        daily.contains("**User:** My name is Ada and I prefer window seats.\n"),
         "{daily}"
     );
-    assert!(daily.contains("**Agent:** Saved, Ada!..."), "{daily}");
+    assert!(daily.contains("**Agent:** Saved, Ada!\n"), "{daily}");
     // Two exchanges wrote two entries; /undo took back the last change to memory, which
     // was the second one.
     assert_eq!(daily.matches("**User:**").count(), 1, "{daily}");

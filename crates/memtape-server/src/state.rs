@@ -171,6 +171,9 @@ struct Inner {
     retention_scheduler: Arc<std::sync::Mutex<Option<StoreLock>>>,
     /// Whether MCP offers `tape_erase_session` ([`AppState::set_mcp_erase_own_session`]).
     mcp_erase: std::sync::atomic::AtomicBool,
+    /// memtape.toml's `[lifecycle]`, when set without a model
+    /// ([`AppState::set_lifecycle_config`]).
+    lifecycle: std::sync::OnceLock<LifecycleConfig>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -308,6 +311,7 @@ impl AppState {
                 retention: std::sync::OnceLock::new(),
                 retention_scheduler: Arc::default(),
                 mcp_erase: std::sync::atomic::AtomicBool::new(false),
+                lifecycle: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -414,13 +418,46 @@ impl AppState {
         self.inner.background.as_ref()
     }
 
-    /// The lifecycle settings (the defaults without a model).
+    /// The lifecycle settings: the model's, else those set with
+    /// [`AppState::set_lifecycle_config`], else the defaults.
     pub fn lifecycle(&self) -> LifecycleConfig {
         self.inner
             .background
             .as_ref()
             .map(|b| b.config().clone())
+            .or_else(|| self.inner.lifecycle.get().cloned())
             .unwrap_or_default()
+    }
+
+    /// Sets memtape.toml's `[lifecycle]` (daily notes, the memory skill), once, before
+    /// serving: what a server without a model follows (one with a model follows the
+    /// model's setup).
+    pub fn set_lifecycle_config(&self, config: LifecycleConfig) {
+        let _ = self.inner.lifecycle.set(config);
+    }
+
+    /// After `stored` was appended: Qanot's automatic daily note when the agent's notes are
+    /// on (`[lifecycle.daily_notes]`, off by default for servers) and the last entry is an
+    /// assistant's reply to a user message. A note that cannot be written is logged: the
+    /// messages are stored, and a client retrying would store them twice.
+    pub async fn note_exchange(&self, stored: &[Entry]) {
+        let Some(last) = stored.last().cloned() else {
+            return;
+        };
+        let notes = self
+            .lifecycle()
+            .daily_notes
+            .for_agent(last.scope.agent_name(), memtape::DailyNotes::Off);
+        if notes != memtape::DailyNotes::Qanot {
+            return;
+        }
+        let session = last.scope.clone();
+        if let Err(e) = self
+            .run(move |engine| Ok(engine.note_exchange(&last)?))
+            .await
+        {
+            tracing::warn!(%session, error = %e.message, "the daily note could not be written");
+        }
     }
 
     /// The model, or 503 naming how to configure one.

@@ -65,7 +65,9 @@ pub use retention::{
 };
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
-pub use settings::{EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule};
+pub use settings::{
+    DailyNotes, DailyNotesConfig, EmergenceConfig, ExtractionConfig, LifecycleConfig, Schedule,
+};
 pub use tiers::{Blame, BlamedLine, check_memory_scope, memory_scope};
 pub use usage::UsageLine;
 pub use workspace::{Conflict, Prefer, SyncReport, workspace_dir};

@@ -300,6 +300,7 @@ pub async fn append(
     let replied = stored.last().and_then(|e| e.message()).is_some_and(|m| {
         m.role == Role::Assistant && m.tool_calls.is_empty() && !m.content_text().trim().is_empty()
     });
+    state.note_exchange(&stored).await;
     state.after_append(&scope, replied);
     let appended = Appended {
         ids: stored.iter().map(|e| e.id.0).collect(),

@@ -1,0 +1,160 @@
+//! Issue 35, "the server does what `memtape chat` does", through REST and MCP on a real
+//! server on 127.0.0.1: Qanot's automatic daily note per exchange, the memory skill in the
+//! context's system text, MateClaw's trigger source, and HISTORY.md in the memory search.
+use crate::common::Server;
+use crate::mcp::client::{Client, ok};
+use memtape::{DailyNotes, DailyNotesConfig, LifecycleConfig};
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A server whose agents get Qanot's daily notes (`[lifecycle.daily_notes] format = "qanot"`),
+/// but for the agent `quiet`.
+fn with_daily_notes() -> Server {
+    Server::start_configured(|state| {
+        state.set_lifecycle_config(LifecycleConfig {
+            daily_notes: DailyNotesConfig {
+                format: Some(DailyNotes::Qanot),
+                agents: [("quiet".to_owned(), DailyNotes::Off)].into(),
+            },
+            ..LifecycleConfig::default()
+        })
+    })
+}
+
+/// The daily notes of the memory at `query` (`""` or `?agent=…`), by path.
+fn dailies(s: &Server, query: &str) -> Vec<(String, String)> {
+    let (status, memory) = s.get(&format!("/v1/memory{query}"));
+    assert_eq!(status, 200, "{memory}");
+    memory["files"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(p, _)| p.starts_with("memory/20"))
+        .map(|(p, f)| (p.clone(), f["content"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn append(s: &Server, path: &str, messages: Value) {
+    let (status, body) = s.post(path, &json!({ "messages": messages }));
+    assert_eq!(status, 201, "{body}");
+}
+
+#[test]
+fn rest_appends_write_qanots_daily_note_per_exchange() {
+    let s = with_daily_notes();
+    // A user message alone is no exchange yet.
+    append(
+        &s,
+        "/v1/sessions/s1/messages",
+        json!([{"role": "user", "content": "Where is the kayak trip?"}]),
+    );
+    assert!(dailies(&s, "").is_empty());
+    // The reply, after a tool round, answers it: one note.
+    append(
+        &s,
+        "/v1/sessions/s1/messages",
+        json!([
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "memory_search", "arguments": "{\"query\":\"kayak\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Lofoten"},
+            {"role": "assistant", "content": "It is in Lofoten."}
+        ]),
+    );
+    let notes = dailies(&s, "");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let (path, note) = &notes[0];
+    let date = path
+        .strip_prefix("memory/")
+        .unwrap()
+        .strip_suffix(".md")
+        .unwrap();
+    assert!(
+        note.starts_with(&format!("# Daily Notes -- {date}\n\n## [")),
+        "{note}"
+    );
+    // No "..." after text that was not cut.
+    assert!(
+        note.contains("]\n**User:** Where is the kayak trip?\n**Agent:** It is in Lofoten.\n"),
+        "{note}"
+    );
+    // A long exchange in one append: both sides cut, and only then "...".
+    let long_question = format!("Please remember {}", "q".repeat(200));
+    let long_answer = format!("Remembered {}", "a".repeat(400));
+    append(
+        &s,
+        "/v1/sessions/s1/messages",
+        json!([
+            {"role": "user", "content": long_question},
+            {"role": "assistant", "content": long_answer}
+        ]),
+    );
+    let note = &dailies(&s, "")[0].1;
+    let user_cut: String = long_question.chars().take(100).collect();
+    let agent_cut: String = long_answer.chars().take(200).collect();
+    assert!(
+        note.contains(&format!(
+            "**User:** {user_cut}...\n**Agent:** {agent_cut}...\n"
+        )),
+        "{note}"
+    );
+    assert_eq!(note.matches("## [").count(), 2, "{note}");
+    // An agent whose notes are off gets none.
+    append(
+        &s,
+        "/v1/sessions/s1/messages?agent=quiet",
+        json!([{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi"}]),
+    );
+    assert!(dailies(&s, "?agent=quiet").is_empty());
+}
+
+#[test]
+fn servers_write_no_daily_note_unless_configured() {
+    let s = Server::start();
+    append(
+        &s,
+        "/v1/sessions/s1/messages",
+        json!([{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi"}]),
+    );
+    assert!(dailies(&s, "").is_empty());
+}
+
+#[test]
+fn mcp_tape_append_writes_qanots_daily_note() {
+    let s = with_daily_notes();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url),
+        );
+        let (client, _) = Client::new();
+        let client = client.serve(transport).await.unwrap();
+        ok(
+            &client,
+            "tape_append",
+            json!({"session": "m1", "messages": [
+                {"role": "user", "content": "I moved to Oslo."},
+                {"role": "assistant", "content": "Noted: Oslo."}
+            ]}),
+        )
+        .await;
+        client.cancel().await.unwrap();
+    });
+    let notes = dailies(&s, "");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .1
+            .contains("**User:** I moved to Oslo.\n**Agent:** Noted: Oslo.\n"),
+        "{notes:?}"
+    );
+}
