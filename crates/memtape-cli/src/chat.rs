@@ -79,7 +79,7 @@ pub struct ChatArgs {
     /// The system prompt.
     #[arg(
         long,
-        default_value = "You are a helpful assistant with long-term memory. Save what the user wants remembered, and their stable preferences, with the memory tools."
+        default_value = "You are a helpful assistant with long-term memory."
     )]
     system: String,
     /// The prompt's token budget.
@@ -310,7 +310,12 @@ impl Chat<'_> {
         ContextRequest {
             system_prompt: self.args.system.clone(),
             message: None,
-            config: ContextConfig::new(self.args.budget, policy),
+            config: ContextConfig {
+                // The memory skill (how and when to save, Bub's rule 7) when the model has
+                // memory tools and memtape.toml does not turn it off.
+                memory_skill: self.lifecycle.memory_skill && self.args.tools != ToolSet::None,
+                ..ContextConfig::new(self.args.budget, policy)
+            },
             emergency,
             record: true,
             as_of: None,

@@ -64,10 +64,10 @@ use serde::{Deserialize, Serialize};
 pub use compaction::{Compaction, qanot_split, recent_pairs_start};
 pub use prefix::{common_prefix_tokens, extends};
 pub use render::{
-    COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, RECOVERY_HEADING, SUMMARY_PREFIX,
-    TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line, exchanges, fit_text,
-    memory_block, recovery_text, shows_compaction, summary_text, system_text, system_text_within,
-    with_recovery, working_buffer_entry, working_buffer_header,
+    COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, MEMORY_SKILL, RECOVERY_HEADING,
+    SUMMARY_PREFIX, TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line,
+    exchanges, fit_text, memory_block, recovery_text, shows_compaction, summary_text, system_text,
+    system_text_within, with_recovery, with_skill, working_buffer_entry, working_buffer_header,
 };
 pub use truncate::{
     TOOL_RESULT_HEAD, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_TAIL, truncate_tool_result,
@@ -191,6 +191,11 @@ pub struct ContextConfig {
     pub time_precision: TimePrecision,
     /// At most this many messages of the thread are read (nanobot's max_messages: 500).
     pub max_messages: usize,
+    /// Whether the memory skill ([`MEMORY_SKILL`]: nanobot's always-loaded skill, Bub's
+    /// rule 7) follows the system prompt, for an agent that has the memory tools. Off
+    /// here; the front-ends (REST, MCP, `memtape context`, `memtape chat`) turn it on by
+    /// default (`[lifecycle] memory_skill`).
+    pub memory_skill: bool,
 }
 
 impl Default for ContextConfig {
@@ -206,6 +211,7 @@ impl Default for ContextConfig {
             recent_days: 7,
             time_precision: TimePrecision::default(),
             max_messages: HistoryLimits::default().max_messages,
+            memory_skill: false,
         }
     }
 }
@@ -422,10 +428,11 @@ pub fn build(
         .collect();
     let head: Vec<Part> = head.into_iter().map(|(id, m)| part(Some(id), m)).collect();
 
+    let system_prompt = with_skill(&request.system_prompt, config.memory_skill);
     let mut system = Message::text(
         Role::System,
         system_text(
-            &request.system_prompt,
+            &system_prompt,
             memory,
             now,
             config.recent_days,
@@ -547,7 +554,7 @@ pub fn build(
         let role_cost = counter.count_message(&Message::text(Role::System, ""));
         let room = max.saturating_sub(others).saturating_sub(role_cost);
         let (text, cut) = system_text_within(
-            &request.system_prompt,
+            &system_prompt,
             memory,
             now,
             config.recent_days,

@@ -64,8 +64,15 @@ use tools::{
     SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_ERASE_SESSION, TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
-/// The memory skill: the `memory_skill` prompt.
-pub const SKILL: &str = include_str!("mcp/skill.md");
+/// What the `memory_skill` prompt adds for MCP (resources, the tape tools, the workspace
+/// tools) to the memory skill every context carries ([`memtape::MEMORY_SKILL`]).
+const MCP_SKILL: &str = include_str!("mcp/skill.md");
+
+/// The memory skill, the `memory_skill` prompt: MCP's part, then the memory skill the
+/// context builder puts in system prompts (one text: nanobot's skill and Bub's rule 7).
+pub fn skill() -> String {
+    format!("{}\n\n{}", MCP_SKILL.trim(), memtape::MEMORY_SKILL.trim())
+}
 
 /// The server's instructions, sent at initialization.
 pub const INSTRUCTIONS: &str = "memtape is your long-term memory. Save a stable fact, \
@@ -442,7 +449,12 @@ impl Memtape {
                 let request = ContextRequest {
                     system_prompt: input.system.unwrap_or_default(),
                     message: input.message.map(Message::user),
-                    config: ContextConfig::new(input.budget, policy),
+                    config: ContextConfig {
+                        memory_skill: input
+                            .memory_skill
+                            .unwrap_or_else(|| self.state.lifecycle().memory_skill),
+                        ..ContextConfig::new(input.budget, policy)
+                    },
                     emergency: false,
                     record: record && input.as_of.is_none(),
                     as_of: crate::wire::as_of(input.as_of.as_deref())?,
@@ -735,7 +747,8 @@ impl ServerHandler for Memtape {
                 None,
             ));
         }
-        let mut result = GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
+        let mut result =
+            GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, skill())]);
         result.description = Some("memtape's memory skill".into());
         Ok(result.into())
     }

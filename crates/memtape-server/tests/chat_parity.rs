@@ -158,3 +158,90 @@ fn mcp_tape_append_writes_qanots_daily_note() {
         "{notes:?}"
     );
 }
+
+/// Connects rmcp's client to the server's `/mcp`.
+async fn mcp(s: &Server) -> crate::mcp::client::Connected {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(s.url("/mcp")),
+    );
+    let (client, _) = Client::new();
+    client.serve(transport).await.unwrap()
+}
+
+/// The system text of the context REST builds for `body`.
+fn rest_system(s: &Server, body: Value) -> String {
+    let (status, built) = s.post("/v1/sessions/c1/context", &body);
+    assert_eq!(status, 200, "{built}");
+    built["messages"][0]["content"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_context_carries_the_memory_skill_over_rest_and_mcp() {
+    let s = Server::start();
+    append(
+        &s,
+        "/v1/sessions/c1/messages",
+        json!([{"role": "user", "content": "What do you know about me?"}]),
+    );
+    let skill = memtape::MEMORY_SKILL.trim();
+    // On by default, after the caller's system prompt.
+    let on = rest_system(&s, json!({"system": "Be brief.", "dry_run": true}));
+    assert!(on.starts_with(&format!("Be brief.\n\n{skill}")), "{on}");
+    assert!(on.contains("Rule 7: proactively save"), "{on}");
+    let off = rest_system(
+        &s,
+        json!({"system": "Be brief.", "dry_run": true, "memory_skill": false}),
+    );
+    assert!(!off.contains("Rule 7"), "{off}");
+    let (status, bad) = s.post(
+        "/v1/sessions/c1/context",
+        &json!({"memory_skill": "yes", "dry_run": true}),
+    );
+    assert_eq!(status, 422, "{bad}");
+    assert!(bad.to_string().contains("memory_skill"), "{bad}");
+    runtime().block_on(async {
+        let client = mcp(&s).await;
+        let built = crate::mcp::client::ok_json(
+            &client,
+            "tape_context",
+            json!({"session": "c1", "budget": 8000, "record": false}),
+        )
+        .await;
+        let system = built["messages"][0]["content"].as_str().unwrap();
+        assert!(system.starts_with(skill), "{system}");
+        let built = crate::mcp::client::ok_json(
+            &client,
+            "tape_context",
+            json!({"session": "c1", "budget": 8000, "record": false, "memory_skill": false}),
+        )
+        .await;
+        assert!(
+            !built["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Rule 7"),
+            "{built}"
+        );
+        // MCP's memory_skill prompt carries the same text, after MCP's own part.
+        let prompt = client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new("memory_skill"))
+            .await
+            .unwrap();
+        let text = prompt.messages[0].content.as_text().unwrap().text.clone();
+        assert!(text.ends_with(skill), "{text}");
+        client.cancel().await.unwrap();
+    });
+    // A server whose memtape.toml turns it off.
+    let quiet = Server::start_configured(|state| {
+        state.set_lifecycle_config(LifecycleConfig {
+            memory_skill: false,
+            ..LifecycleConfig::default()
+        })
+    });
+    append(
+        &quiet,
+        "/v1/sessions/c1/messages",
+        json!([{"role": "user", "content": "Hello"}]),
+    );
+    assert!(!rest_system(&quiet, json!({"dry_run": true})).contains("Rule 7"));
+}

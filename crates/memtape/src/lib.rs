@@ -82,7 +82,8 @@ use serde_json::{Map, Value};
 
 pub use error::Error;
 pub use memtape_core::context::{
-    Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
+    Compaction, Context, ContextConfig, ContextRequest, MEMORY_SKILL, MateClaw, Policy, Qanot,
+    TimePrecision,
 };
 pub use memtape_core::retention::{Expiry, Retention};
 pub use memtape_core::{

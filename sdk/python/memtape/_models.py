@@ -189,6 +189,8 @@ class ContextBody(_Model):
     """How precisely the current time is written (default `hour`)."""
     as_of: str | None = Field(default=None)
     """Build the prompt as the tape stood at this moment: an RFC 3339 time or an entry id (as a string or a number). Nothing is recorded then."""
+    memory_skill: bool | None = Field(default=None)
+    """Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save preferences proactively) follows the system prompt (default: the server's `[lifecycle] memory_skill`, on)."""
 
 
 class ContextWire(_Model):

@@ -204,6 +204,12 @@ export interface ContextBody {
    * (as a string or a number). Nothing is recorded then.
    */
   as_of?: string | null;
+  /**
+   * Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save
+   * preferences proactively) follows the system prompt (default: the server's
+   * `[lifecycle] memory_skill`, on).
+   */
+  memory_skill?: boolean | null;
 }
 
 /** A built prompt and what happened while building it. */

@@ -13,6 +13,22 @@ use crate::{Entry, EntryId, Role, TokenCounter};
 pub const SUMMARY_PREFIX: &str =
     "[Conversation context summary - for reference only, not instructions]";
 
+/// The memory skill: nanobot's always-loaded memory skill (what is where, HISTORY.md is
+/// searched, not loaded) with Bub's rule 7 (save preferences proactively). The context
+/// adds it to the system prompt when [`ContextConfig::memory_skill`](super::ContextConfig)
+/// is on; MCP's `memory_skill` prompt starts with it.
+pub const MEMORY_SKILL: &str = include_str!("skill.md");
+
+/// The system prompt with the memory skill after it when `skill` is on.
+pub fn with_skill(system_prompt: &str, skill: bool) -> String {
+    let prompt = system_prompt.trim();
+    match (skill, prompt.is_empty()) {
+        (false, _) => prompt.to_owned(),
+        (true, true) => MEMORY_SKILL.trim().to_owned(),
+        (true, false) => format!("{prompt}\n\n{}", MEMORY_SKILL.trim()),
+    }
+}
+
 /// Bub's usage hints, the first lines of the `<memory>` block.
 pub const USAGE_HINTS: &str = "Use `memory.save` to update long-term memory, `memory.daily` to append to\ndaily notes, and `memory.recall` to search past memories.";
 

@@ -348,6 +348,10 @@ pub(super) struct ContextInput {
     #[serde(default)]
     #[schemars(description = AS_OF)]
     pub(super) as_of: Option<String>,
+    /// Whether the memory skill (how and when to save and search memory) follows the
+    /// system prompt (default: the server's setting, on).
+    #[serde(default)]
+    pub(super) memory_skill: Option<bool>,
 }
 
 /// A compaction policy.

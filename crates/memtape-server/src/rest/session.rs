@@ -441,6 +441,11 @@ pub struct ContextBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub as_of: Option<memtape::AsOf>,
+    /// Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save
+    /// preferences proactively) follows the system prompt (default: the server's
+    /// `[lifecycle] memory_skill`, on).
+    #[serde(default)]
+    pub memory_skill: Option<bool>,
 }
 
 /// The compaction in effect.
@@ -564,6 +569,9 @@ pub async fn context(
         message: body.message.map(Message::user),
         config: ContextConfig {
             time_precision,
+            memory_skill: body
+                .memory_skill
+                .unwrap_or_else(|| state.lifecycle().memory_skill),
             ..ContextConfig::new(budget, policy)
         },
         emergency: body.emergency,
