@@ -314,6 +314,8 @@ impl Chat<'_> {
                 // The memory skill (how and when to save, Bub's rule 7) when the model has
                 // memory tools and memtape.toml does not turn it off.
                 memory_skill: self.lifecycle.memory_skill && self.args.tools != ToolSet::None,
+                // The reply this turn asks for: Qanot's compaction looks at the next turn.
+                reply_tokens: self.args.max_tokens as usize,
                 ..ContextConfig::new(self.args.budget, policy)
             },
             emergency,

@@ -95,6 +95,10 @@ pub struct ContextArgs {
     /// memtape.toml's `[lifecycle] memory_skill`, on).
     #[arg(long, value_name = "BOOL")]
     memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens: Qanot's compaction
+    /// looks at the next turn, this prompt and its reply.
+    #[arg(long, default_value_t = memtape::context::DEFAULT_REPLY_TOKENS, value_name = "N")]
+    reply_tokens: usize,
     #[command(flatten)]
     pub scope: ScopeArgs,
 }
@@ -120,6 +124,7 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
         config: ContextConfig {
             time_precision: args.time_precision.into(),
             memory_skill: args.memory_skill.unwrap_or(config.lifecycle.memory_skill),
+            reply_tokens: args.reply_tokens,
             ..ContextConfig::new(args.budget, args.policy.policy())
         },
         emergency: args.emergency,

@@ -273,3 +273,34 @@ fn context_carries_the_memory_skill_unless_turned_off() {
     let bad = r.fails(&["context", "s", "--memory-skill", "maybe"]);
     assert!(bad.contains("--memory-skill"), "{bad}");
 }
+
+/// Issue 35 §2: Qanot's proactive compaction looks at the estimated next turn, the prompt
+/// and the reply budget (`--reply-tokens`, default 1024), not at the prompt alone.
+#[test]
+fn qanot_compaction_counts_the_reply_budget() {
+    let r = Run::new();
+    chat(&r, 6);
+    let build = |extra: &[&str]| {
+        let mut all = vec![
+            "context",
+            "s",
+            "--json",
+            "--dry-run",
+            "--policy",
+            "qanot",
+            "--memory-skill",
+            "false",
+        ];
+        all.extend_from_slice(extra);
+        r.json(&all)
+    };
+    let tokens = build(&["--reply-tokens", "0"])["tokens"].as_u64().unwrap() as usize;
+    let budget = (tokens * 2 + 2).to_string();
+    let alone = build(&["--budget", &budget, "--reply-tokens", "0"]);
+    assert_eq!(alone["compacted"], false, "{alone}");
+    let reply = (tokens * 2 / 5).to_string();
+    let next = build(&["--budget", &budget, "--reply-tokens", &reply]);
+    assert_eq!(next["compacted"], true, "{next}");
+    let bad = r.fails(&["context", "s", "--reply-tokens", "lots"]);
+    assert!(bad.contains("--reply-tokens"), "{bad}");
+}

@@ -36,8 +36,9 @@
 //! - [`MateClaw`]: when the prompt passes `compact_trigger_ratio` × `max_input_tokens`
 //!   (0.75 × 128000), every turn but the last `preserve_recent_pairs` (2) is summarized by
 //!   the pluggable [`Summarizer`] (the extractive one offline).
-//! - [`Qanot`]: from `buffer_ratio` (50%) the facade keeps the working buffer; past
-//!   `compaction_ratio` (60%) the first 2 and last 4 messages stay and the middle is
+//! - [`Qanot`]: from `buffer_ratio` (50%) the facade keeps the working buffer; when the
+//!   estimated next-turn context (the prompt and the reply budget,
+//!   [`ContextConfig::reply_tokens`]) passes `compaction_ratio` (60%) the first 2 and last 4 messages stay and the middle is
 //!   removed, with Qanot's marker; recovery context (working buffer, working state,
 //!   today's notes) is appended to the current message on the prompt that compacts and
 //!   whenever the conversation itself shows a sign of compaction ("where were we?").
@@ -77,6 +78,10 @@ use crate::memory::MemoryView;
 use crate::summary::{DEFAULT_SUMMARY_MAX_TOKENS, Summarizer};
 use crate::{Content, EntryId, HistoryLimits, Message, Result, Role, TokenCounter, select_history};
 
+/// The reply budget a context expects when the caller names none
+/// ([`ContextConfig::reply_tokens`]).
+pub const DEFAULT_REPLY_TOKENS: usize = 1024;
+
 /// MateClaw's `default-max-input-tokens`.
 pub const DEFAULT_MAX_INPUT_TOKENS: usize = 128_000;
 
@@ -114,7 +119,9 @@ impl Default for MateClaw {
 pub struct Qanot {
     /// From this share of the budget the working buffer is kept.
     pub buffer_ratio: f64,
-    /// Past this share of the budget the conversation is compacted.
+    /// When the estimated next-turn context (the prompt and
+    /// [`ContextConfig::reply_tokens`]) passes this share of the budget, the conversation is
+    /// compacted.
     pub compaction_ratio: f64,
     /// Messages kept from the start of the conversation.
     pub keep_first: usize,
@@ -191,6 +198,10 @@ pub struct ContextConfig {
     pub time_precision: TimePrecision,
     /// At most this many messages of the thread are read (nanobot's max_messages: 500).
     pub max_messages: usize,
+    /// The reply the model may write after this prompt, in tokens (the request's
+    /// `max_tokens`; default 1024, `memtape chat`'s). Qanot's proactive compaction looks at
+    /// the estimated next-turn context, this prompt plus this reply.
+    pub reply_tokens: usize,
     /// Whether the memory skill ([`MEMORY_SKILL`]: nanobot's always-loaded skill, Bub's
     /// rule 7) follows the system prompt, for an agent that has the memory tools. Off
     /// here; the front-ends (REST, MCP, `memtape context`, `memtape chat`) turn it on by
@@ -211,6 +222,7 @@ impl Default for ContextConfig {
             recent_days: 7,
             time_precision: TimePrecision::default(),
             max_messages: HistoryLimits::default().max_messages,
+            reply_tokens: DEFAULT_REPLY_TOKENS,
             memory_skill: false,
         }
     }
@@ -488,7 +500,10 @@ pub fn build(
         }
         Policy::Qanot(q) if !request.emergency => {
             working_buffer = usage >= q.buffer_ratio;
-            if usage > q.compaction_ratio {
+            // "When the estimated next-turn context would exceed 60% of the max": this
+            // prompt and the reply it asks for.
+            let next_turn = usage + config.reply_tokens as f64 / max as f64;
+            if next_turn > q.compaction_ratio {
                 compact_qanot(&mut fitted, q);
             }
         }

@@ -453,6 +453,9 @@ impl Memtape {
                         memory_skill: input
                             .memory_skill
                             .unwrap_or_else(|| self.state.lifecycle().memory_skill),
+                        reply_tokens: input
+                            .reply_tokens
+                            .unwrap_or(memtape::context::DEFAULT_REPLY_TOKENS),
                         ..ContextConfig::new(input.budget, policy)
                     },
                     emergency: false,

@@ -245,3 +245,58 @@ fn the_context_carries_the_memory_skill_over_rest_and_mcp() {
     );
     assert!(!rest_system(&quiet, json!({"dry_run": true})).contains("Rule 7"));
 }
+
+/// Qanot's proactive compaction looks at the estimated next turn (seed 004): the prompt
+/// and the reply it asks for (`reply_tokens`, default 1024), over REST and MCP.
+#[test]
+fn qanot_compacts_on_the_next_turn_over_rest_and_mcp() {
+    let s = Server::start();
+    let mut turns = Vec::new();
+    for i in 0..6 {
+        turns.push(json!({"role": "user", "content": format!("Question {i} about the Falcon project's ports?")}));
+        turns.push(
+            json!({"role": "assistant", "content": format!("Answer {i}: port {}.", 8000 + i)}),
+        );
+    }
+    turns.push(json!({"role": "user", "content": "And the last one?"}));
+    append(&s, "/v1/sessions/q1/messages", Value::Array(turns));
+    let build = |extra: Value| {
+        let mut body = json!({"policy": "qanot", "dry_run": true, "memory_skill": false});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (status, built) = s.post("/v1/sessions/q1/context", &body);
+        assert_eq!(status, 200, "{built}");
+        built
+    };
+    let tokens = build(json!({"reply_tokens": 0}))["tokens"]
+        .as_u64()
+        .unwrap() as usize;
+    // The prompt alone is at half the budget.
+    let budget = tokens * 2 + 2;
+    let alone = build(json!({"budget": budget, "reply_tokens": 0}));
+    assert_eq!(alone["compacted"], false, "{alone}");
+    let small = build(json!({"budget": budget, "reply_tokens": budget / 20}));
+    assert_eq!(small["compacted"], false, "{small}");
+    let next = build(json!({"budget": budget, "reply_tokens": budget / 5}));
+    assert_eq!(next["compacted"], true, "{next}");
+    assert!(next.to_string().contains("[CONTEXT COMPACTION: "), "{next}");
+    let (status, bad) = s.post(
+        "/v1/sessions/q1/context",
+        &json!({"policy": "qanot", "reply_tokens": -1}),
+    );
+    assert_eq!(status, 422, "{bad}");
+    assert!(bad.to_string().contains("reply_tokens"), "{bad}");
+    runtime().block_on(async {
+        let client = mcp(&s).await;
+        let ask = |reply: usize| {
+            json!({"session": "q1", "budget": budget, "policy": "qanot", "record": false,
+                "memory_skill": false, "reply_tokens": reply})
+        };
+        let built = crate::mcp::client::ok_json(&client, "tape_context", ask(0)).await;
+        assert_eq!(built["compacted"], false, "{built}");
+        let built = crate::mcp::client::ok_json(&client, "tape_context", ask(budget / 5)).await;
+        assert_eq!(built["compacted"], true, "{built}");
+        client.cancel().await.unwrap();
+    });
+}

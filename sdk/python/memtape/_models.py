@@ -191,6 +191,8 @@ class ContextBody(_Model):
     """Build the prompt as the tape stood at this moment: an RFC 3339 time or an entry id (as a string or a number). Nothing is recorded then."""
     memory_skill: bool | None = Field(default=None)
     """Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save preferences proactively) follows the system prompt (default: the server's `[lifecycle] memory_skill`, on)."""
+    reply_tokens: int | None = Field(default=None)
+    """The reply the model may write after this prompt, in tokens (default 1024): Qanot's compaction looks at the next turn, this prompt and its reply."""
 
 
 class ContextWire(_Model):

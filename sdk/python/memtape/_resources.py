@@ -452,14 +452,14 @@ class SessionsResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, memory_skill: bool | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, memory_skill: bool | None = None, reply_tokens: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'memory_skill': memory_skill}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'memory_skill': memory_skill, 'reply_tokens': reply_tokens}
         return self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:
@@ -1026,14 +1026,14 @@ class AsyncSessionsResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, memory_skill: bool | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, memory_skill: bool | None = None, reply_tokens: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'memory_skill': memory_skill}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'memory_skill': memory_skill, 'reply_tokens': reply_tokens}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     async def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:

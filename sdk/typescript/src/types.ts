@@ -210,6 +210,11 @@ export interface ContextBody {
    * `[lifecycle] memory_skill`, on).
    */
   memory_skill?: boolean | null;
+  /**
+   * The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+   * compaction looks at the next turn, this prompt and its reply.
+   */
+  reply_tokens?: number | null;
 }
 
 /** A built prompt and what happened while building it. */

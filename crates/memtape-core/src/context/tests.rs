@@ -84,8 +84,11 @@ fn mateclaw(max: usize) -> ContextRequest {
     request(max, Policy::MateClaw(MateClaw::default()))
 }
 
+/// Qanot's policy with no reply budget: the thresholds fall on the prompt alone.
 fn qanot(max: usize) -> ContextRequest {
-    request(max, Policy::Qanot(Qanot::default()))
+    let mut r = request(max, Policy::Qanot(Qanot::default()));
+    r.config.reply_tokens = 0;
+    r
 }
 
 struct Case<'a> {
@@ -437,6 +440,26 @@ fn qanot_compaction_at_60_percent_keeps_first_two_and_last_four_with_a_marker() 
             removed: 14,
         })
     );
+}
+
+/// Qanot: "the estimated next-turn context": the prompt and the reply budget together.
+/// A prompt at 50% compacts when the reply it asks for takes the next turn past 60%,
+/// not when the reply fits under it.
+#[test]
+fn qanot_compaction_counts_the_reply_budget_of_the_next_turn() {
+    let tokens = base(&qanot(1_000_000)) + 20 * TURN_MESSAGE;
+    let max = budget_around(tokens, 0.50, true);
+    let mut small = qanot(max);
+    small.config.reply_tokens = max / 20;
+    let built = Case::new(&small, turns(10)).run(&Recording::default());
+    assert!(!built.context.compacted, "50% + 5% stays under 60%");
+    let mut large = qanot(max);
+    large.config.reply_tokens = max / 5;
+    let built = Case::new(&large, turns(10)).run(&Recording::default());
+    assert!(built.context.compacted, "50% + 20% passes 60%");
+    assert_eq!(texts(&built.context)[3], compaction_marker(14));
+    // The default reply budget is counted too.
+    assert_eq!(ContextConfig::default().reply_tokens, DEFAULT_REPLY_TOKENS);
 }
 
 /// Qanot: a later compaction keeps the same first messages and the marker counts every

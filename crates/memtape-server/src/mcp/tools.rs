@@ -352,6 +352,10 @@ pub(super) struct ContextInput {
     /// system prompt (default: the server's setting, on).
     #[serde(default)]
     pub(super) memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+    /// compaction looks at the next turn, this prompt and its reply.
+    #[serde(default)]
+    pub(super) reply_tokens: Option<usize>,
 }
 
 /// A compaction policy.

@@ -446,6 +446,10 @@ pub struct ContextBody {
     /// `[lifecycle] memory_skill`, on).
     #[serde(default)]
     pub memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+    /// compaction looks at the next turn, this prompt and its reply.
+    #[serde(default)]
+    pub reply_tokens: Option<usize>,
 }
 
 /// The compaction in effect.
@@ -572,6 +576,9 @@ pub async fn context(
             memory_skill: body
                 .memory_skill
                 .unwrap_or_else(|| state.lifecycle().memory_skill),
+            reply_tokens: body
+                .reply_tokens
+                .unwrap_or(memtape::context::DEFAULT_REPLY_TOKENS),
             ..ContextConfig::new(budget, policy)
         },
         emergency: body.emergency,
