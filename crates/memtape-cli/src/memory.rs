@@ -164,6 +164,11 @@ pub enum MemoryCommand {
     Extract {
         /// The session key.
         session: String,
+        /// Run as MateClaw's post-conversation trigger of a conversation from this source
+        /// (web, channel or cron): every pre-check, the cooldown and skip_cron apply.
+        /// Without it the run is manual.
+        #[arg(long, value_name = "web|channel|cron")]
+        source: Option<memtape::Source>,
     },
     /// Run MateClaw's emergence now: the newest daily notes merged into MEMORY.md by the
     /// configured model (waits for an extraction or emergence of this memory running
@@ -677,15 +682,16 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 engine.consolidate(&session, llm.as_ref(), config.lifecycle.consolidation(*all))?;
             output::json(out, &done)?;
         }
-        MemoryCommand::Extract { session } => {
+        MemoryCommand::Extract { session, source } => {
             let config = config::load(ctx)?;
             let llm = config.require_llm()?;
             let session = existing_session(&engine, ctx, session)?;
+            let trigger = source.map_or(memtape::Trigger::Manual, memtape::Source::trigger);
             let run = engine.extract(
                 &session,
                 llm.as_ref(),
                 &config.lifecycle.extraction,
-                memtape::Trigger::Manual,
+                trigger,
             )?;
             output::json(out, &run)?;
         }

@@ -239,11 +239,16 @@ impl Memtape {
                 let body = serde_json::from_value(json!({ "messages": messages }))
                     .map_err(|e| Refusal::Tool(format!("Error: invalid input for {name}: {e}")))?;
                 let tenant = caller.tenant.clone();
+                let params = rest::AppendParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    source: input.source.map(|s| s.source()),
+                };
                 let call = rest::append(
                     state,
                     caller,
                     ApiPath(input.session),
-                    ApiQuery(who.params()),
+                    ApiQuery(params),
                     ApiJson(body),
                 );
                 let Some(key) = input.idempotency_key else {
@@ -397,12 +402,13 @@ impl Memtape {
                 // The role first, as the registry's tools do: a read key learns no more.
                 who.caller.require(Role::Write)?;
                 let input: ExtractInput = input(name, args)?;
-                let call = rest::extraction(
-                    state,
-                    caller,
-                    ApiPath(input.session),
-                    ApiQuery(who.params()),
-                );
+                let params = rest::ExtractionParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    source: input.source.map(|s| s.source()),
+                };
+                let call =
+                    rest::extraction(state, caller, ApiPath(input.session), ApiQuery(params));
                 let Json(out) = call.await?;
                 to_text(&out)
             }

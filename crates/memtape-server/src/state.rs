@@ -480,8 +480,9 @@ impl AppState {
     /// pool): starts its consolidation in the background if it is due, and when the
     /// appends ended with the assistant's reply (a completed exchange, MateClaw's
     /// `ConversationCompletedEvent`), runs the post-conversation extraction, which its
-    /// pre-checks and the agent's cooldown usually skip without a call.
-    pub fn after_append(&self, session: &Scope, replied: bool) {
+    /// pre-checks and the agent's cooldown usually skip without a call; `source` is where
+    /// the conversation came from (a scheduled task's is skipped under `skip_cron`).
+    pub fn after_append(&self, session: &Scope, replied: bool, source: memtape::Source) {
         let Some(background) = self.inner.background.clone() else {
             return;
         };
@@ -495,7 +496,7 @@ impl AppState {
             if !replied || !config.enabled {
                 return;
             }
-            let trigger = memtape::Trigger::Conversation { source: "web" };
+            let trigger = source.trigger();
             match engine.extract(&session, background.llm().as_ref(), config, trigger) {
                 Ok(run) if run.skipped.is_none() => tracing::info!(
                     %session, changed = ?run.changed, dropped = run.dropped, reason = %run.reason,

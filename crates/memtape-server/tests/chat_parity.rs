@@ -300,3 +300,114 @@ fn qanot_compacts_on_the_next_turn_over_rest_and_mcp() {
         client.cancel().await.unwrap();
     });
 }
+
+/// A server keeping memory with a scripted model that answers `answers`, extraction on.
+fn with_model(answers: Vec<memtape_scripted::Answer>) -> (memtape_scripted::Scripted, Server) {
+    let model = memtape_scripted::Scripted::start(answers);
+    let llm = memtape_llm::OpenAi::new(&model.base, "scripted")
+        .unwrap()
+        .timeout(std::time::Duration::from_secs(5))
+        .retry(memtape_llm::RetryPolicy {
+            max_retries: 0,
+            ..memtape_llm::RetryPolicy::default()
+        });
+    let server = Server::start_with_model(memtape_server::ModelSetup {
+        llm: std::sync::Arc::new(llm),
+        lifecycle: LifecycleConfig::default(),
+    });
+    (model, server)
+}
+
+/// Four messages ending with the assistant's reply: a completed exchange.
+fn exchange() -> Value {
+    json!([
+        {"role": "user", "content": "Plan the kayak trip to Lofoten in June."},
+        {"role": "assistant", "content": "Booked for June."},
+        {"role": "user", "content": "Add a dry bag to the packing list, please."},
+        {"role": "assistant", "content": "Added."}
+    ])
+}
+
+/// MateClaw's trigger source (`web` / `channel` / `cron`) on an append and on an
+/// extraction, with the seed's skip rule: a scheduled task's conversation is not analysed.
+#[test]
+fn the_trigger_source_is_the_callers_over_rest() {
+    let reply = json!({"should_update": true, "daily_entry": "## Kayak plans", "reason": "plan"});
+    let (model, s) = with_model(vec![memtape_scripted::text(&reply.to_string())]);
+    // A scheduled task's exchange: the post-conversation extraction skips it.
+    append(&s, "/v1/sessions/k1/messages?source=cron", exchange());
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(model.requests(), 0, "a cron conversation is not analysed");
+    let (status, run) = s.post("/v1/sessions/k1/extraction?source=cron", &json!({}));
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["skipped"], "a scheduled task's conversation");
+    assert_eq!(model.requests(), 0);
+    // A bad source is refused, naming it, and stores nothing.
+    let (status, bad) = s.post(
+        "/v1/sessions/k1/messages?source=email",
+        &json!({"messages": exchange()}),
+    );
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.to_string().contains("source"), "{bad}");
+    let (status, bad) = s.post("/v1/sessions/k1/extraction?source=email", &json!({}));
+    assert_eq!(status, 400, "{bad}");
+    let (_, history) = s.get("/v1/sessions/k1/history");
+    assert_eq!(
+        history["messages"].as_array().unwrap().len(),
+        4,
+        "{history}"
+    );
+    // A channel's exchange is analysed.
+    append(&s, "/v1/sessions/k2/messages?source=channel", exchange());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, memory) = s.get("/v1/memory");
+        if memory.to_string().contains("Kayak plans") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no extraction: {memory}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(model.requests(), 1);
+}
+
+#[test]
+fn the_trigger_source_is_the_callers_over_mcp() {
+    let (model, s) = with_model(Vec::new());
+    runtime().block_on(async {
+        let client = mcp(&s).await;
+        ok(
+            &client,
+            "tape_append",
+            json!({"session": "k1", "source": "cron", "messages": exchange()}),
+        )
+        .await;
+        let run = crate::mcp::client::ok_json(
+            &client,
+            "memory_extract",
+            json!({"session": "k1", "source": "cron"}),
+        )
+        .await;
+        assert_eq!(run["skipped"], "a scheduled task's conversation");
+        let (text, error) = crate::mcp::client::call(
+            &client,
+            "tape_append",
+            json!({"session": "k1", "source": "email", "messages": exchange()}),
+        )
+        .await;
+        assert!(
+            error && text.contains("`email`") && text.contains("cron"),
+            "{text}"
+        );
+        client.cancel().await.unwrap();
+    });
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        model.requests(),
+        0,
+        "nothing of a cron conversation went to the model"
+    );
+}

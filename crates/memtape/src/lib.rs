@@ -53,7 +53,7 @@ pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
 };
-pub use mateclaw::{MemoryRun, Trigger, json_reply};
+pub use mateclaw::{MemoryRun, Source, Trigger, json_reply};
 pub use node::{
     DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, IdleNode, NODE_CLEAR, NODE_MESSAGE_ID,
     NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD, NodeCleanup, NodeMemory, NodeMessage, NodeTurn,

@@ -385,12 +385,12 @@ class SessionsResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'parent': parent}
         return self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -443,12 +443,12 @@ class SessionsResource:
         _body = {'all': all}
         return self._client._request('POST', _url, query=_query, json=_body, cast=ConsolidationWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def extraction(self, session: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
-        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing changed when the model fails or answers badly; 503 without a model.
+    def extraction(self, session: str, *, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
+        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source` makes it the post-conversation trigger. 502 with nothing changed when the model fails or answers badly; 503 without a model.
 
         `POST /v1/sessions/{session}/extraction`."""
         _url = f'/v1/sessions/{_path(session)}/extraction'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         return self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
@@ -959,12 +959,12 @@ class AsyncSessionsResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, parent: int | None = None, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'parent': parent}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -1017,12 +1017,12 @@ class AsyncSessionsResource:
         _body = {'all': all}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=ConsolidationWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def extraction(self, session: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
-        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing changed when the model fails or answers badly; 503 without a model.
+    async def extraction(self, session: str, *, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
+        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source` makes it the post-conversation trigger. 502 with nothing changed when the model fails or answers badly; 503 without a model.
 
         `POST /v1/sessions/{session}/extraction`."""
         _url = f'/v1/sessions/{_path(session)}/extraction'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 

@@ -656,8 +656,9 @@ export interface Operations {
    * MateClaw's extraction, now, with the server's model: the end of the conversation and
    * the memory files go to the model, and its JSON answer becomes one memory version (a
    * daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to
-   * this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing
-   * changed when the model fails or answers badly; 503 without a model.
+   * this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source`
+   * makes it the post-conversation trigger. 502 with nothing changed when the model fails
+   * or answers badly; 503 without a model.
    */
   "POST /v1/sessions/{session}/extraction": {
     path: {
@@ -667,8 +668,14 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the session is one user's. */
       user?: string;
+      /**
+       * Run as MateClaw's post-conversation trigger of a conversation from this source
+       * (`web`, `channel` or `cron`): every pre-check, the cooldown and `skip_cron` apply
+       * (`skipped` says which stopped it). Without it the run is manual.
+       */
+      source?: string;
     };
     body: never;
     response: S.MemoryRunWire;
@@ -711,8 +718,14 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the session is one user's. */
       user?: string;
+      /**
+       * Where the conversation came from (MateClaw's trigger source): `web` (default),
+       * `channel` or `cron`. A scheduled task's exchange (`cron`) is not analysed by the
+       * post-conversation extraction while `skip_cron` is on.
+       */
+      source?: string;
     };
     body: S.AppendBody;
     response: S.Appended;
@@ -913,9 +926,9 @@ export const operations = {
   "POST /v1/sessions/{session}/consolidation": { method: "POST", path: "/v1/sessions/{session}/consolidation", operationId: "consolidation", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "POST /v1/sessions/{session}/context": { method: "POST", path: "/v1/sessions/{session}/context", operationId: "context", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/sessions/{session}/entries": { method: "GET", path: "/v1/sessions/{session}/entries", operationId: "entries", pathParams: ["session"], query: ["agent", "user", "after_anchor", "from_last_anchor", "between_start", "between_end", "kind", "after", "before", "limit"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/sessions/{session}/extraction": { method: "POST", path: "/v1/sessions/{session}/extraction", operationId: "extraction", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/sessions/{session}/extraction": { method: "POST", path: "/v1/sessions/{session}/extraction", operationId: "extraction", pathParams: ["session"], query: ["agent", "user", "source"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/sessions/{session}/history": { method: "GET", path: "/v1/sessions/{session}/history", operationId: "history", pathParams: ["session"], query: ["agent", "user", "max_messages", "max_tokens", "view", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user", "source"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/sessions/{session}/new": { method: "POST", path: "/v1/sessions/{session}/new", operationId: "new_session", pathParams: ["session"], query: ["agent", "user", "retention_days"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/start": { method: "POST", path: "/v1/sessions/{session}/start", operationId: "start", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/tools": { method: "GET", path: "/v1/tools", operationId: "tools", pathParams: [], query: [], scoped: false, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
