@@ -93,10 +93,15 @@ pub enum MemoryCommand {
         /// How many days of daily notes.
         #[arg(long, default_value_t = 7)]
         days: u32,
+        /// Only this memory file (e.g. HISTORY.md), or the files of a folder ending in /:
+        /// its lines matching the query, or without one its text.
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
         #[command(flatten)]
         models: ModelArgs,
     },
-    /// Search long-term memory, the last 30 days of notes, the working state and /memories.
+    /// Search long-term memory, the last 30 days of notes, the working state, /memories
+    /// and the event history (HISTORY.md).
     Search {
         /// What to look for.
         #[arg(allow_hyphen_values = true)]
@@ -104,6 +109,10 @@ pub enum MemoryCommand {
         /// At most this many lines.
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        /// Only this memory file (e.g. HISTORY.md), or the files of a folder ending in /,
+        /// as grep would.
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
         #[command(flatten)]
         models: ModelArgs,
     },
@@ -517,6 +526,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         MemoryCommand::Recall {
             query,
             days,
+            file,
             models,
         } => {
             let ctx = ctx.clone().models(models);
@@ -528,13 +538,14 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 &engine,
                 &scope,
                 "memory.recall",
-                json!({"query": query, "days": days}),
+                json!({"query": query, "days": days, "file": file}),
                 out,
             );
         }
         MemoryCommand::Search {
             query,
             limit,
+            file,
             models,
         } => {
             let engine = engine_for_search(&ctx.clone().models(models))?;
@@ -542,7 +553,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 &engine,
                 &scope,
                 "memory_search",
-                json!({"query": query, "limit": limit}),
+                json!({"query": query, "limit": limit, "file": file}),
                 out,
             );
         }

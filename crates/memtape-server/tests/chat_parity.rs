@@ -411,3 +411,114 @@ fn the_trigger_source_is_the_callers_over_mcp() {
         "nothing of a cron conversation went to the model"
     );
 }
+
+/// A server whose agent has consolidated one conversation into HISTORY.md (`/new`,
+/// extractive without a model) and whose MEMORY.md says something else.
+fn with_history() -> Server {
+    let s = Server::start();
+    append(
+        &s,
+        "/v1/sessions/h1/messages",
+        json!([
+            {"role": "user", "content": "What was the old question about the zeppelin hangar?"},
+            {"role": "assistant", "content": "The zeppelin hangar is in Friedrichshafen."}
+        ]),
+    );
+    let (status, new) = s.post("/v1/sessions/h1/new", &json!({}));
+    assert_eq!(status, 200, "{new}");
+    let (status, saved) = s.post(
+        "/v1/memory/save",
+        &json!({"content": "Ada asked about the zeppelin museum too."}),
+    );
+    assert_eq!(status, 201, "{saved}");
+    let (_, memory) = s.get("/v1/memory");
+    assert!(
+        memory["files"]["HISTORY.md"]["content"]
+            .as_str()
+            .is_some_and(|h| h.contains("hangar")),
+        "{memory}"
+    );
+    s
+}
+
+/// nanobot: "HISTORY.md is NOT in context — search it with grep". Qanot's memory_search
+/// and Bub's memory.recall find it over REST, and `file` searches it alone.
+#[test]
+fn history_md_is_searchable_over_rest() {
+    let s = with_history();
+    let (status, lines) = s.get("/v1/memory/search?query=hangar");
+    assert_eq!(status, 200, "{lines}");
+    let files: Vec<&str> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["file"].as_str().unwrap())
+        .collect();
+    assert!(files.contains(&"HISTORY.md"), "{lines}");
+    assert!(lines[0]["line"].as_u64().unwrap() >= 1, "{lines}");
+    // Only HISTORY.md, as grep would: MEMORY.md's zeppelin line is left out.
+    let (status, only) = s.get("/v1/memory/search?query=zeppelin&file=HISTORY.md");
+    assert_eq!(status, 200, "{only}");
+    let only = only.as_array().unwrap();
+    assert!(!only.is_empty());
+    assert!(only.iter().all(|l| l["file"] == "HISTORY.md"), "{only:?}");
+    let (_, all) = s.get("/v1/memory/search?query=zeppelin");
+    assert!(all.to_string().contains("MEMORY.md"), "{all}");
+    // The tools route answers the same.
+    let (status, tool) = s.post(
+        "/v1/tools/memory_search",
+        &json!({"input": {"query": "hangar", "file": "HISTORY.md"}}),
+    );
+    assert_eq!(status, 200, "{tool}");
+    assert!(
+        tool["text"].as_str().unwrap().contains("HISTORY.md"),
+        "{tool}"
+    );
+    // Bub's recall: with a query it reaches HISTORY.md; `file` gives one file.
+    let (status, recalled) = s.get("/v1/memory/recall?query=hangar");
+    assert_eq!(status, 200, "{recalled}");
+    assert!(
+        recalled["text"].as_str().unwrap().contains("HISTORY.md:"),
+        "{recalled}"
+    );
+    let (_, whole) = s.get("/v1/memory/recall?file=HISTORY.md");
+    let whole = whole["text"].as_str().unwrap();
+    assert!(
+        whole.starts_with("## HISTORY.md\n[20") && !whole.contains("museum"),
+        "{whole}"
+    );
+    // A file the memory does not have, and a bad limit, are named.
+    let (status, bad) = s.get("/v1/memory/search?query=x&file=NOPE.md");
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.to_string().contains("NOPE.md"), "{bad}");
+    let (status, bad) = s.get("/v1/memory/search?query=x&limit=0");
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.to_string().contains("limit"), "{bad}");
+}
+
+#[test]
+fn history_md_is_searchable_over_mcp() {
+    let s = with_history();
+    runtime().block_on(async {
+        let client = mcp(&s).await;
+        let found = crate::mcp::client::ok_json(
+            &client,
+            "memory_search",
+            json!({"query": "zeppelin", "file": "HISTORY.md"}),
+        )
+        .await;
+        let found = found.as_array().unwrap();
+        assert!(!found.is_empty());
+        assert!(found.iter().all(|l| l["file"] == "HISTORY.md"), "{found:?}");
+        let recalled = ok(&client, "memory_recall", json!({"query": "hangar"})).await;
+        assert!(recalled.contains("HISTORY.md:"), "{recalled}");
+        let (text, error) = crate::mcp::client::call(
+            &client,
+            "memory_search",
+            json!({"query": "x", "file": "NOPE.md"}),
+        )
+        .await;
+        assert!(error && text.contains("NOPE.md"), "{text}");
+        client.cancel().await.unwrap();
+    });
+}

@@ -535,6 +535,17 @@ class MemoryFileWire(_Model):
     """When it last changed (RFC 3339)."""
 
 
+class MemoryLineWire(_Model):
+    """A memory line that matched."""
+
+    file: str
+    """The memory file."""
+    line: int
+    """The 1-based line number."""
+    content: str
+    """The line's text."""
+
+
 class MemoryRunWire(_Model):
     """What an extraction or emergence did."""
 
@@ -880,7 +891,7 @@ WorkspaceAnswer = dict[str, Any]
 """A MateClaw tool's JSON answer (as MateClaw returns it: `agentId`, `filename`, …)."""
 
 
-for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, ImportWire, ImportedSession, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
+for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, ImportWire, ImportedSession, MaybeRecorded, MemoryFileWire, MemoryLineWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
     _m.model_rebuild()
 
 
@@ -934,6 +945,7 @@ __all__ = [
     "KindName",
     "MaybeRecorded",
     "MemoryFileWire",
+    "MemoryLineWire",
     "MemoryRunWire",
     "MemoryWire",
     "ModeName",

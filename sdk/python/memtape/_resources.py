@@ -30,6 +30,7 @@ OPERATIONS = [
     "GET /v1/memory/dropped",
     "GET /v1/memory/file",
     "GET /v1/memory/recall",
+    "GET /v1/memory/search",
     "GET /v1/memory/show",
     "GET /v1/memory/versions",
     "GET /v1/retention",
@@ -202,14 +203,23 @@ class MemoryResource:
         _body = {'content': content, 'date': date}
         return self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def recall(self, *, query: str | None = None, days: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
+    def recall(self, *, query: str | None = None, days: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
         """Bub's `memory.recall`: long-term memory and recent daily notes, or the lines matching `query`.
 
         `GET /v1/memory/recall`."""
         _url = '/v1/memory/recall'
-        _query = {'query': query, 'days': days}
+        _query = {'query': query, 'days': days, 'file': file}
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
+
+    def search(self, query: str, *, limit: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> list[MemoryLineWire]:
+        """Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in the prompt) that match `query` best; with `file`, of that file only.
+
+        `GET /v1/memory/search`."""
+        _url = '/v1/memory/search'
+        _query = {'query': query, 'limit': limit, 'file': file}
+        _query.update(self._client._scope(agent, user))
+        return self._client._request('GET', _url, query=_query, cast=list[MemoryLineWire], timeout=timeout)
 
     def versions(self, *, path: str | None = None, ops: bool | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> Versions:
         """The versions of the scope's own memory, or of one file.
@@ -776,14 +786,23 @@ class AsyncMemoryResource:
         _body = {'content': content, 'date': date}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def recall(self, *, query: str | None = None, days: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
+    async def recall(self, *, query: str | None = None, days: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
         """Bub's `memory.recall`: long-term memory and recent daily notes, or the lines matching `query`.
 
         `GET /v1/memory/recall`."""
         _url = '/v1/memory/recall'
-        _query = {'query': query, 'days': days}
+        _query = {'query': query, 'days': days, 'file': file}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
+
+    async def search(self, query: str, *, limit: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> list[MemoryLineWire]:
+        """Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in the prompt) that match `query` best; with `file`, of that file only.
+
+        `GET /v1/memory/search`."""
+        _url = '/v1/memory/search'
+        _query = {'query': query, 'limit': limit, 'file': file}
+        _query.update(self._client._scope(agent, user))
+        return await self._client._request('GET', _url, query=_query, cast=list[MemoryLineWire], timeout=timeout)
 
     async def versions(self, *, path: str | None = None, ops: bool | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> Versions:
         """The versions of the scope's own memory, or of one file.

@@ -388,6 +388,11 @@ export interface Operations {
       query?: string;
       /** How many days of daily notes (default 7). */
       days?: number;
+      /**
+       * Only this memory file (e.g. `HISTORY.md`, which is not in the prompt), or the files
+       * of a folder ending in `/`: its lines matching `query`, or without one its text.
+       */
+      file?: string;
     };
     body: never;
     response: S.TextWire;
@@ -403,6 +408,32 @@ export interface Operations {
     };
     body: S.SaveBody;
     response: S.VersionWire;
+  };
+  /**
+   * Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of
+   * the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in
+   * the prompt) that match `query` best; with `file`, of that file only.
+   */
+  "GET /v1/memory/search": {
+    path: {};
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user. */
+      user?: string;
+      /** What to look for. */
+      query: string;
+      /** At most this many lines (1 to 50, default 10). */
+      limit?: number;
+      /**
+       * Only this memory file (e.g. `HISTORY.md`), or the files of a folder ending in `/`,
+       * as grep would. Without it: MEMORY.md, the working state, the daily notes of the
+       * last 30 days, /memories and HISTORY.md.
+       */
+      file?: string;
+    };
+    body: never;
+    response: S.MemoryLineWire[];
   };
   /**
    * Bub's `memory.show`: the memory as the model is shown it.
@@ -911,8 +942,9 @@ export const operations = {
   "PUT /v1/memory/flags": { method: "PUT", path: "/v1/memory/flags", operationId: "flags", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "POST /v1/memory/forget": { method: "POST", path: "/v1/memory/forget", operationId: "forget", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/memory/prune": { method: "POST", path: "/v1/memory/prune", operationId: "prune", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
-  "GET /v1/memory/recall": { method: "GET", path: "/v1/memory/recall", operationId: "recall", pathParams: [], query: ["agent", "user", "query", "days"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "GET /v1/memory/recall": { method: "GET", path: "/v1/memory/recall", operationId: "recall", pathParams: [], query: ["agent", "user", "query", "days", "file"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/save": { method: "POST", path: "/v1/memory/save", operationId: "save", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "GET /v1/memory/search": { method: "GET", path: "/v1/memory/search", operationId: "search", pathParams: [], query: ["agent", "user", "query", "limit", "file"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/memory/show": { method: "GET", path: "/v1/memory/show", operationId: "show", pathParams: [], query: ["agent", "user", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/undo": { method: "POST", path: "/v1/memory/undo", operationId: "undo", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory/versions": { method: "GET", path: "/v1/memory/versions", operationId: "versions", pathParams: [], query: ["agent", "user", "path", "ops"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },

@@ -579,6 +579,16 @@ export interface MemoryFileWire {
   updated_at: string;
 }
 
+/** A memory line that matched. */
+export interface MemoryLineWire {
+  /** The memory file. */
+  file: string;
+  /** The 1-based line number. */
+  line: number;
+  /** The line's text. */
+  content: string;
+}
+
 /** What an extraction or emergence did. */
 export interface MemoryRunWire {
   /** Why it did not run (nothing was sent to the model), if it did not. */

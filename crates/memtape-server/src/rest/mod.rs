@@ -76,6 +76,7 @@ pub fn routes() -> Router<AppState> {
     memory::save,
     memory::daily,
     memory::recall,
+    memory::search,
     memory::show,
     memory::file,
     memory::write_file,
