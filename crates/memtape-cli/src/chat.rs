@@ -68,6 +68,7 @@ The model: memtape.toml's [llm] table in the data directory, and these variables
   MEMTAPE_LLM_API_KEY      the key, when the server wants one
   MEMTAPE_LLM_TIMEOUT      seconds per attempt
   MEMTAPE_LLM_MAX_RETRIES  retries of a failed call
+  MEMTAPE_LLM_MEMORY_TOOL  anthropic: auto (the default), native or schema: whether the memory tool goes as memory_20250818
 With no provider, address or model set anywhere there is no model, and nothing is sent anywhere.";
 
 /// `memtape chat`'s arguments.
