@@ -68,7 +68,8 @@ pub use render::{
     COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, MEMORY_SKILL, RECOVERY_HEADING,
     SUMMARY_PREFIX, TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line,
     exchanges, fit_text, memory_block, recovery_text, shows_compaction, summary_text, system_text,
-    system_text_within, with_recovery, with_skill, working_buffer_entry, working_buffer_header,
+    system_text_with_skill_within, system_text_within, with_recovery, with_skill,
+    working_buffer_entry, working_buffer_header,
 };
 pub use truncate::{
     TOOL_RESULT_HEAD, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_TAIL, truncate_tool_result,
@@ -560,16 +561,17 @@ pub fn build(
     let trimmed = assembled - conv.len();
 
     // Still over: the conversation is down to its last few messages, so memory gives way.
-    // The agent files and the <memory> block are cut to what the budget leaves beside the
-    // system prompt, the kept messages and the current message.
+    // The memory skill, then the agent files and the <memory> block are cut to what the
+    // budget leaves beside the system prompt, the kept messages and the current message.
     let mut tokens = tokens_of(&conv, &current);
     let mut memory_truncated = false;
     if tokens > max {
         let others = tokens - full_system_cost;
         let role_cost = counter.count_message(&Message::text(Role::System, ""));
         let room = max.saturating_sub(others).saturating_sub(role_cost);
-        let (text, cut) = system_text_within(
-            &system_prompt,
+        let (text, cut) = system_text_with_skill_within(
+            &request.system_prompt,
+            config.memory_skill,
             memory,
             now,
             config.recent_days,

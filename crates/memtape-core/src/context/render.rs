@@ -227,6 +227,49 @@ pub fn system_text_within(
     (text, true)
 }
 
+/// [`system_text_within`] with the memory skill ([`MEMORY_SKILL`]) after the system prompt
+/// when `skill` is on. The skill gives way first: when the whole text does not fit in
+/// `room`, the skill is cut to what the rest leaves, or left out when the rest must be cut
+/// itself. Returns the text and whether anything was cut.
+#[allow(clippy::too_many_arguments)] // The inputs of the system text, as system_text_within's.
+pub fn system_text_with_skill_within(
+    system_prompt: &str,
+    skill: bool,
+    view: &MemoryView,
+    now: DateTime<Utc>,
+    recent_days: u32,
+    precision: TimePrecision,
+    room: usize,
+    counter: &dyn TokenCounter,
+) -> (String, bool) {
+    let whole = with_skill(system_prompt, skill);
+    if !skill || counter.count(&system_text(&whole, view, now, recent_days, precision)) <= room {
+        return system_text_within(&whole, view, now, recent_days, precision, room, counter);
+    }
+    let (rest, cut) = system_text_within(
+        system_prompt,
+        view,
+        now,
+        recent_days,
+        precision,
+        room,
+        counter,
+    );
+    // The separators around the skill cost a few tokens.
+    let left = room.saturating_sub(counter.count(&rest)).saturating_sub(4);
+    let skill_text = fit_text(MEMORY_SKILL.trim(), left, counter);
+    if cut || skill_text.is_empty() {
+        return (rest, true);
+    }
+    let prompt = system_prompt.trim();
+    let text = if prompt.is_empty() {
+        format!("{skill_text}\n\n{rest}")
+    } else {
+        format!("{prompt}\n\n{skill_text}{}", &rest[prompt.len()..])
+    };
+    (text, true)
+}
+
 /// The longest prefix of `text` (cut at a character) that fits in `room` tokens with a
 /// `[truncated]` mark after it; all of `text` when it fits; empty when nothing does. The
 /// search never looks past `room × 32` characters, so cutting a huge text stays fast.

@@ -726,6 +726,52 @@ fn a_huge_memory_is_truncated_to_keep_the_budget() {
     assert!(!ctx.messages[0].content_text().contains("[truncated]"));
 }
 
+/// The memory skill (nanobot's always-loaded skill, Bub's rule 7) follows the system
+/// prompt when it is on, and gives way first when the budget is small: the prompt keeps its
+/// budget, the skill is cut (then left out) before the memory is.
+#[test]
+fn the_memory_skill_follows_the_prompt_and_gives_way_first() {
+    let mut req = mateclaw(8000);
+    req.system_prompt = "You are a careful assistant.".into();
+    req.config.memory_skill = true;
+    let mut case = Case::new(&req, turns(1));
+    case.memory = view_with(&[(paths::MEMORY, "the user likes tea")]);
+    let ctx = case.run(&Recording::default()).context;
+    let system = ctx.messages[0].content_text().into_owned();
+    assert!(
+        system.starts_with(&format!(
+            "You are a careful assistant.\n\n{}\n\n<memory>",
+            MEMORY_SKILL.trim()
+        )),
+        "{system}"
+    );
+    assert!(!ctx.memory_truncated);
+    // Off: not there.
+    let mut off = req.clone();
+    off.config.memory_skill = false;
+    let plain = Case::new(&off, turns(1)).run(&Recording::default()).context;
+    assert!(!plain.messages[0].content_text().contains("Rule 7"));
+    // A budget the skill does not fit in: it is cut, the memory stays whole.
+    let skill_cost = Words.count(MEMORY_SKILL);
+    let small = plain.tokens + skill_cost / 2;
+    let mut tight = req.clone();
+    tight.config.max_input_tokens = small;
+    let mut case = Case::new(&tight, turns(1));
+    case.memory = view_with(&[(paths::MEMORY, "the user likes tea")]);
+    let ctx = case.run(&Recording::default()).context;
+    assert!(ctx.tokens <= small, "{} tokens of {small}", ctx.tokens);
+    assert!(ctx.memory_truncated && !ctx.over_budget);
+    let system = ctx.messages[0].content_text();
+    assert!(
+        system.contains("## Memory skill") && system.contains("[truncated]"),
+        "{system}"
+    );
+    assert!(
+        system.contains("the user likes tea") && system.contains("</memory>"),
+        "{system}"
+    );
+}
+
 /// MateClaw's trimToFit taken literally: drop the oldest message, repair, repeat.
 fn trim_literally(
     mut conv: Vec<Part>,
