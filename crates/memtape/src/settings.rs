@@ -353,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn daily_notes_are_chosen_per_agent_over_the_front_ends_default() {
+        let mut c = DailyNotesConfig::default();
+        assert_eq!(c.for_agent("a", DailyNotes::Qanot), DailyNotes::Qanot);
+        assert_eq!(c.for_agent("a", DailyNotes::Off), DailyNotes::Off);
+        c.format = Some(DailyNotes::Qanot);
+        c.agents.insert("quiet".into(), DailyNotes::Off);
+        assert_eq!(c.for_agent("a", DailyNotes::Off), DailyNotes::Qanot);
+        assert_eq!(c.for_agent("quiet", DailyNotes::Qanot), DailyNotes::Off);
+        let parsed: LifecycleConfig = serde_json::from_value(serde_json::json!({
+            "daily_notes": {"format": "off"}, "memory_skill": false
+        }))
+        .unwrap();
+        assert_eq!(parsed.daily_notes.format, Some(DailyNotes::Off));
+        assert!(!parsed.memory_skill && LifecycleConfig::default().memory_skill);
+        let bad = serde_json::from_value::<LifecycleConfig>(
+            serde_json::json!({"daily_notes": {"format": "bub"}}),
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("qanot"), "{bad}");
+    }
+
+    #[test]
     fn ranges_are_checked_by_name() {
         let mut c = LifecycleConfig::default();
         c.validate().unwrap();
