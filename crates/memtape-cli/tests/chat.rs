@@ -505,3 +505,85 @@ fn the_banner_names_where_the_model_settings_came_from() {
         "{stderr}"
     );
 }
+
+/// An Anthropic Messages reply of `text`.
+fn anthropic_text(text: &str) -> Answer {
+    memtape_scripted::ok(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 3}
+    }))
+}
+
+/// Issue 35 §2: with the Anthropic provider, `memtape chat --tools all` offers the memory
+/// tool as `memory_20250818` (with its beta) to a model that has it, and as a JSON-schema
+/// tool when memtape.toml's `memory_tool = "schema"` says so; the system text carries the
+/// memory skill.
+#[test]
+fn chat_offers_anthropics_memory_tool_natively_to_claude() {
+    let r = Run::new();
+    let server = Scripted::start(vec![anthropic_text("Hello!"), anthropic_text("Hi again.")]);
+    let toml = |extra: &str| {
+        format!(
+            "[llm]\nprovider = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"claude-sonnet-4-5\"\n\
+             timeout = 5\nmax_retries = 0\n{extra}",
+            server.base.trim_end_matches("/v1")
+        )
+    };
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml("")).unwrap();
+    let (stdout, _) = chat(
+        &r,
+        &["s1", "--tools", "all", "--no-stream"],
+        "hello there\n",
+    );
+    assert!(stdout.contains("Hello!"), "{stdout}");
+    let (beta, body) = {
+        let seen = server.seen.lock().unwrap();
+        let beta = seen[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == "anthropic-beta")
+            .map(|(_, v)| v.clone());
+        (beta, seen[0].body.clone())
+    };
+    assert_eq!(beta.as_deref(), Some("context-management-2025-06-27"));
+    let tools = body["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!({"type": "memory_20250818", "name": "memory"})),
+        "{tools:?}"
+    );
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["name"] == "memory_search" && t["input_schema"].is_object()),
+        "{tools:?}"
+    );
+    assert!(
+        body["system"].as_str().unwrap().contains("Rule 7"),
+        "{body}"
+    );
+    // Forced to the JSON-schema form.
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        toml("memory_tool = \"schema\"\n"),
+    )
+    .unwrap();
+    chat(
+        &r,
+        &["s2", "--tools", "all", "--no-stream"],
+        "hello again\n",
+    );
+    let seen = server.seen.lock().unwrap();
+    assert!(seen[1].headers.iter().all(|(k, _)| k != "anthropic-beta"));
+    let memory = seen[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "memory")
+        .cloned()
+        .unwrap();
+    assert!(
+        memory.get("type").is_none() && memory["input_schema"].is_object(),
+        "{memory}"
+    );
+}
