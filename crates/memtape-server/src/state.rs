@@ -436,24 +436,41 @@ impl AppState {
         let _ = self.inner.lifecycle.set(config);
     }
 
-    /// After `stored` was appended: Qanot's automatic daily note when the agent's notes are
-    /// on (`[lifecycle.daily_notes]`, off by default for servers) and the last entry is an
-    /// assistant's reply to a user message. A note that cannot be written is logged: the
-    /// messages are stored, and a client retrying would store them twice.
+    /// After `stored` was appended: Qanot's automatic daily note for each assistant reply
+    /// in it that answers a user message, when the agent's notes are on
+    /// (`[lifecycle.daily_notes]`, off by default for servers). A note that cannot be
+    /// written is logged: the messages are stored, and a client retrying would store them
+    /// twice.
     pub async fn note_exchange(&self, stored: &[Entry]) {
-        let Some(last) = stored.last().cloned() else {
+        let Some(first) = stored.first() else {
             return;
         };
         let notes = self
             .lifecycle()
             .daily_notes
-            .for_agent(last.scope.agent_name(), memtape::DailyNotes::Off);
+            .for_agent(first.scope.agent_name(), memtape::DailyNotes::Off);
         if notes != memtape::DailyNotes::Qanot {
             return;
         }
-        let session = last.scope.clone();
+        let replies: Vec<Entry> = stored
+            .iter()
+            .filter(|e| {
+                e.message()
+                    .is_some_and(|m| m.role == memtape::Role::Assistant && m.tool_calls.is_empty())
+            })
+            .cloned()
+            .collect();
+        if replies.is_empty() {
+            return;
+        }
+        let session = first.scope.clone();
         if let Err(e) = self
-            .run(move |engine| Ok(engine.note_exchange(&last)?))
+            .run(move |engine| {
+                for reply in &replies {
+                    engine.note_exchange(reply)?;
+                }
+                Ok(())
+            })
             .await
         {
             tracing::warn!(%session, error = %e.message, "the daily note could not be written");

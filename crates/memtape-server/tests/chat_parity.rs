@@ -108,6 +108,22 @@ fn rest_appends_write_qanots_daily_note_per_exchange() {
         "{note}"
     );
     assert_eq!(note.matches("## [").count(), 2, "{note}");
+    // Every exchange of one append is noted.
+    append(
+        &s,
+        "/v1/sessions/s1/messages",
+        json!([
+            {"role": "user", "content": "First?"}, {"role": "assistant", "content": "One."},
+            {"role": "user", "content": "Second?"}, {"role": "assistant", "content": "Two."}
+        ]),
+    );
+    let note = &dailies(&s, "")[0].1;
+    assert_eq!(note.matches("## [").count(), 4, "{note}");
+    assert!(
+        note.contains("**User:** First?\n**Agent:** One.\n")
+            && note.contains("**User:** Second?\n**Agent:** Two.\n"),
+        "{note}"
+    );
     // An agent whose notes are off gets none.
     append(
         &s,
