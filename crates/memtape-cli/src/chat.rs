@@ -101,6 +101,11 @@ pub struct ChatArgs {
     /// Print, on exit, how long memory work took per turn (the model's time left out).
     #[arg(long)]
     timings: bool,
+    /// Where the conversation comes from (MateClaw's trigger source): web, channel or
+    /// cron. A scheduled task's chat (cron) gets no extraction on exit while skip_cron is
+    /// on.
+    #[arg(long, value_name = "web|channel|cron")]
+    source: Option<memtape::Source>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]
@@ -552,7 +557,10 @@ impl Chat<'_> {
     /// Leaving: MateClaw's post-conversation extraction, then the background work.
     fn finish(&mut self, out: &mut impl Write) -> Result<()> {
         let config = &self.lifecycle.extraction;
-        let trigger = Trigger::Conversation { source: "chat" };
+        let trigger = match self.args.source {
+            Some(source) => source.trigger(),
+            None => Trigger::Conversation { source: "chat" },
+        };
         match self
             .engine
             .extract(&self.session, self.llm.as_ref(), config, trigger)

@@ -587,3 +587,23 @@ fn chat_offers_anthropics_memory_tool_natively_to_claude() {
         "{memory}"
     );
 }
+
+/// Issue 35 §2: MateClaw's trigger source is the caller's: `memtape chat --source cron`
+/// (a chat a scheduled task runs from a pipe) gets no extraction on exit while
+/// `skip_cron` is on; nothing of it goes to the model beyond the conversation.
+#[test]
+fn a_cron_chat_is_not_analysed_on_exit() {
+    let r = Run::new();
+    let server = Scripted::start(vec![stream_text("Done."), stream_text("Done again.")]);
+    configure(&r, &server);
+    let said =
+        "Run the nightly report on the Falcon project, please.\nAnd mail it to the team lead.\n";
+    let (_, stderr) = chat(&r, &["s1", "--source", "cron", "--verbose"], said);
+    assert!(
+        stderr.contains("[memory] no extraction: a scheduled task's conversation"),
+        "{stderr}"
+    );
+    assert_eq!(server.requests(), 2, "the two turns only");
+    let err = r.fails(&["chat", "s1", "--source", "mail"]);
+    assert!(err.contains("web, channel or cron"), "{err}");
+}
