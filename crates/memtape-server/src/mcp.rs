@@ -79,8 +79,9 @@ pub const INSTRUCTIONS: &str = "memtape is your long-term memory. Save a stable 
 preference or decision as soon as you learn it (edit MEMORY.md/PROFILE.md with the workspace \
 tools, or rewrite MEMORY.md whole with memory_save); note what happened today with memory_daily; keep longer notes \
 under /memories with the memory tool. Before answering about the past or the user, look it \
-up: memory_show at the start of a task, memory_search for memory files, tape_search for \
-earlier messages. Append the conversation with tape_append so the user's corrections, names \
+up: memory_show at the start of a task, memory_search for memory files (HISTORY.md, the log \
+of earlier conversations, too: file=HISTORY.md searches it alone), tape_search for earlier \
+messages. Append the conversation with tape_append so the user's corrections, names \
 and preferences reach SESSION-STATE.md. The memory files are resources \
 (memtape://memory/<path>); the memory_skill prompt says all of this in full.";
 
