@@ -9,7 +9,8 @@
 //!    from the provider rebuilds it with MateClaw's emergency path and tries once more.
 //! 3. The memory tools (Bub's and memory_search by default) are offered to the model and
 //!    run; their calls and results go on the tape. The reply is streamed.
-//! 4. After the reply: Qanot's daily note for the exchange, and nanobot's consolidation in
+//! 4. After the reply: Qanot's daily note for the exchange (`Engine::note_exchange`, as
+//!    servers write it; `[lifecycle.daily_notes]` can turn it off), and nanobot's consolidation in
 //!    the background once the session reaches its window.
 //!
 //! `/new` (nanobot: wait for consolidation, archive everything, clear), `/memory`,
@@ -27,8 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use memtape::{
-    Background, ContextConfig, ContextRequest, DynStore, Engine, MateClaw, Message, Mode, Policy,
-    Qanot, Scope, SearchFilter, SearchRequest, ToolCall, Trigger, memory_scope,
+    Background, ContextConfig, ContextRequest, DailyNotes, DynStore, Engine, MateClaw, Message,
+    Mode, Policy, Qanot, Scope, SearchFilter, SearchRequest, ToolCall, Trigger, memory_scope,
 };
 use memtape_llm::{ChatRequest, Llm, ToolSpec};
 use serde_json::Value;
@@ -67,6 +68,7 @@ The model: memtape.toml's [llm] table in the data directory, and these variables
   MEMTAPE_LLM_API_KEY      the key, when the server wants one
   MEMTAPE_LLM_TIMEOUT      seconds per attempt
   MEMTAPE_LLM_MAX_RETRIES  retries of a failed call
+  MEMTAPE_LLM_MEMORY_TOOL  anthropic: auto (the default), native or schema: whether the memory tool goes as memory_20250818
 With no provider, address or model set anywhere there is no model, and nothing is sent anywhere.";
 
 /// `memtape chat`'s arguments.
@@ -78,7 +80,7 @@ pub struct ChatArgs {
     /// The system prompt.
     #[arg(
         long,
-        default_value = "You are a helpful assistant with long-term memory. Save what the user wants remembered, and their stable preferences, with the memory tools."
+        default_value = "You are a helpful assistant with long-term memory."
     )]
     system: String,
     /// The prompt's token budget.
@@ -99,6 +101,11 @@ pub struct ChatArgs {
     /// Print, on exit, how long memory work took per turn (the model's time left out).
     #[arg(long)]
     timings: bool,
+    /// Where the conversation comes from (MateClaw's trigger source): web, channel or
+    /// cron. A scheduled task's chat (cron) gets no extraction on exit while skip_cron is
+    /// on.
+    #[arg(long, value_name = "web|channel|cron")]
+    source: Option<memtape::Source>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]
@@ -309,7 +316,14 @@ impl Chat<'_> {
         ContextRequest {
             system_prompt: self.args.system.clone(),
             message: None,
-            config: ContextConfig::new(self.args.budget, policy),
+            config: ContextConfig {
+                // The memory skill (how and when to save, Bub's rule 7) when the model has
+                // memory tools and memtape.toml does not turn it off.
+                memory_skill: self.lifecycle.memory_skill && self.args.tools != ToolSet::None,
+                // The reply this turn asks for: Qanot's compaction looks at the next turn.
+                reply_tokens: self.args.max_tokens as usize,
+                ..ContextConfig::new(self.args.budget, policy)
+            },
             emergency,
             record: true,
             as_of: None,
@@ -344,7 +358,7 @@ impl Chat<'_> {
         }
         memory_time += started.elapsed();
         let mut emergency = false;
-        let mut reply = String::new();
+        let mut reply = None;
         for _ in 0..TOOL_ROUNDS {
             let built = Instant::now();
             // A compaction summary the model writes is the model's time, not memory work.
@@ -385,13 +399,12 @@ impl Chat<'_> {
                 write!(out, "{}", answer.content)?;
             }
             if answer.tool_calls.is_empty() {
-                reply = answer.content.clone();
-                if !reply.trim().is_empty() {
-                    engine.append(
+                if !answer.content.trim().is_empty() {
+                    reply = Some(engine.append(
                         &self.session,
-                        Message::assistant(&reply),
+                        Message::assistant(&answer.content),
                         Default::default(),
-                    )?;
+                    )?);
                 }
                 memory_time += bookkeeping.elapsed();
                 break;
@@ -437,8 +450,15 @@ impl Chat<'_> {
         }
         writeln!(out)?;
         let after = Instant::now();
-        if !reply.trim().is_empty() {
-            self.daily_note(text, &reply)?;
+        // Qanot's automatic daily note for the exchange, unless memtape.toml turns it off.
+        let notes = self
+            .lifecycle
+            .daily_notes
+            .for_agent(self.session.agent_name(), DailyNotes::Qanot);
+        if let Some(reply) = &reply
+            && notes == DailyNotes::Qanot
+        {
+            engine.note_exchange(reply)?;
         }
         if let Err(e) = self.background.nudge(&self.session) {
             self.notes.failure(format_args!(
@@ -447,22 +467,6 @@ impl Chat<'_> {
         }
         memory_time += after.elapsed();
         self.spent.push(memory_time);
-        Ok(())
-    }
-
-    /// Qanot's automatic daily note for one exchange: the time, and the start of both
-    /// sides (`...` always follows, as in Qanot).
-    fn daily_note(&self, user: &str, reply: &str) -> Result<()> {
-        let now = self.engine.now();
-        let cut = |s: &str, n: usize| s.chars().take(n).collect::<String>();
-        let note = format!(
-            "## [{}]\n**User:** {}...\n**Agent:** {}...",
-            now.format("%H:%M:%S"),
-            cut(user, 100),
-            cut(reply, 200)
-        );
-        self.engine
-            .append_daily(&memory_scope(&self.session)?, &note, Some(now.date_naive()))?;
         Ok(())
     }
 
@@ -553,7 +557,10 @@ impl Chat<'_> {
     /// Leaving: MateClaw's post-conversation extraction, then the background work.
     fn finish(&mut self, out: &mut impl Write) -> Result<()> {
         let config = &self.lifecycle.extraction;
-        let trigger = Trigger::Conversation { source: "chat" };
+        let trigger = match self.args.source {
+            Some(source) => source.trigger(),
+            None => Trigger::Conversation { source: "chat" },
+        };
         match self
             .engine
             .extract(&self.session, self.llm.as_ref(), config, trigger)

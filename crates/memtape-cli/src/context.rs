@@ -95,6 +95,15 @@ pub struct ContextArgs {
     /// entry id): that memory, that history, the clock then; nothing is recorded.
     #[arg(long, value_name = "TIME|ID")]
     as_of: Option<memtape::AsOf>,
+    /// Whether the memory skill (how and when to save and search memory: nanobot's
+    /// always-loaded skill, Bub's rule 7) follows the system prompt (default:
+    /// memtape.toml's `[lifecycle] memory_skill`, on).
+    #[arg(long, value_name = "BOOL")]
+    memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens: Qanot's compaction
+    /// looks at the next turn, this prompt and its reply.
+    #[arg(long, default_value_t = memtape::context::DEFAULT_REPLY_TOKENS, value_name = "N")]
+    reply_tokens: usize,
     #[command(flatten)]
     pub scope: ScopeArgs,
 }
@@ -113,11 +122,14 @@ fn budget(text: &str) -> Result<usize, String> {
 /// session's tape (so the next call reuses it) unless `--dry-run`.
 pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()> {
     let engine = open(ctx)?;
+    let config = crate::config::load(ctx)?;
     let request = ContextRequest {
         system_prompt: args.system.clone(),
         message: args.message.clone().map(Message::user),
         config: ContextConfig {
             time_precision: args.time_precision.into(),
+            memory_skill: args.memory_skill.unwrap_or(config.lifecycle.memory_skill),
+            reply_tokens: args.reply_tokens,
             ..ContextConfig::new(args.budget, args.policy.policy())
         },
         emergency: args.emergency,
@@ -132,7 +144,6 @@ pub fn context(ctx: &Ctx, args: &ContextArgs, out: &mut impl Write) -> Result<()
     };
     // With a model configured, a compaction summary is the model's (MateClaw); a prompt
     // of the past is built without it.
-    let config = crate::config::load(ctx)?;
     let llm = match &config.llm {
         Some(llm) if args.as_of.is_none() => Some(llm.connect()?),
         _ => None,

@@ -46,6 +46,7 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> Result<()> {
     let state = AppState::with_model(engine, KeyStore::open(&dir), Limits::default(), true, model);
     state.set_data_dir(dir.clone());
     state.set_mcp_erase_own_session(config.mcp.erase_own_session);
+    state.set_lifecycle_config(config.lifecycle.clone());
     // The standard streams are duplicated: `main` holds the lock of Rust's stdout for the
     // other commands' output, and the MCP transport writes from other threads.
     let input = duplicate(&std::io::stdin())?;

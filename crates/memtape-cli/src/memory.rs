@@ -117,10 +117,15 @@ pub enum MemoryCommand {
         /// How many days of daily notes.
         #[arg(long, default_value_t = 7)]
         days: u32,
+        /// Only this memory file (e.g. HISTORY.md), or the files of a folder ending in /:
+        /// its lines matching the query, or without one its text.
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
         #[command(flatten)]
         models: ModelArgs,
     },
-    /// Search long-term memory, the last 30 days of notes, the working state and /memories.
+    /// Search long-term memory, the last 30 days of notes, the working state, /memories
+    /// and the event history (HISTORY.md).
     Search {
         /// What to look for.
         #[arg(allow_hyphen_values = true)]
@@ -128,6 +133,10 @@ pub enum MemoryCommand {
         /// At most this many lines.
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        /// Only this memory file (e.g. HISTORY.md), or the files of a folder ending in /,
+        /// as grep would.
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
         #[command(flatten)]
         models: ModelArgs,
     },
@@ -192,6 +201,11 @@ pub enum MemoryCommand {
     Extract {
         /// The session key.
         session: String,
+        /// Run as MateClaw's post-conversation trigger of a conversation from this source
+        /// (web, channel or cron): every pre-check, the cooldown and skip_cron apply.
+        /// Without it the run is manual.
+        #[arg(long, value_name = "web|channel|cron")]
+        source: Option<memtape::Source>,
     },
     /// Run MateClaw's emergence now: the newest daily notes merged into MEMORY.md by the
     /// configured model (waits for an extraction or emergence of this memory running
@@ -540,6 +554,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
         MemoryCommand::Recall {
             query,
             days,
+            file,
             models,
         } => {
             let ctx = ctx.clone().models(models);
@@ -551,13 +566,14 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 &engine,
                 &scope,
                 "memory.recall",
-                json!({"query": query, "days": days}),
+                json!({"query": query, "days": days, "file": file}),
                 out,
             );
         }
         MemoryCommand::Search {
             query,
             limit,
+            file,
             models,
         } => {
             let engine = engine_for_search(&ctx.clone().models(models))?;
@@ -565,7 +581,7 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 &engine,
                 &scope,
                 "memory_search",
-                json!({"query": query, "limit": limit}),
+                json!({"query": query, "limit": limit, "file": file}),
                 out,
             );
         }
@@ -738,15 +754,16 @@ pub fn memory(ctx: &Ctx, command: &MemoryCommand, out: &mut impl Write) -> Resul
                 engine.consolidate(&session, llm.as_ref(), config.lifecycle.consolidation(*all))?;
             output::json(out, &done)?;
         }
-        MemoryCommand::Extract { session } => {
+        MemoryCommand::Extract { session, source } => {
             let config = config::load(ctx)?;
             let llm = config.require_llm()?;
             let session = existing_session(&engine, ctx, session)?;
+            let trigger = source.map_or(memtape::Trigger::Manual, memtape::Source::trigger);
             let run = engine.extract(
                 &session,
                 llm.as_ref(),
                 &config.lifecycle.extraction,
-                memtape::Trigger::Manual,
+                trigger,
             )?;
             output::json(out, &run)?;
         }

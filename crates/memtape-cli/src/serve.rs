@@ -166,6 +166,7 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     state.set_retention_config(config.retention);
     state.set_mcp_erase_own_session(config.mcp.erase_own_session);
     state.set_attachments_config(config.attachments.clone());
+    state.set_lifecycle_config(config.lifecycle.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -149,11 +149,13 @@ fn a_conversation_uses_every_part_of_memory() {
         .find(|(p, _)| p.starts_with("memory/20"))
         .map(|(_, f)| f["content"].as_str().unwrap().to_owned())
         .unwrap();
+    // The seed's heading, and no "..." after text that was not cut.
+    assert!(daily.starts_with("# Daily Notes -- 20"), "{daily}");
     assert!(
-        daily.contains("**User:** My name is Ada and I prefer window seats...."),
+        daily.contains("**User:** My name is Ada and I prefer window seats.\n"),
         "{daily}"
     );
-    assert!(daily.contains("**Agent:** Saved, Ada!..."), "{daily}");
+    assert!(daily.contains("**Agent:** Saved, Ada!\n"), "{daily}");
     // Two exchanges wrote two entries; /undo took back the last change to memory, which
     // was the second one.
     assert_eq!(daily.matches("**User:**").count(), 1, "{daily}");
@@ -502,4 +504,106 @@ fn the_banner_names_where_the_model_settings_came_from() {
         ),
         "{stderr}"
     );
+}
+
+/// An Anthropic Messages reply of `text`.
+fn anthropic_text(text: &str) -> Answer {
+    memtape_scripted::ok(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 3}
+    }))
+}
+
+/// Issue 35 §2: with the Anthropic provider, `memtape chat --tools all` offers the memory
+/// tool as `memory_20250818` (with its beta) to a model that has it, and as a JSON-schema
+/// tool when memtape.toml's `memory_tool = "schema"` says so; the system text carries the
+/// memory skill.
+#[test]
+fn chat_offers_anthropics_memory_tool_natively_to_claude() {
+    let r = Run::new();
+    let server = Scripted::start(vec![anthropic_text("Hello!"), anthropic_text("Hi again.")]);
+    let toml = |extra: &str| {
+        format!(
+            "[llm]\nprovider = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"claude-sonnet-4-5\"\n\
+             timeout = 5\nmax_retries = 0\n{extra}",
+            server.base.trim_end_matches("/v1")
+        )
+    };
+    std::fs::write(r.dir.path().join("data/memtape.toml"), toml("")).unwrap();
+    let (stdout, _) = chat(
+        &r,
+        &["s1", "--tools", "all", "--no-stream"],
+        "hello there\n",
+    );
+    assert!(stdout.contains("Hello!"), "{stdout}");
+    let (beta, body) = {
+        let seen = server.seen.lock().unwrap();
+        let beta = seen[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == "anthropic-beta")
+            .map(|(_, v)| v.clone());
+        (beta, seen[0].body.clone())
+    };
+    assert_eq!(beta.as_deref(), Some("context-management-2025-06-27"));
+    let tools = body["tools"].as_array().unwrap();
+    assert!(
+        tools.contains(&json!({"type": "memory_20250818", "name": "memory"})),
+        "{tools:?}"
+    );
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["name"] == "memory_search" && t["input_schema"].is_object()),
+        "{tools:?}"
+    );
+    assert!(
+        body["system"].as_str().unwrap().contains("Rule 7"),
+        "{body}"
+    );
+    // Forced to the JSON-schema form.
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        toml("memory_tool = \"schema\"\n"),
+    )
+    .unwrap();
+    chat(
+        &r,
+        &["s2", "--tools", "all", "--no-stream"],
+        "hello again\n",
+    );
+    let seen = server.seen.lock().unwrap();
+    assert!(seen[1].headers.iter().all(|(k, _)| k != "anthropic-beta"));
+    let memory = seen[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "memory")
+        .cloned()
+        .unwrap();
+    assert!(
+        memory.get("type").is_none() && memory["input_schema"].is_object(),
+        "{memory}"
+    );
+}
+
+/// Issue 35 §2: MateClaw's trigger source is the caller's: `memtape chat --source cron`
+/// (a chat a scheduled task runs from a pipe) gets no extraction on exit while
+/// `skip_cron` is on; nothing of it goes to the model beyond the conversation.
+#[test]
+fn a_cron_chat_is_not_analysed_on_exit() {
+    let r = Run::new();
+    let server = Scripted::start(vec![stream_text("Done."), stream_text("Done again.")]);
+    configure(&r, &server);
+    let said =
+        "Run the nightly report on the Falcon project, please.\nAnd mail it to the team lead.\n";
+    let (_, stderr) = chat(&r, &["s1", "--source", "cron", "--verbose"], said);
+    assert!(
+        stderr.contains("[memory] no extraction: a scheduled task's conversation"),
+        "{stderr}"
+    );
+    assert_eq!(server.requests(), 2, "the two turns only");
+    let err = r.fails(&["chat", "s1", "--source", "mail"]);
+    assert!(err.contains("web, channel or cron"), "{err}");
 }

@@ -288,3 +288,24 @@ fn the_readme_configuration_file_is_valid() {
     let shown = r.json(&["retention", "show"]);
     assert_eq!(shown["effective"]["messages_days"], 90, "{shown}");
 }
+
+/// Issue 35 §2: MateClaw's trigger source on `memory extract --source`: as the
+/// post-conversation trigger, a scheduled task's conversation (`cron`) is skipped while
+/// `skip_cron` is on, before anything is sent; another source runs with every pre-check.
+#[test]
+fn extract_with_a_trigger_source_follows_the_seeds_skip_rules() {
+    let r = Run::new();
+    chat(&r, "s1", 4);
+    let reply = json!({"should_update": false, "reason": "nothing new"});
+    let server = Scripted::start(vec![text(&reply.to_string())]);
+    configure(&r, &server);
+    let run = r.json(&["memory", "extract", "s1", "--source", "cron"]);
+    assert_eq!(run["skipped"], "a scheduled task's conversation", "{run}");
+    assert_eq!(server.requests(), 0);
+    let run = r.json(&["memory", "extract", "s1", "--source", "channel"]);
+    assert!(run.get("skipped").is_none(), "{run}");
+    assert_eq!(run["reason"], "nothing new");
+    assert_eq!(server.requests(), 1);
+    let err = r.fails(&["memory", "extract", "s1", "--source", "email"]);
+    assert!(err.contains("web, channel or cron"), "{err}");
+}

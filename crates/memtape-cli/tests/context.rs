@@ -72,7 +72,10 @@ fn context_json_is_messages_and_their_token_count() {
         v["messages"][0]["content"]
             .as_str()
             .unwrap()
-            .starts_with("You are helpful.\n\n<memory>\n")
+            .starts_with(&format!(
+                "You are helpful.\n\n{}\n\n<memory>\n",
+                memtape::MEMORY_SKILL.trim()
+            ))
     );
     assert_eq!(msgs.len(), 1 + 6 + 1);
     assert_eq!(texts(&v).last().unwrap(), "And service 3?");
@@ -224,4 +227,80 @@ fn bench_context_reports_the_stable_prefix_ratio() {
         assert!(ratio > 0.0 && ratio <= 1.0, "{p}");
         assert_eq!(p["compared_turns"], 11);
     }
+}
+
+/// Issue 35 §2: the memory skill (nanobot's always-loaded skill, Bub's rule 7) is part of
+/// the system text `memtape context` builds, on by default; `--memory-skill false` and
+/// memtape.toml's `[lifecycle] memory_skill = false` leave it out.
+#[test]
+fn context_carries_the_memory_skill_unless_turned_off() {
+    let r = Run::new();
+    chat(&r, 1);
+    let system = |args: &[&str]| {
+        let mut all = vec![
+            "context",
+            "s",
+            "--json",
+            "--dry-run",
+            "--system",
+            "Be brief.",
+        ];
+        all.extend_from_slice(args);
+        texts(&r.json(&all))[0].clone()
+    };
+    let on = system(&[]);
+    assert!(
+        on.starts_with(&format!("Be brief.\n\n{}", memtape::MEMORY_SKILL.trim())),
+        "{on}"
+    );
+    assert!(
+        on.contains("Rule 7: proactively save the user's preferences"),
+        "{on}"
+    );
+    assert!(on.contains("HISTORY.md` is NOT in this prompt"), "{on}");
+    let off = system(&["--memory-skill", "false"]);
+    assert!(
+        off.starts_with("Be brief.\n\n") && !off.contains("Rule 7"),
+        "{off}"
+    );
+    std::fs::write(
+        r.dir.path().join("data/memtape.toml"),
+        "[lifecycle]\nmemory_skill = false\n",
+    )
+    .unwrap();
+    assert!(!system(&[]).contains("Rule 7"));
+    assert!(system(&["--memory-skill", "true"]).contains("Rule 7"));
+    let bad = r.fails(&["context", "s", "--memory-skill", "maybe"]);
+    assert!(bad.contains("--memory-skill"), "{bad}");
+}
+
+/// Issue 35 §2: Qanot's proactive compaction looks at the estimated next turn, the prompt
+/// and the reply budget (`--reply-tokens`, default 1024), not at the prompt alone.
+#[test]
+fn qanot_compaction_counts_the_reply_budget() {
+    let r = Run::new();
+    chat(&r, 6);
+    let build = |extra: &[&str]| {
+        let mut all = vec![
+            "context",
+            "s",
+            "--json",
+            "--dry-run",
+            "--policy",
+            "qanot",
+            "--memory-skill",
+            "false",
+        ];
+        all.extend_from_slice(extra);
+        r.json(&all)
+    };
+    let tokens = build(&["--reply-tokens", "0"])["tokens"].as_u64().unwrap() as usize;
+    let budget = (tokens * 2 + 2).to_string();
+    let alone = build(&["--budget", &budget, "--reply-tokens", "0"]);
+    assert_eq!(alone["compacted"], false, "{alone}");
+    let reply = (tokens * 2 / 5).to_string();
+    let next = build(&["--budget", &budget, "--reply-tokens", &reply]);
+    assert_eq!(next["compacted"], true, "{next}");
+    let bad = r.fails(&["context", "s", "--reply-tokens", "lots"]);
+    assert!(bad.contains("--reply-tokens"), "{bad}");
 }

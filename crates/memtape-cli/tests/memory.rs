@@ -469,3 +469,54 @@ fn wal_capture_records_a_stored_message_capture_once() {
     assert!(err.contains("id"), "{err}");
     assert!(r.fails(&["wal", "capture", "-1"]).contains("-1"));
 }
+
+/// Issue 35 §4: nanobot's "HISTORY.md is NOT in context — search it with grep":
+/// `memory search` and `memory recall` find the event history, and `--file HISTORY.md`
+/// searches it alone.
+#[test]
+fn memory_search_and_recall_find_history_md() {
+    let r = Run::new();
+    r.ok(&[
+        "append",
+        "h1",
+        "--role",
+        "user",
+        "--no-wal",
+        "--content",
+        "What was the old question about the zeppelin hangar?",
+    ]);
+    r.ok(&[
+        "append",
+        "h1",
+        "--role",
+        "assistant",
+        "--content",
+        "The zeppelin hangar is in Friedrichshafen.",
+    ]);
+    r.ok(&["new", "h1"]);
+    r.ok(&["memory", "save", "Ada asked about the zeppelin museum too."]);
+    let found = r.json(&["memory", "search", "hangar"]);
+    assert!(
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["file"] == "HISTORY.md"),
+        "{found}"
+    );
+    let only = r.json(&["memory", "search", "zeppelin", "--file", "HISTORY.md"]);
+    let only = only.as_array().unwrap();
+    assert!(!only.is_empty());
+    assert!(only.iter().all(|l| l["file"] == "HISTORY.md"), "{only:?}");
+    let all = r.json(&["memory", "search", "zeppelin"]);
+    assert!(all.to_string().contains("MEMORY.md"), "{all}");
+    let recalled = r.ok(&["memory", "recall", "hangar"]);
+    assert!(recalled.contains("HISTORY.md:"), "{recalled}");
+    let whole = r.ok(&["memory", "recall", "--file", "HISTORY.md"]);
+    assert!(
+        whole.starts_with("## HISTORY.md\n[20") && !whole.contains("museum"),
+        "{whole}"
+    );
+    let err = r.fails(&["memory", "search", "x", "--file", "NOPE.md"]);
+    assert!(err.contains("NOPE.md"), "{err}");
+}

@@ -36,8 +36,9 @@
 //! - [`MateClaw`]: when the prompt passes `compact_trigger_ratio` × `max_input_tokens`
 //!   (0.75 × 128000), every turn but the last `preserve_recent_pairs` (2) is summarized by
 //!   the pluggable [`Summarizer`] (the extractive one offline).
-//! - [`Qanot`]: from `buffer_ratio` (50%) the facade keeps the working buffer; past
-//!   `compaction_ratio` (60%) the first 2 and last 4 messages stay and the middle is
+//! - [`Qanot`]: from `buffer_ratio` (50%) the facade keeps the working buffer; when the
+//!   estimated next-turn context (the prompt and the reply budget,
+//!   [`ContextConfig::reply_tokens`]) passes `compaction_ratio` (60%) the first 2 and last 4 messages stay and the middle is
 //!   removed, with Qanot's marker; recovery context (working buffer, working state,
 //!   today's notes) is appended to the current message on the prompt that compacts and
 //!   whenever the conversation itself shows a sign of compaction ("where were we?").
@@ -64,10 +65,11 @@ use serde::{Deserialize, Serialize};
 pub use compaction::{Compaction, qanot_split, recent_pairs_start};
 pub use prefix::{common_prefix_tokens, extends};
 pub use render::{
-    COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, RECOVERY_HEADING, SUMMARY_PREFIX,
-    TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line, exchanges, fit_text,
-    memory_block, recovery_text, shows_compaction, summary_text, system_text, system_text_within,
-    with_recovery, working_buffer_entry, working_buffer_header,
+    COMPACTION_SIGNS, Exchange, MAX_RECOVERY_FILE_CHARS, MEMORY_SKILL, RECOVERY_HEADING,
+    SUMMARY_PREFIX, TimePrecision, USAGE_HINTS, agent_files, compaction_marker, date_line,
+    exchanges, fit_text, memory_block, recovery_text, shows_compaction, summary_text, system_text,
+    system_text_with_skill_within, system_text_within, with_recovery, with_skill,
+    working_buffer_entry, working_buffer_header,
 };
 pub use truncate::{
     TOOL_RESULT_HEAD, TOOL_RESULT_MAX_CHARS, TOOL_RESULT_TAIL, truncate_tool_result,
@@ -76,6 +78,10 @@ pub use truncate::{
 use crate::memory::MemoryView;
 use crate::summary::{DEFAULT_SUMMARY_MAX_TOKENS, Summarizer};
 use crate::{Content, EntryId, HistoryLimits, Message, Result, Role, TokenCounter, select_history};
+
+/// The reply budget a context expects when the caller names none
+/// ([`ContextConfig::reply_tokens`]).
+pub const DEFAULT_REPLY_TOKENS: usize = 1024;
 
 /// MateClaw's `default-max-input-tokens`.
 pub const DEFAULT_MAX_INPUT_TOKENS: usize = 128_000;
@@ -114,7 +120,9 @@ impl Default for MateClaw {
 pub struct Qanot {
     /// From this share of the budget the working buffer is kept.
     pub buffer_ratio: f64,
-    /// Past this share of the budget the conversation is compacted.
+    /// When the estimated next-turn context (the prompt and
+    /// [`ContextConfig::reply_tokens`]) passes this share of the budget, the conversation is
+    /// compacted.
     pub compaction_ratio: f64,
     /// Messages kept from the start of the conversation.
     pub keep_first: usize,
@@ -191,6 +199,15 @@ pub struct ContextConfig {
     pub time_precision: TimePrecision,
     /// At most this many messages of the thread are read (nanobot's max_messages: 500).
     pub max_messages: usize,
+    /// The reply the model may write after this prompt, in tokens (the request's
+    /// `max_tokens`; default 1024, `memtape chat`'s). Qanot's proactive compaction looks at
+    /// the estimated next-turn context, this prompt plus this reply.
+    pub reply_tokens: usize,
+    /// Whether the memory skill ([`MEMORY_SKILL`]: nanobot's always-loaded skill, Bub's
+    /// rule 7) follows the system prompt, for an agent that has the memory tools. Off
+    /// here; the front-ends (REST, MCP, `memtape context`, `memtape chat`) turn it on by
+    /// default (`[lifecycle] memory_skill`).
+    pub memory_skill: bool,
 }
 
 impl Default for ContextConfig {
@@ -206,6 +223,8 @@ impl Default for ContextConfig {
             recent_days: 7,
             time_precision: TimePrecision::default(),
             max_messages: HistoryLimits::default().max_messages,
+            reply_tokens: DEFAULT_REPLY_TOKENS,
+            memory_skill: false,
         }
     }
 }
@@ -422,10 +441,11 @@ pub fn build(
         .collect();
     let head: Vec<Part> = head.into_iter().map(|(id, m)| part(Some(id), m)).collect();
 
+    let system_prompt = with_skill(&request.system_prompt, config.memory_skill);
     let mut system = Message::text(
         Role::System,
         system_text(
-            &request.system_prompt,
+            &system_prompt,
             memory,
             now,
             config.recent_days,
@@ -481,7 +501,10 @@ pub fn build(
         }
         Policy::Qanot(q) if !request.emergency => {
             working_buffer = usage >= q.buffer_ratio;
-            if usage > q.compaction_ratio {
+            // "When the estimated next-turn context would exceed 60% of the max": this
+            // prompt and the reply it asks for.
+            let next_turn = usage + config.reply_tokens as f64 / max as f64;
+            if next_turn > q.compaction_ratio {
                 compact_qanot(&mut fitted, q);
             }
         }
@@ -538,16 +561,17 @@ pub fn build(
     let trimmed = assembled - conv.len();
 
     // Still over: the conversation is down to its last few messages, so memory gives way.
-    // The agent files and the <memory> block are cut to what the budget leaves beside the
-    // system prompt, the kept messages and the current message.
+    // The memory skill, then the agent files and the <memory> block are cut to what the
+    // budget leaves beside the system prompt, the kept messages and the current message.
     let mut tokens = tokens_of(&conv, &current);
     let mut memory_truncated = false;
     if tokens > max {
         let others = tokens - full_system_cost;
         let role_cost = counter.count_message(&Message::text(Role::System, ""));
         let room = max.saturating_sub(others).saturating_sub(role_cost);
-        let (text, cut) = system_text_within(
+        let (text, cut) = system_text_with_skill_within(
             &request.system_prompt,
+            config.memory_skill,
             memory,
             now,
             config.recent_days,

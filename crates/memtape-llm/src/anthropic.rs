@@ -19,12 +19,72 @@ const VERSION: &str = "2023-06-01";
 /// The reply budget when a request sets none (the API requires one).
 const DEFAULT_MAX_TOKENS: u32 = 1024;
 
+/// The name of Anthropic's memory tool (and of memtape's `/memories` tool).
+pub const MEMORY_TOOL: &str = "memory";
+
+/// The type Anthropic's trained memory tool is declared with.
+pub const MEMORY_TOOL_TYPE: &str = "memory_20250818";
+
+/// The beta the memory tool needs (`anthropic-beta`).
+pub const MEMORY_TOOL_BETA: &str = "context-management-2025-06-27";
+
+/// How a tool named `memory` is sent to the Anthropic API.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryTool {
+    /// As Anthropic's trained memory tool (`{"type": "memory_20250818", "name":
+    /// "memory"}`, with the `context-management-2025-06-27` beta) when the model has it
+    /// ([`has_memory_tool`]), else as a plain JSON-schema tool.
+    #[default]
+    Auto,
+    /// Always as Anthropic's memory tool.
+    Native,
+    /// Always as a plain JSON-schema tool.
+    Schema,
+}
+
+impl std::str::FromStr for MemoryTool {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<MemoryTool, String> {
+        match s.trim() {
+            "auto" => Ok(MemoryTool::Auto),
+            "native" => Ok(MemoryTool::Native),
+            "schema" => Ok(MemoryTool::Schema),
+            other => Err(format!(
+                "{other:?} is not a memory tool mode; use auto, native or schema"
+            )),
+        }
+    }
+}
+
+/// Whether `model` has Anthropic's trained memory tool: the Claude 4 models and later
+/// (Sonnet and Opus from 4, Haiku from 4.5), by name, with or without a date and a
+/// provider's prefix (`anthropic.claude-sonnet-4-5-20250929-v1:0`).
+pub fn has_memory_tool(model: &str) -> bool {
+    let Some(at) = model.find("claude-") else {
+        return false;
+    };
+    let mut parts = model[at + "claude-".len()..].split(['-', '@', '.', ':']);
+    let family = parts.next().unwrap_or_default();
+    let number = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok().filter(|n| *n < 100));
+    let Some(major) = number(parts.next()) else {
+        return false;
+    };
+    let minor = number(parts.next()).unwrap_or(0);
+    match family {
+        "sonnet" | "opus" => major >= 4,
+        "haiku" => major > 4 || (major == 4 && minor >= 5),
+        _ => false,
+    }
+}
+
 /// A client of one model behind the Anthropic Messages API.
 pub struct Anthropic {
     http: Http,
     url: String,
     model: String,
     api_key: Option<String>,
+    memory_tool: MemoryTool,
 }
 
 impl std::fmt::Debug for Anthropic {
@@ -48,7 +108,23 @@ impl Anthropic {
             url,
             model,
             api_key: None,
+            memory_tool: MemoryTool::Auto,
         })
+    }
+
+    /// How a tool named `memory` is sent (default [`MemoryTool::Auto`]).
+    pub fn memory_tool(mut self, mode: MemoryTool) -> Self {
+        self.memory_tool = mode;
+        self
+    }
+
+    /// Whether a tool named `memory` goes as Anthropic's memory tool.
+    fn native_memory(&self) -> bool {
+        match self.memory_tool {
+            MemoryTool::Auto => has_memory_tool(&self.model),
+            MemoryTool::Native => true,
+            MemoryTool::Schema => false,
+        }
     }
 
     /// Sends `key` as `x-api-key`.
@@ -69,11 +145,15 @@ impl Anthropic {
         self
     }
 
-    /// The headers every request carries.
-    fn headers(&self) -> Vec<(&'static str, String)> {
+    /// The headers of `request`: the version and key, and the memory tool's beta when
+    /// the request declares it.
+    fn headers(&self, request: &ChatRequest) -> Vec<(&'static str, String)> {
         let mut headers = vec![("anthropic-version", VERSION.to_owned())];
         if let Some(key) = &self.api_key {
             headers.push(("x-api-key", key.clone()));
+        }
+        if self.native_memory() && request.tools.iter().any(|t| t.name == MEMORY_TOOL) {
+            headers.push(("anthropic-beta", MEMORY_TOOL_BETA.to_owned()));
         }
         headers
     }
@@ -98,7 +178,14 @@ impl Anthropic {
             body["tools"] = request
                 .tools
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .map(|t| {
+                    if t.name == MEMORY_TOOL && self.native_memory() {
+                        // The model knows the tool's commands: its type says all of it.
+                        json!({"type": MEMORY_TOOL_TYPE, "name": MEMORY_TOOL})
+                    } else {
+                        json!({"name": t.name, "description": t.description, "input_schema": t.parameters})
+                    }
+                })
                 .collect();
         }
         if let Some(name) = &request.force_tool {
@@ -392,7 +479,8 @@ impl Llm for Anthropic {
 
     fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let body = self.body(request).to_string();
-        self.http.post(&self.url, &self.headers(), &body, reply)
+        self.http
+            .post(&self.url, &self.headers(request), &body, reply)
     }
 
     fn chat_stream(
@@ -403,8 +491,13 @@ impl Llm for Anthropic {
         let mut body = self.body(request);
         body["stream"] = json!(true);
         let body = body.to_string();
-        self.http
-            .stream(&self.url, &self.headers(), &body, on_text, read_stream)
+        self.http.stream(
+            &self.url,
+            &self.headers(request),
+            &body,
+            on_text,
+            read_stream,
+        )
     }
 }
 

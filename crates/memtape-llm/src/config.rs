@@ -2,7 +2,8 @@
 //! ([`LlmSettings`]) and the environment, which wins key by key: `MEMTAPE_LLM_PROVIDER`
 //! (`openai`, the default, or `anthropic`), `MEMTAPE_LLM_BASE_URL`, `MEMTAPE_LLM_MODEL`,
 //! `MEMTAPE_LLM_API_KEY`, and optionally `MEMTAPE_LLM_TIMEOUT` (seconds per attempt) and
-//! `MEMTAPE_LLM_MAX_RETRIES`. The file names the variable that holds the key
+//! `MEMTAPE_LLM_MAX_RETRIES`, and for Anthropic `MEMTAPE_LLM_MEMORY_TOOL` (`auto`, `native`
+//! or `schema`: how the `memory` tool is declared, [`MemoryTool`]). The file names the variable that holds the key
 //! (`api_key_env`) rather than the key itself, though it may hold one. With no provider,
 //! URL or model set anywhere there is no model, and nothing is ever sent anywhere.
 
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::http::DEFAULT_TIMEOUT;
 use crate::retry::RetryPolicy;
-use crate::{Anthropic, Llm, OpenAi};
+use crate::{Anthropic, Llm, MemoryTool, OpenAi};
 
 /// The API a model is reached through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +40,8 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// How failed calls are retried.
     pub retry: RetryPolicy,
+    /// How the `memory` tool is declared to Anthropic (default: by the model).
+    pub memory_tool: MemoryTool,
 }
 
 impl std::fmt::Debug for LlmConfig {
@@ -51,6 +54,7 @@ impl std::fmt::Debug for LlmConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
             .field("retry", &self.retry)
+            .field("memory_tool", &self.memory_tool)
             .finish()
     }
 }
@@ -73,6 +77,9 @@ pub struct LlmSettings {
     pub timeout: Option<u64>,
     /// How many times a failed call is retried.
     pub max_retries: Option<u64>,
+    /// How the `memory` tool is declared to Anthropic: `auto` (Anthropic's
+    /// `memory_20250818` where the model has it), `native` or `schema`.
+    pub memory_tool: Option<String>,
 }
 
 impl LlmSettings {
@@ -85,6 +92,7 @@ impl LlmSettings {
             "MEMTAPE_LLM_API_KEY" => self.api_key.clone(),
             "MEMTAPE_LLM_TIMEOUT" => self.timeout.map(|n| n.to_string()),
             "MEMTAPE_LLM_MAX_RETRIES" => self.max_retries.map(|n| n.to_string()),
+            "MEMTAPE_LLM_MEMORY_TOOL" => self.memory_tool.clone(),
             _ => None,
         }
     }
@@ -181,7 +189,14 @@ impl LlmConfig {
         if let Some(n) = number("MEMTAPE_LLM_MAX_RETRIES", 10)? {
             retry.max_retries = n as u32;
         }
+        let memory_tool = match var("MEMTAPE_LLM_MEMORY_TOOL") {
+            Some(v) => v
+                .parse::<MemoryTool>()
+                .map_err(|e| Error::Config(format!("{}: {e}", label("MEMTAPE_LLM_MEMORY_TOOL"))))?,
+            None => MemoryTool::Auto,
+        };
         let config = LlmConfig {
+            memory_tool,
             provider,
             base_url,
             model: model.trim().to_owned(),
@@ -219,7 +234,8 @@ impl LlmConfig {
             Provider::Anthropic => {
                 let mut c = Anthropic::new(&self.base_url, &self.model)?
                     .timeout(self.timeout)
-                    .retry(self.retry);
+                    .retry(self.retry)
+                    .memory_tool(self.memory_tool);
                 if let Some(key) = &self.api_key {
                     c = c.api_key(key);
                 }
@@ -253,6 +269,33 @@ mod tests {
         assert_eq!(vars(&[]).unwrap(), None);
         assert_eq!(vars(&[("MEMTAPE_LLM_API_KEY", "sk")]).unwrap(), None);
         assert_eq!(vars(&[("MEMTAPE_LLM_MODEL", " ")]).unwrap(), None);
+    }
+
+    #[test]
+    fn the_memory_tool_mode_is_read_and_checked() {
+        let model = ("MEMTAPE_LLM_MODEL", "claude-3-5-haiku");
+        let c = vars(&[model]).unwrap().unwrap();
+        assert_eq!(c.memory_tool, MemoryTool::Auto);
+        let c = vars(&[model, ("MEMTAPE_LLM_MEMORY_TOOL", "native")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.memory_tool, MemoryTool::Native);
+        let file = LlmSettings {
+            memory_tool: Some("maybe".into()),
+            ..LlmSettings::default()
+        };
+        let err = LlmConfig::from_sources(
+            |n| (n == "MEMTAPE_LLM_MODEL").then(|| "m".to_owned()),
+            &file,
+            "memtape.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("memory_tool in [llm] of memtape.toml")
+                && err.contains("auto, native or schema"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod retry;
 mod sse;
 mod types;
 
-pub use anthropic::Anthropic;
+pub use anthropic::{Anthropic, MemoryTool, has_memory_tool};
 pub use config::{LlmConfig, LlmSettings, Provider};
 pub use error::{Error, Result};
 pub use openai::OpenAi;

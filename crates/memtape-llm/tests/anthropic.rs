@@ -5,7 +5,7 @@ mod common;
 
 use common::{Answer, Scripted, fast_retries, ok};
 use memtape_llm::{
-    Anthropic, ChatRequest, Error, Llm, Message, RetryPolicy, Role, ToolCall, ToolSpec,
+    Anthropic, ChatRequest, Error, Llm, MemoryTool, Message, RetryPolicy, Role, ToolCall, ToolSpec,
 };
 use serde_json::json;
 
@@ -273,5 +273,116 @@ fn attachments_are_sent_as_image_and_document_blocks() {
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}},
             {"type": "document", "source": {"type": "url", "url": "https://example.org/a.pdf"}}
         ])
+    );
+}
+
+/// A request offering the `memory` tool (memtape's `/memories` tool, as a JSON schema)
+/// beside another tool.
+fn with_memory_tool() -> ChatRequest {
+    let mut request = ChatRequest::new(vec![Message::user("Remember that I like tea.")]);
+    request.tools = vec![
+        ToolSpec {
+            name: "memory".into(),
+            description: "Files under /memories.".into(),
+            parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
+        },
+        ToolSpec {
+            name: "memory_search".into(),
+            description: "Search memory.".into(),
+            parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+        },
+    ];
+    request
+}
+
+fn reply() -> Answer {
+    ok(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+        "content": [{"type": "text", "text": "Noted."}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 2}
+    }))
+}
+
+/// What the server saw of request `n`: its `anthropic-beta` header and its tools.
+fn seen(server: &Scripted, n: usize) -> (Option<String>, serde_json::Value) {
+    let seen = server.seen.lock().unwrap();
+    let request = &seen[n];
+    let beta = request
+        .headers
+        .iter()
+        .find(|(k, _)| k == "anthropic-beta")
+        .map(|(_, v)| v.clone());
+    (beta, request.body["tools"].clone())
+}
+
+/// Seed 004 / MEMORY-TOOL.md: a model trained on Anthropic's memory tool gets it as
+/// `{"type": "memory_20250818", "name": "memory"}` with the `context-management-2025-06-27`
+/// beta; an older model gets the JSON-schema tool and no beta; a setting forces either.
+#[test]
+fn the_memory_tool_goes_as_memory_20250818_where_the_model_has_it() {
+    let server = Scripted::start((0..5).map(|_| reply()).collect());
+    let base = server.base.replace("/v1", "");
+    let schema_tool = json!({"name": "memory", "description": "Files under /memories.",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}});
+    // Claude Sonnet 4.5: the trained tool.
+    let sonnet = Anthropic::new(&base, "claude-sonnet-4-5-20250929").unwrap();
+    sonnet.chat(&with_memory_tool()).unwrap();
+    let (beta, tools) = seen(&server, 0);
+    assert_eq!(beta.as_deref(), Some("context-management-2025-06-27"));
+    assert_eq!(
+        tools[0],
+        json!({"type": "memory_20250818", "name": "memory"})
+    );
+    assert_eq!(tools[1]["name"], "memory_search");
+    assert!(tools[1].get("type").is_none(), "{tools}");
+    // Claude 3.5 Haiku has no memory tool: a plain tool, no beta.
+    let haiku = Anthropic::new(&base, "claude-3-5-haiku-20241022").unwrap();
+    haiku.chat(&with_memory_tool()).unwrap();
+    let (beta, tools) = seen(&server, 1);
+    assert_eq!(beta, None);
+    assert_eq!(tools[0], schema_tool);
+    // Forced either way.
+    let forced = Anthropic::new(&base, "claude-3-5-haiku-20241022")
+        .unwrap()
+        .memory_tool(MemoryTool::Native);
+    forced.chat(&with_memory_tool()).unwrap();
+    assert_eq!(seen(&server, 2).1[0]["type"], "memory_20250818");
+    let plain = Anthropic::new(&base, "claude-opus-4-1")
+        .unwrap()
+        .memory_tool(MemoryTool::Schema);
+    plain.chat(&with_memory_tool()).unwrap();
+    let (beta, tools) = seen(&server, 3);
+    assert_eq!((beta, tools[0].clone()), (None, schema_tool));
+    // A request without the memory tool carries no beta, on any model.
+    sonnet
+        .chat(&ChatRequest::new(vec![Message::user("Hi")]))
+        .unwrap();
+    assert_eq!(seen(&server, 4).0, None);
+}
+
+#[test]
+fn which_models_have_the_memory_tool() {
+    for (model, has) in [
+        ("claude-sonnet-4-20250514", true),
+        ("claude-sonnet-4-5", true),
+        ("claude-opus-4-1-20250805", true),
+        ("claude-opus-4-0", true),
+        ("claude-haiku-4-5-20251001", true),
+        ("claude-sonnet-5", true),
+        ("anthropic.claude-sonnet-4-5-20250929-v1:0", true),
+        ("claude-sonnet-4@20250514", true),
+        ("claude-3-7-sonnet-20250219", false),
+        ("claude-3-5-haiku-20241022", false),
+        ("claude-haiku-4", false),
+        ("gpt-4o", false),
+        ("claude", false),
+    ] {
+        assert_eq!(memtape_llm::has_memory_tool(model), has, "{model}");
+    }
+    assert!(
+        "fancy"
+            .parse::<MemoryTool>()
+            .unwrap_err()
+            .contains("auto, native or schema")
     );
 }

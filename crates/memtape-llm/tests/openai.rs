@@ -370,3 +370,29 @@ fn attachments_are_sent_as_content_parts() {
         ])
     );
 }
+
+/// An OpenAI-compatible server has no trained memory tool: the `memory` tool goes as a
+/// function with its JSON schema, whatever the model is called.
+#[test]
+fn the_memory_tool_is_a_plain_function_on_openai_compatible_servers() {
+    let server = Scripted::start(vec![ok(json!({
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Noted."}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    }))]);
+    let llm = OpenAi::new(&server.base, "claude-sonnet-4-5").unwrap();
+    let mut request = ChatRequest::new(vec![Message::user("Remember that I like tea.")]);
+    request.tools = vec![ToolSpec {
+        name: "memory".into(),
+        description: "Files under /memories.".into(),
+        parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+    }];
+    llm.chat(&request).unwrap();
+    let body = server.body(0).unwrap();
+    assert_eq!(body["tools"][0]["type"], "function");
+    assert_eq!(body["tools"][0]["function"]["name"], "memory");
+    assert!(body["tools"][0]["function"]["parameters"].is_object());
+    let seen = server.seen.lock().unwrap();
+    assert!(seen[0].headers.iter().all(|(k, _)| k != "anthropic-beta"));
+}

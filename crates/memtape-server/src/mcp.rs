@@ -66,16 +66,24 @@ use tools::{
     TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
-/// The memory skill: the `memory_skill` prompt.
-pub const SKILL: &str = include_str!("mcp/skill.md");
+/// What the `memory_skill` prompt adds for MCP (resources, the tape tools, the workspace
+/// tools) to the memory skill every context carries ([`memtape::MEMORY_SKILL`]).
+const MCP_SKILL: &str = include_str!("mcp/skill.md");
+
+/// The memory skill, the `memory_skill` prompt: MCP's part, then the memory skill the
+/// context builder puts in system prompts (one text: nanobot's skill and Bub's rule 7).
+pub fn skill() -> String {
+    format!("{}\n\n{}", MCP_SKILL.trim(), memtape::MEMORY_SKILL.trim())
+}
 
 /// The server's instructions, sent at initialization.
 pub const INSTRUCTIONS: &str = "memtape is your long-term memory. Save a stable fact, \
 preference or decision as soon as you learn it (edit MEMORY.md/PROFILE.md with the workspace \
 tools, or rewrite MEMORY.md whole with memory_save); note what happened today with memory_daily; keep longer notes \
 under /memories with the memory tool. Before answering about the past or the user, look it \
-up: memory_show at the start of a task, memory_search for memory files, tape_search for \
-earlier messages. Append the conversation with tape_append so the user's corrections, names \
+up: memory_show at the start of a task, memory_search for memory files (HISTORY.md, the log \
+of earlier conversations, too: file=HISTORY.md searches it alone), tape_search for earlier \
+messages. Append the conversation with tape_append so the user's corrections, names \
 and preferences reach SESSION-STATE.md. The memory files are resources \
 (memtape://memory/<path>); the memory_skill prompt says all of this in full.";
 
@@ -234,11 +242,16 @@ impl Memtape {
                 let body = serde_json::from_value(json!({ "messages": messages }))
                     .map_err(|e| Refusal::Tool(format!("Error: invalid input for {name}: {e}")))?;
                 let tenant = caller.tenant.clone();
+                let params = rest::AppendParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    source: input.source.map(|s| s.source()),
+                };
                 let call = rest::append(
                     state,
                     caller,
                     ApiPath(input.session),
-                    ApiQuery(who.params()),
+                    ApiQuery(params),
                     ApiJson(body),
                 );
                 let Some(key) = input.idempotency_key else {
@@ -393,12 +406,13 @@ impl Memtape {
                 // The role first, as the registry's tools do: a read key learns no more.
                 who.caller.require(Role::Write)?;
                 let input: ExtractInput = input(name, args)?;
-                let call = rest::extraction(
-                    state,
-                    caller,
-                    ApiPath(input.session),
-                    ApiQuery(who.params()),
-                );
+                let params = rest::ExtractionParams {
+                    agent: Some(who.agent.clone()),
+                    user: who.user.clone(),
+                    source: input.source.map(|s| s.source()),
+                };
+                let call =
+                    rest::extraction(state, caller, ApiPath(input.session), ApiQuery(params));
                 let Json(out) = call.await?;
                 to_text(&out)
             }
@@ -511,7 +525,15 @@ impl Memtape {
                 let request = ContextRequest {
                     system_prompt: input.system.unwrap_or_default(),
                     message: input.message.map(Message::user),
-                    config: ContextConfig::new(input.budget, policy),
+                    config: ContextConfig {
+                        memory_skill: input
+                            .memory_skill
+                            .unwrap_or_else(|| self.state.lifecycle().memory_skill),
+                        reply_tokens: input
+                            .reply_tokens
+                            .unwrap_or(memtape::context::DEFAULT_REPLY_TOKENS),
+                        ..ContextConfig::new(input.budget, policy)
+                    },
                     emergency: false,
                     record: record && input.as_of.is_none(),
                     as_of: crate::wire::as_of(input.as_of.as_deref())?,
@@ -817,7 +839,8 @@ impl ServerHandler for Memtape {
                 None,
             ));
         }
-        let mut result = GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, SKILL)]);
+        let mut result =
+            GetPromptResult::new(vec![PromptMessage::new_text(McpRole::User, skill())]);
         result.description = Some("memtape's memory skill".into());
         Ok(result.into())
     }

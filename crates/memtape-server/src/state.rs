@@ -176,6 +176,9 @@ struct Inner {
     mcp_erase: std::sync::atomic::AtomicBool,
     /// How attached files are rebuilt into content parts ([`AppState::set_attachments_config`]).
     attachments: std::sync::OnceLock<memtape::AttachmentsConfig>,
+    /// memtape.toml's `[lifecycle]`, when set without a model
+    /// ([`AppState::set_lifecycle_config`]).
+    lifecycle: std::sync::OnceLock<LifecycleConfig>,
 }
 
 /// At most this many failed captures wait for a retry (the oldest give way, logged).
@@ -314,6 +317,7 @@ impl AppState {
                 retention: std::sync::OnceLock::new(),
                 retention_scheduler: Arc::default(),
                 mcp_erase: std::sync::atomic::AtomicBool::new(false),
+                lifecycle: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -420,13 +424,63 @@ impl AppState {
         self.inner.background.as_ref()
     }
 
-    /// The lifecycle settings (the defaults without a model).
+    /// The lifecycle settings: the model's, else those set with
+    /// [`AppState::set_lifecycle_config`], else the defaults.
     pub fn lifecycle(&self) -> LifecycleConfig {
         self.inner
             .background
             .as_ref()
             .map(|b| b.config().clone())
+            .or_else(|| self.inner.lifecycle.get().cloned())
             .unwrap_or_default()
+    }
+
+    /// Sets memtape.toml's `[lifecycle]` (daily notes, the memory skill), once, before
+    /// serving: what a server without a model follows (one with a model follows the
+    /// model's setup).
+    pub fn set_lifecycle_config(&self, config: LifecycleConfig) {
+        let _ = self.inner.lifecycle.set(config);
+    }
+
+    /// After `stored` was appended: Qanot's automatic daily note for each assistant reply
+    /// in it that answers a user message, when the agent's notes are on
+    /// (`[lifecycle.daily_notes]`, off by default for servers). A note that cannot be
+    /// written is logged: the messages are stored, and a client retrying would store them
+    /// twice.
+    pub async fn note_exchange(&self, stored: &[Entry]) {
+        let Some(first) = stored.first() else {
+            return;
+        };
+        let notes = self
+            .lifecycle()
+            .daily_notes
+            .for_agent(first.scope.agent_name(), memtape::DailyNotes::Off);
+        if notes != memtape::DailyNotes::Qanot {
+            return;
+        }
+        let replies: Vec<Entry> = stored
+            .iter()
+            .filter(|e| {
+                e.message()
+                    .is_some_and(|m| m.role == memtape::Role::Assistant && m.tool_calls.is_empty())
+            })
+            .cloned()
+            .collect();
+        if replies.is_empty() {
+            return;
+        }
+        let session = first.scope.clone();
+        if let Err(e) = self
+            .run(move |engine| {
+                for reply in &replies {
+                    engine.note_exchange(reply)?;
+                }
+                Ok(())
+            })
+            .await
+        {
+            tracing::warn!(%session, error = %e.message, "the daily note could not be written");
+        }
     }
 
     /// The model, or 503 naming how to configure one.
@@ -449,8 +503,9 @@ impl AppState {
     /// pool): starts its consolidation in the background if it is due, and when the
     /// appends ended with the assistant's reply (a completed exchange, MateClaw's
     /// `ConversationCompletedEvent`), runs the post-conversation extraction, which its
-    /// pre-checks and the agent's cooldown usually skip without a call.
-    pub fn after_append(&self, session: &Scope, replied: bool) {
+    /// pre-checks and the agent's cooldown usually skip without a call; `source` is where
+    /// the conversation came from (a scheduled task's is skipped under `skip_cron`).
+    pub fn after_append(&self, session: &Scope, replied: bool, source: memtape::Source) {
         let Some(background) = self.inner.background.clone() else {
             return;
         };
@@ -464,7 +519,7 @@ impl AppState {
             if !replied || !config.enabled {
                 return;
             }
-            let trigger = memtape::Trigger::Conversation { source: "web" };
+            let trigger = source.trigger();
             match engine.extract(&session, background.llm().as_ref(), config, trigger) {
                 Ok(run) if run.skipped.is_none() => tracing::info!(
                     %session, changed = ?run.changed, dropped = run.dropped, reason = %run.reason,

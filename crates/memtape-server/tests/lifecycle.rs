@@ -257,7 +257,7 @@ fn the_context_route_summarizes_with_the_model() {
     let (status, built) = server.call(
         "POST",
         "/v1/sessions/s1/context",
-        Some(&json!({"budget": 200})),
+        Some(&json!({"budget": 200, "memory_skill": false})),
         None,
     );
     assert_eq!(status, 200, "{built}");

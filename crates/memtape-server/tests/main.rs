@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // Tests panic on failure by design.
 
+mod chat_parity;
 mod common;
 mod cross_site;
 mod group_commit;

@@ -2,7 +2,7 @@
 //! the whole walk (every tool, the memory files as resources, an update notification, the
 //! prompt), keys (none, a wrong one, a read key) and tenant isolation with two keys.
 #[path = "mcp/client.rs"]
-mod client;
+pub(crate) mod client;
 
 use crate::common::Server;
 use client::{Client, Connected, call, ok, ok_json, read};

@@ -57,7 +57,7 @@ pub use io::ImportReport;
 pub use lifecycle::{
     ConsolidationGuard, DEFAULT_RETENTION_DAYS, NewSession, PruneReport, SESSION_NEW,
 };
-pub use mateclaw::{MemoryRun, Trigger, json_reply};
+pub use mateclaw::{MemoryRun, Source, Trigger, json_reply};
 pub use node::{
     DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, DIFY_NODE_META, IdleNode,
     MAX_MESSAGE_ID_BYTES, NODE_CLEAR, NODE_MESSAGE_ID, NODE_PARENT_MESSAGE_ID, NODE_STARTS_THREAD,
@@ -70,7 +70,8 @@ pub use retention::{
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
 pub use settings::{
-    AttachmentsConfig, EmergenceConfig, ExtractionConfig, ImageDetail, LifecycleConfig, Schedule,
+    AttachmentsConfig, DailyNotes, DailyNotesConfig, EmergenceConfig, ExtractionConfig, ImageDetail,
+    LifecycleConfig, Schedule,
 };
 pub use tiers::{Blame, BlamedLine, check_memory_scope, memory_scope};
 pub use usage::UsageLine;
@@ -86,7 +87,8 @@ use serde_json::{Map, Value};
 
 pub use error::Error;
 pub use memtape_core::context::{
-    Compaction, Context, ContextConfig, ContextRequest, MateClaw, Policy, Qanot, TimePrecision,
+    Compaction, Context, ContextConfig, ContextRequest, MEMORY_SKILL, MateClaw, Policy, Qanot,
+    TimePrecision,
 };
 pub use memtape_core::retention::{Expiry, Retention};
 pub use memtape_core::{

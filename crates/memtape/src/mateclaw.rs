@@ -43,6 +43,54 @@ pub enum Trigger<'a> {
     Manual,
 }
 
+/// MateClaw's trigger source (`triggerSource`): where a conversation came from. A
+/// scheduled task's conversation (`cron`) is not analysed while
+/// [`ExtractionConfig::skip_cron`] is on (no recursion).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A person in a web client (the default).
+    #[default]
+    Web,
+    /// A message channel (a chat app, a bot).
+    Channel,
+    /// A scheduled task.
+    Cron,
+}
+
+impl Source {
+    /// `web`, `channel` or `cron`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Web => "web",
+            Source::Channel => "channel",
+            Source::Cron => "cron",
+        }
+    }
+
+    /// The conversation trigger of a conversation from this source.
+    pub fn trigger(self) -> Trigger<'static> {
+        Trigger::Conversation {
+            source: self.as_str(),
+        }
+    }
+}
+
+impl std::str::FromStr for Source {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Source> {
+        match s {
+            "web" => Ok(Source::Web),
+            "channel" => Ok(Source::Channel),
+            "cron" => Ok(Source::Cron),
+            other => Err(Error::Config(format!(
+                "the trigger source is {other:?}; it must be web, channel or cron"
+            ))),
+        }
+    }
+}
+
 /// What an extraction or emergence did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryRun {

@@ -22,6 +22,12 @@ pub struct LifecycleConfig {
     pub extraction: ExtractionConfig,
     /// MateClaw's emergence (`[lifecycle.emergence]`).
     pub emergence: EmergenceConfig,
+    /// Qanot's automatic daily note for every exchange (`[lifecycle.daily_notes]`).
+    pub daily_notes: DailyNotesConfig,
+    /// Whether the system text a context builds carries the memory skill (nanobot's
+    /// always-loaded skill with Bub's rule 7: save preferences proactively) for agents
+    /// served with memory tools (default true).
+    pub memory_skill: bool,
 }
 
 impl Default for LifecycleConfig {
@@ -32,7 +38,42 @@ impl Default for LifecycleConfig {
             consolidation_max_tokens: crate::consolidate::CONSOLIDATION_MAX_TOKENS,
             extraction: ExtractionConfig::default(),
             emergence: EmergenceConfig::default(),
+            daily_notes: DailyNotesConfig::default(),
+            memory_skill: true,
         }
+    }
+}
+
+/// Which automatic daily notes an agent's exchanges get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DailyNotes {
+    /// None.
+    Off,
+    /// Qanot's: `## [HH:MM:SS]`, the user's message and the reply, under the seed's
+    /// heading `# Daily Notes -- YYYY-MM-DD` ([`Engine::note_exchange`](crate::Engine::note_exchange)).
+    Qanot,
+}
+
+/// Qanot's automatic daily notes, per agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DailyNotesConfig {
+    /// The notes of every agent: `qanot` or `off`. Unset, each front-end keeps its own
+    /// default: `memtape chat` writes Qanot's notes, servers (REST, MCP) write none.
+    pub format: Option<DailyNotes>,
+    /// Per-agent choices, by agent name, over `format`.
+    pub agents: std::collections::BTreeMap<String, DailyNotes>,
+}
+
+impl DailyNotesConfig {
+    /// The notes `agent` gets; `default` when nothing is set for it.
+    pub fn for_agent(&self, agent: &str, default: DailyNotes) -> DailyNotes {
+        self.agents
+            .get(agent)
+            .copied()
+            .or(self.format)
+            .unwrap_or(default)
     }
 }
 
@@ -309,6 +350,28 @@ mod tests {
             leap.next_after(t).unwrap().to_rfc3339(),
             "2028-02-29T00:00:00+00:00"
         );
+    }
+
+    #[test]
+    fn daily_notes_are_chosen_per_agent_over_the_front_ends_default() {
+        let mut c = DailyNotesConfig::default();
+        assert_eq!(c.for_agent("a", DailyNotes::Qanot), DailyNotes::Qanot);
+        assert_eq!(c.for_agent("a", DailyNotes::Off), DailyNotes::Off);
+        c.format = Some(DailyNotes::Qanot);
+        c.agents.insert("quiet".into(), DailyNotes::Off);
+        assert_eq!(c.for_agent("a", DailyNotes::Off), DailyNotes::Qanot);
+        assert_eq!(c.for_agent("quiet", DailyNotes::Qanot), DailyNotes::Off);
+        let parsed: LifecycleConfig = serde_json::from_value(serde_json::json!({
+            "daily_notes": {"format": "off"}, "memory_skill": false
+        }))
+        .unwrap();
+        assert_eq!(parsed.daily_notes.format, Some(DailyNotes::Off));
+        assert!(!parsed.memory_skill && LifecycleConfig::default().memory_skill);
+        let bad = serde_json::from_value::<LifecycleConfig>(
+            serde_json::json!({"daily_notes": {"format": "bub"}}),
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("qanot"), "{bad}");
     }
 
     #[test]

@@ -461,6 +461,85 @@ impl<S: Store> Engine<S> {
         )
     }
 
+    /// Qanot's automatic daily note for one exchange (seed 004): when `reply` is an
+    /// assistant message with text and no tool calls, and the message it answers (its
+    /// parent, past the turn's tool calls and results) is a user's, `## [HH:MM:SS]`,
+    /// `**User:** …` and `**Agent:** …` (the user's text cut to 100 characters, the
+    /// reply's to 200, `...` only after a cut) are appended to the daily note of the reply's
+    /// day in the session's memory, a new note starting with the seed's heading
+    /// `# Daily Notes -- YYYY-MM-DD`. The note names both messages as its causes. `None`
+    /// when `reply` answers no user message.
+    pub fn note_exchange(&self, reply: &memtape_core::Entry) -> Result<Option<Recorded>> {
+        /// How far back the user's message is looked for (a turn's tool rounds).
+        const STEPS: usize = 64;
+        let answers = reply.message().is_some_and(|m| {
+            m.role == memtape_core::Role::Assistant
+                && m.tool_calls.is_empty()
+                && !m.content_text().trim().is_empty()
+        });
+        if !answers || reply.scope.session().is_none() {
+            return Ok(None);
+        }
+        let mut parent = reply.parent;
+        let mut user = None;
+        for _ in 0..STEPS {
+            let Some(id) = parent else { break };
+            let Some(entry) = self.store.get(reply.scope.tenant(), id)? else {
+                break;
+            };
+            let Some(m) = entry.message().filter(|_| entry.scope == reply.scope) else {
+                break;
+            };
+            match m.role {
+                memtape_core::Role::User => {
+                    user = Some((entry.id, m.content_text().into_owned()));
+                    break;
+                }
+                memtape_core::Role::Tool => parent = entry.parent,
+                memtape_core::Role::Assistant if !m.tool_calls.is_empty() => parent = entry.parent,
+                _ => break,
+            }
+        }
+        let Some((user_id, user_text)) = user else {
+            return Ok(None);
+        };
+        let reply_text = reply
+            .message()
+            .map(|m| m.content_text())
+            .unwrap_or_default();
+        let cut = |s: &str, n: usize| {
+            let s = s.trim();
+            if s.chars().count() > n {
+                format!("{}...", s.chars().take(n).collect::<String>())
+            } else {
+                s.to_owned()
+            }
+        };
+        let at = reply.created_at;
+        let date = at.date_naive();
+        let text = format!(
+            "## [{}]\n**User:** {}\n**Agent:** {}\n",
+            at.format("%H:%M:%S"),
+            cut(&user_text, 100),
+            cut(&reply_text, 200)
+        );
+        let memory = crate::memory_scope(&reply.scope)?;
+        caused_by([user_id, reply.id], || {
+            self.record_memory(
+                &memory,
+                Change::one(
+                    Op::Append {
+                        path: paths::daily(date),
+                        text,
+                        heading: Some(paths::qanot_daily_heading(date)),
+                    },
+                    "memory.daily",
+                ),
+            )
+        })
+        .map(Some)
+    }
+
     /// nanobot's event history: appends `[YYYY-MM-DD HH:MM] entry` as its own paragraph to
     /// HISTORY.md.
     pub fn append_history(&self, scope: &Scope, entry: &str) -> Result<Recorded> {

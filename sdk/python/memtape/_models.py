@@ -195,6 +195,10 @@ class ContextBody(_Model):
     """Build the prompt as the tape stood at this moment: an RFC 3339 time or an entry id (as a string or a number). Nothing is recorded then."""
     attachments: None | AttachmentsName = Field(default=None)
     """How attached files come back: `refs` (Dify's references in `files`, the default), `parts` or `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks), by the server's `[attachments]` settings."""
+    memory_skill: bool | None = Field(default=None)
+    """Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save preferences proactively) follows the system prompt (default: the server's `[lifecycle] memory_skill`, on)."""
+    reply_tokens: int | None = Field(default=None)
+    """The reply the model may write after this prompt, in tokens (default 1024): Qanot's compaction looks at the next turn, this prompt and its reply."""
 
 
 class ContextWire(_Model):
@@ -583,6 +587,17 @@ class MemoryFileWire(_Model):
     """The memory version that last changed it."""
     updated_at: str
     """When it last changed (RFC 3339)."""
+
+
+class MemoryLineWire(_Model):
+    """A memory line that matched."""
+
+    file: str
+    """The memory file."""
+    line: int
+    """The 1-based line number."""
+    content: str
+    """The line's text."""
 
 
 class MemoryRunWire(_Model):
@@ -1072,7 +1087,7 @@ WorkspaceAnswer = dict[str, Any]
 """A MateClaw tool's JSON answer (as MateClaw returns it: `agentId`, `filename`, …)."""
 
 
-for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DifyNodeFile, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileRefWire, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, IdleNodeWire, ImportWire, ImportedSession, ManyMessages, MaybeRecorded, MemoryFileWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, NodeAdded, NodeCleanupBody, NodeCleanupWire, NodeCleared, NodeHistory, NodeImported, NodeMessageWire, NodeTurnBody, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, UploadForm, UploadWire, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
+for _m in (AgentRetentionWire, AgentWire, Agents, AnchorBody, Appended, BlameLineWire, BlameWire, Captured, ChatMessage, CompactionWire, ConsolidateBody, ConsolidationBody, ConsolidationWire, ContentPart, ContextBody, ContextWire, CreateBody, DailyBody, DiffWire, DifyNodeFile, DroppedList, DroppedWire, EmergenceBody, Entries, EntryWire, EraseBody, ErasedWire, ErasureMark, ErrorBody, ErrorDetail, FileBody, FileRefWire, FileText, FileWire, FlagsBody, ForgetBody, FunctionWire, Health, History, HitWire, Hits, IdleNodeWire, ImportWire, ImportedSession, ManyMessages, MaybeRecorded, MemoryFileWire, MemoryLineWire, MemoryRunWire, MemoryWire, NewMessage, NewWire, NodeAdded, NodeCleanupBody, NodeCleanupWire, NodeCleared, NodeHistory, NodeImported, NodeMessageWire, NodeTurnBody, PruneBody, Pruned, RenameBody, RetentionRunBody, RetentionRunWire, RetentionWire, SaveBody, SessionWire, Sessions, Started, TextWire, Thread, ToolCallBody, ToolCallWire, ToolResult, ToolWire, Tools, UndoBody, UploadForm, UploadWire, VersionWire, Versions, WalScan, WalScanBody, WorkspaceEditBody, WriteBody, Written,):
     _m.model_rebuild()
 
 
@@ -1132,6 +1147,7 @@ __all__ = [
     "ManyMessages",
     "MaybeRecorded",
     "MemoryFileWire",
+    "MemoryLineWire",
     "MemoryRunWire",
     "MemoryWire",
     "ModeName",

@@ -31,6 +31,7 @@ OPERATIONS = [
     "GET /v1/memory/dropped",
     "GET /v1/memory/file",
     "GET /v1/memory/recall",
+    "GET /v1/memory/search",
     "GET /v1/memory/show",
     "GET /v1/memory/versions",
     "GET /v1/retention",
@@ -233,14 +234,23 @@ class MemoryResource:
         _body = {'content': content, 'date': date}
         return self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def recall(self, *, query: str | None = None, days: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
+    def recall(self, *, query: str | None = None, days: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
         """Bub's `memory.recall`: long-term memory and recent daily notes, or the lines matching `query`.
 
         `GET /v1/memory/recall`."""
         _url = '/v1/memory/recall'
-        _query = {'query': query, 'days': days}
+        _query = {'query': query, 'days': days, 'file': file}
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
+
+    def search(self, query: str, *, limit: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> list[MemoryLineWire]:
+        """Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in the prompt) that match `query` best; with `file`, of that file only.
+
+        `GET /v1/memory/search`."""
+        _url = '/v1/memory/search'
+        _query = {'query': query, 'limit': limit, 'file': file}
+        _query.update(self._client._scope(agent, user))
+        return self._client._request('GET', _url, query=_query, cast=list[MemoryLineWire], timeout=timeout)
 
     def versions(self, *, path: str | None = None, ops: bool | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> Versions:
         """The versions of the scope's own memory, or of one file.
@@ -480,12 +490,12 @@ class SessionsResource:
         _query.update(self._client._scope(agent, user))
         return self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'reasoning_content': reasoning_content, 'files': files, 'parent': parent}
         return self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -538,23 +548,23 @@ class SessionsResource:
         _body = {'all': all}
         return self._client._request('POST', _url, query=_query, json=_body, cast=ConsolidationWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def extraction(self, session: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
-        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing changed when the model fails or answers badly; 503 without a model.
+    def extraction(self, session: str, *, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
+        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source` makes it the post-conversation trigger. 502 with nothing changed when the model fails or answers badly; 503 without a model.
 
         `POST /v1/sessions/{session}/extraction`."""
         _url = f'/v1/sessions/{_path(session)}/extraction'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         return self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, memory_skill: bool | None = None, reply_tokens: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments, 'memory_skill': memory_skill, 'reply_tokens': reply_tokens}
         return self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:
@@ -900,14 +910,23 @@ class AsyncMemoryResource:
         _body = {'content': content, 'date': date}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=VersionWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def recall(self, *, query: str | None = None, days: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
+    async def recall(self, *, query: str | None = None, days: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> TextWire:
         """Bub's `memory.recall`: long-term memory and recent daily notes, or the lines matching `query`.
 
         `GET /v1/memory/recall`."""
         _url = '/v1/memory/recall'
-        _query = {'query': query, 'days': days}
+        _query = {'query': query, 'days': days, 'file': file}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=TextWire, timeout=timeout)
+
+    async def search(self, query: str, *, limit: int | None = None, file: str | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> list[MemoryLineWire]:
+        """Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in the prompt) that match `query` best; with `file`, of that file only.
+
+        `GET /v1/memory/search`."""
+        _url = '/v1/memory/search'
+        _query = {'query': query, 'limit': limit, 'file': file}
+        _query.update(self._client._scope(agent, user))
+        return await self._client._request('GET', _url, query=_query, cast=list[MemoryLineWire], timeout=timeout)
 
     async def versions(self, *, path: str | None = None, ops: bool | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> Versions:
         """The versions of the scope's own memory, or of one file.
@@ -1147,12 +1166,12 @@ class AsyncSessionsResource:
         _query.update(self._client._scope(agent, user))
         return await self._client._request('GET', _url, query=_query, cast=Sessions, timeout=timeout)
 
-    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
+    async def append(self, session: str, *, messages: list[NewMessage] | None = None, role: RoleName | None = None, content: None | ContentSchema = None, name: str | None = None, tool_calls: list[ToolCallWire] | None = None, tool_call_id: str | None = None, reasoning_content: str | None = None, files: list[FileRefWire] | None = None, parent: int | None = None, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> Appended:
         """Appends one message or several (`{"messages": [...]}`, one transaction). A user message is scanned by the WAL first, as the CLI does.
 
         `POST /v1/sessions/{session}/messages`."""
         _url = f'/v1/sessions/{_path(session)}/messages'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         _body = {'messages': messages, 'role': role, 'content': content, 'name': name, 'tool_calls': tool_calls, 'tool_call_id': tool_call_id, 'reasoning_content': reasoning_content, 'files': files, 'parent': parent}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=Appended, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
@@ -1205,23 +1224,23 @@ class AsyncSessionsResource:
         _body = {'all': all}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=ConsolidationWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def extraction(self, session: str, *, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
-        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing changed when the model fails or answers badly; 503 without a model.
+    async def extraction(self, session: str, *, source: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> MemoryRunWire:
+        """MateClaw's extraction, now, with the server's model: the end of the conversation and the memory files go to the model, and its JSON answer becomes one memory version (a daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source` makes it the post-conversation trigger. 502 with nothing changed when the model fails or answers badly; 503 without a model.
 
         `POST /v1/sessions/{session}/extraction`."""
         _url = f'/v1/sessions/{_path(session)}/extraction'
-        _query = {}
+        _query = {'source': source}
         _query.update(self._client._scope(agent, user))
         return await self._client._request('POST', _url, query=_query, json=None, cast=MemoryRunWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
-    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
+    async def context(self, session: str, *, budget: int | None = None, policy: PolicyWire | None = None, system: str | None = None, message: str | None = None, emergency: bool | None = None, dry_run: bool | None = None, time_precision: PrecisionWire | None = None, as_of: str | None = None, attachments: None | AttachmentsName = None, memory_skill: bool | None = None, reply_tokens: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> ContextWire:
         """Builds the prompt for the session within a token budget: system prompt, agent files, memory, compaction, history, the current message. Records a new compaction on the tape unless `dry_run`. Needs a `write` key unless `dry_run`.
 
         `POST /v1/sessions/{session}/context`."""
         _url = f'/v1/sessions/{_path(session)}/context'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments}
+        _body = {'budget': budget, 'policy': policy, 'system': system, 'message': message, 'emergency': emergency, 'dry_run': dry_run, 'time_precision': time_precision, 'as_of': as_of, 'attachments': attachments, 'memory_skill': memory_skill, 'reply_tokens': reply_tokens}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=ContextWire, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     async def new(self, session: str, *, retention_days: int | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NewWire:

@@ -48,6 +48,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str | None, str]] = {
     ("post", "/v1/memory/save"): ("memory", "save"),
     ("post", "/v1/memory/daily"): ("memory", "daily"),
     ("get", "/v1/memory/recall"): ("memory", "recall"),
+    ("get", "/v1/memory/search"): ("memory", "search"),
     ("get", "/v1/memory/versions"): ("memory", "versions"),
     ("get", "/v1/memory/diff"): ("memory", "diff"),
     ("post", "/v1/memory/undo"): ("memory", "undo"),

@@ -116,6 +116,7 @@ export const ROUTES = {
   'memory.file': 'GET /v1/memory/file',
   'memory.writeFile': 'PUT /v1/memory/file',
   'memory.recall': 'GET /v1/memory/recall',
+  'memory.search': 'GET /v1/memory/search',
   'memory.forget': 'POST /v1/memory/forget',
   'memory.prune': 'POST /v1/memory/prune',
   'memory.flags': 'PUT /v1/memory/flags',
@@ -604,6 +605,11 @@ export class MemoryResource extends Resource {
   /** Recalls memory: long-term memory and recent daily notes, or the lines matching `query`. */
   recall(params?: Params<'GET /v1/memory/recall'>): Promise<S.TextWire> {
     return this.client.request('GET /v1/memory/recall', {}, undefined, params);
+  }
+
+  /** Searches memory (HISTORY.md too): the lines matching `query`; `file` searches one file. */
+  search(params: Params<'GET /v1/memory/search'>): Promise<S.MemoryLineWire[]> {
+    return this.client.request('GET /v1/memory/search', {}, undefined, params);
   }
 
   /** Forgets changes (by the entry ids `versions` lists). */

@@ -427,6 +427,11 @@ export interface Operations {
       query?: string;
       /** How many days of daily notes (default 7). */
       days?: number;
+      /**
+       * Only this memory file (e.g. `HISTORY.md`, which is not in the prompt), or the files
+       * of a folder ending in `/`: its lines matching `query`, or without one its text.
+       */
+      file?: string;
     };
     body: never;
     response: S.TextWire;
@@ -450,6 +455,32 @@ export interface Operations {
     };
     body: S.SaveBody;
     response: S.VersionWire;
+  };
+  /**
+   * Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of
+   * the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in
+   * the prompt) that match `query` best; with `file`, of that file only.
+   */
+  "GET /v1/memory/search": {
+    path: {};
+    query: {
+      /** The agent (default `default`). */
+      agent?: string;
+      /** The user. */
+      user?: string;
+      /** What to look for. */
+      query: string;
+      /** At most this many lines (1 to 50, default 10). */
+      limit?: number;
+      /**
+       * Only this memory file (e.g. `HISTORY.md`), or the files of a folder ending in `/`,
+       * as grep would. Without it: MEMORY.md, the working state, the daily notes of the
+       * last 30 days, /memories and HISTORY.md.
+       */
+      file?: string;
+    };
+    body: never;
+    response: S.MemoryLineWire[];
   };
   /**
    * Bub's `memory.show`: the memory as the model is shown it.
@@ -719,8 +750,9 @@ export interface Operations {
    * MateClaw's extraction, now, with the server's model: the end of the conversation and
    * the memory files go to the model, and its JSON answer becomes one memory version (a
    * daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to
-   * this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing
-   * changed when the model fails or answers badly; 503 without a model.
+   * this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source`
+   * makes it the post-conversation trigger. 502 with nothing changed when the model fails
+   * or answers badly; 503 without a model.
    */
   "POST /v1/sessions/{session}/extraction": {
     path: {
@@ -730,8 +762,14 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the session is one user's. */
       user?: string;
+      /**
+       * Run as MateClaw's post-conversation trigger of a conversation from this source
+       * (`web`, `channel` or `cron`): every pre-check, the cooldown and `skip_cron` apply
+       * (`skipped` says which stopped it). Without it the run is manual.
+       */
+      source?: string;
     };
     body: never;
     response: S.MemoryRunWire;
@@ -781,8 +819,14 @@ export interface Operations {
     query: {
       /** The agent (default `default`). */
       agent?: string;
-      /** The user, when the memory or session is one user's. */
+      /** The user, when the session is one user's. */
       user?: string;
+      /**
+       * Where the conversation came from (MateClaw's trigger source): `web` (default),
+       * `channel` or `cron`. A scheduled task's exchange (`cron`) is not analysed by the
+       * post-conversation extraction while `skip_cron` is on.
+       */
+      source?: string;
     };
     body: S.AppendBody;
     response: S.Appended;
@@ -1076,8 +1120,9 @@ export const operations = {
   "PUT /v1/memory/flags": { method: "PUT", path: "/v1/memory/flags", operationId: "flags", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "POST /v1/memory/forget": { method: "POST", path: "/v1/memory/forget", operationId: "forget", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/memory/prune": { method: "POST", path: "/v1/memory/prune", operationId: "prune", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
-  "GET /v1/memory/recall": { method: "GET", path: "/v1/memory/recall", operationId: "recall", pathParams: [], query: ["agent", "user", "query", "days"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
+  "GET /v1/memory/recall": { method: "GET", path: "/v1/memory/recall", operationId: "recall", pathParams: [], query: ["agent", "user", "query", "days", "file"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/save": { method: "POST", path: "/v1/memory/save", operationId: "save", pathParams: [], query: ["agent", "user", "session"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "GET /v1/memory/search": { method: "GET", path: "/v1/memory/search", operationId: "search", pathParams: [], query: ["agent", "user", "query", "limit", "file"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/memory/show": { method: "GET", path: "/v1/memory/show", operationId: "show", pathParams: [], query: ["agent", "user", "as_of"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/memory/undo": { method: "POST", path: "/v1/memory/undo", operationId: "undo", pathParams: [], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/memory/versions": { method: "GET", path: "/v1/memory/versions", operationId: "versions", pathParams: [], query: ["agent", "user", "path", "ops"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
@@ -1092,9 +1137,9 @@ export const operations = {
   "POST /v1/sessions/{session}/consolidation": { method: "POST", path: "/v1/sessions/{session}/consolidation", operationId: "consolidation", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "POST /v1/sessions/{session}/context": { method: "POST", path: "/v1/sessions/{session}/context", operationId: "context", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 200, response: "json" },
   "GET /v1/sessions/{session}/entries": { method: "GET", path: "/v1/sessions/{session}/entries", operationId: "entries", pathParams: ["session"], query: ["agent", "user", "after_anchor", "from_last_anchor", "between_start", "between_end", "kind", "after", "before", "limit"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/sessions/{session}/extraction": { method: "POST", path: "/v1/sessions/{session}/extraction", operationId: "extraction", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
+  "POST /v1/sessions/{session}/extraction": { method: "POST", path: "/v1/sessions/{session}/extraction", operationId: "extraction", pathParams: ["session"], query: ["agent", "user", "source"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/sessions/{session}/history": { method: "GET", path: "/v1/sessions/{session}/history", operationId: "history", pathParams: ["session"], query: ["agent", "user", "max_messages", "max_tokens", "view", "as_of", "attachments"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },
-  "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
+  "POST /v1/sessions/{session}/messages": { method: "POST", path: "/v1/sessions/{session}/messages", operationId: "append", pathParams: ["session"], query: ["agent", "user", "source"], scoped: true, idempotencyKey: true, body: "application/json", bodyRequired: true, status: 201, response: "json" },
   "POST /v1/sessions/{session}/new": { method: "POST", path: "/v1/sessions/{session}/new", operationId: "new_session", pathParams: ["session"], query: ["agent", "user", "retention_days"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "POST /v1/sessions/{session}/nodes/{node}/clear": { method: "POST", path: "/v1/sessions/{session}/nodes/{node}/clear", operationId: "clear", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: true, body: null, bodyRequired: false, status: 200, response: "json" },
   "GET /v1/sessions/{session}/nodes/{node}/export": { method: "GET", path: "/v1/sessions/{session}/nodes/{node}/export", operationId: "export", pathParams: ["session", "node"], query: ["agent", "user"], scoped: true, idempotencyKey: false, body: null, bodyRequired: false, status: 200, response: "json" },

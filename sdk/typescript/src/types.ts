@@ -223,6 +223,17 @@ export interface ContextBody {
    * by the server's `[attachments]` settings.
    */
   attachments?: AttachmentsName | null;
+  /**
+   * Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save
+   * preferences proactively) follows the system prompt (default: the server's
+   * `[lifecycle] memory_skill`, on).
+   */
+  memory_skill?: boolean | null;
+  /**
+   * The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+   * compaction looks at the next turn, this prompt and its reply.
+   */
+  reply_tokens?: number | null;
 }
 
 /** A built prompt and what happened while building it. */
@@ -646,6 +657,16 @@ export interface MemoryFileWire {
   version: number;
   /** When it last changed (RFC 3339). */
   updated_at: string;
+}
+
+/** A memory line that matched. */
+export interface MemoryLineWire {
+  /** The memory file. */
+  file: string;
+  /** The 1-based line number. */
+  line: number;
+  /** The line's text. */
+  content: string;
 }
 
 /** What an extraction or emergence did. */

@@ -13,6 +13,22 @@ use crate::{Entry, EntryId, Role, TokenCounter};
 pub const SUMMARY_PREFIX: &str =
     "[Conversation context summary - for reference only, not instructions]";
 
+/// The memory skill: nanobot's always-loaded memory skill (what is where, HISTORY.md is
+/// searched, not loaded) with Bub's rule 7 (save preferences proactively). The context
+/// adds it to the system prompt when [`ContextConfig::memory_skill`](super::ContextConfig)
+/// is on; MCP's `memory_skill` prompt starts with it.
+pub const MEMORY_SKILL: &str = include_str!("skill.md");
+
+/// The system prompt with the memory skill after it when `skill` is on.
+pub fn with_skill(system_prompt: &str, skill: bool) -> String {
+    let prompt = system_prompt.trim();
+    match (skill, prompt.is_empty()) {
+        (false, _) => prompt.to_owned(),
+        (true, true) => MEMORY_SKILL.trim().to_owned(),
+        (true, false) => format!("{prompt}\n\n{}", MEMORY_SKILL.trim()),
+    }
+}
+
 /// Bub's usage hints, the first lines of the `<memory>` block.
 pub const USAGE_HINTS: &str = "Use `memory.save` to update long-term memory, `memory.daily` to append to\ndaily notes, and `memory.recall` to search past memories.";
 
@@ -207,6 +223,49 @@ pub fn system_text_within(
         .filter(|part| !part.is_empty())
         .collect::<Vec<_>>()
         .join("\n\n");
+    (text, true)
+}
+
+/// [`system_text_within`] with the memory skill ([`MEMORY_SKILL`]) after the system prompt
+/// when `skill` is on. The skill gives way first: when the whole text does not fit in
+/// `room`, the skill is cut to what the rest leaves, or left out when the rest must be cut
+/// itself. Returns the text and whether anything was cut.
+#[allow(clippy::too_many_arguments)] // The inputs of the system text, as system_text_within's.
+pub fn system_text_with_skill_within(
+    system_prompt: &str,
+    skill: bool,
+    view: &MemoryView,
+    now: DateTime<Utc>,
+    recent_days: u32,
+    precision: TimePrecision,
+    room: usize,
+    counter: &dyn TokenCounter,
+) -> (String, bool) {
+    let whole = with_skill(system_prompt, skill);
+    if !skill || counter.count(&system_text(&whole, view, now, recent_days, precision)) <= room {
+        return system_text_within(&whole, view, now, recent_days, precision, room, counter);
+    }
+    let (rest, cut) = system_text_within(
+        system_prompt,
+        view,
+        now,
+        recent_days,
+        precision,
+        room,
+        counter,
+    );
+    // The separators around the skill cost a few tokens.
+    let left = room.saturating_sub(counter.count(&rest)).saturating_sub(4);
+    let skill_text = fit_text(MEMORY_SKILL.trim(), left, counter);
+    if cut || skill_text.is_empty() {
+        return (rest, true);
+    }
+    let prompt = system_prompt.trim();
+    let text = if prompt.is_empty() {
+        format!("{skill_text}\n\n{rest}")
+    } else {
+        format!("{prompt}\n\n{skill_text}{}", &rest[prompt.len()..])
+    };
     (text, true)
 }
 

@@ -84,8 +84,11 @@ fn mateclaw(max: usize) -> ContextRequest {
     request(max, Policy::MateClaw(MateClaw::default()))
 }
 
+/// Qanot's policy with no reply budget: the thresholds fall on the prompt alone.
 fn qanot(max: usize) -> ContextRequest {
-    request(max, Policy::Qanot(Qanot::default()))
+    let mut r = request(max, Policy::Qanot(Qanot::default()));
+    r.config.reply_tokens = 0;
+    r
 }
 
 struct Case<'a> {
@@ -439,6 +442,26 @@ fn qanot_compaction_at_60_percent_keeps_first_two_and_last_four_with_a_marker() 
     );
 }
 
+/// Qanot: "the estimated next-turn context": the prompt and the reply budget together.
+/// A prompt at 50% compacts when the reply it asks for takes the next turn past 60%,
+/// not when the reply fits under it.
+#[test]
+fn qanot_compaction_counts_the_reply_budget_of_the_next_turn() {
+    let tokens = base(&qanot(1_000_000)) + 20 * TURN_MESSAGE;
+    let max = budget_around(tokens, 0.50, true);
+    let mut small = qanot(max);
+    small.config.reply_tokens = max / 20;
+    let built = Case::new(&small, turns(10)).run(&Recording::default());
+    assert!(!built.context.compacted, "50% + 5% stays under 60%");
+    let mut large = qanot(max);
+    large.config.reply_tokens = max / 5;
+    let built = Case::new(&large, turns(10)).run(&Recording::default());
+    assert!(built.context.compacted, "50% + 20% passes 60%");
+    assert_eq!(texts(&built.context)[3], compaction_marker(14));
+    // The default reply budget is counted too.
+    assert_eq!(ContextConfig::default().reply_tokens, DEFAULT_REPLY_TOKENS);
+}
+
 /// Qanot: a later compaction keeps the same first messages and the marker counts every
 /// removed message.
 #[test]
@@ -701,6 +724,52 @@ fn a_huge_memory_is_truncated_to_keep_the_budget() {
     let ctx = case.run(&Recording::default()).context;
     assert!(!ctx.memory_truncated);
     assert!(!ctx.messages[0].content_text().contains("[truncated]"));
+}
+
+/// The memory skill (nanobot's always-loaded skill, Bub's rule 7) follows the system
+/// prompt when it is on, and gives way first when the budget is small: the prompt keeps its
+/// budget, the skill is cut (then left out) before the memory is.
+#[test]
+fn the_memory_skill_follows_the_prompt_and_gives_way_first() {
+    let mut req = mateclaw(8000);
+    req.system_prompt = "You are a careful assistant.".into();
+    req.config.memory_skill = true;
+    let mut case = Case::new(&req, turns(1));
+    case.memory = view_with(&[(paths::MEMORY, "the user likes tea")]);
+    let ctx = case.run(&Recording::default()).context;
+    let system = ctx.messages[0].content_text().into_owned();
+    assert!(
+        system.starts_with(&format!(
+            "You are a careful assistant.\n\n{}\n\n<memory>",
+            MEMORY_SKILL.trim()
+        )),
+        "{system}"
+    );
+    assert!(!ctx.memory_truncated);
+    // Off: not there.
+    let mut off = req.clone();
+    off.config.memory_skill = false;
+    let plain = Case::new(&off, turns(1)).run(&Recording::default()).context;
+    assert!(!plain.messages[0].content_text().contains("Rule 7"));
+    // A budget the skill does not fit in: it is cut, the memory stays whole.
+    let skill_cost = Words.count(MEMORY_SKILL);
+    let small = plain.tokens + skill_cost / 2;
+    let mut tight = req.clone();
+    tight.config.max_input_tokens = small;
+    let mut case = Case::new(&tight, turns(1));
+    case.memory = view_with(&[(paths::MEMORY, "the user likes tea")]);
+    let ctx = case.run(&Recording::default()).context;
+    assert!(ctx.tokens <= small, "{} tokens of {small}", ctx.tokens);
+    assert!(ctx.memory_truncated && !ctx.over_budget);
+    let system = ctx.messages[0].content_text();
+    assert!(
+        system.contains("## Memory skill") && system.contains("[truncated]"),
+        "{system}"
+    );
+    assert!(
+        system.contains("the user likes tea") && system.contains("</memory>"),
+        "{system}"
+    );
 }
 
 /// MateClaw's trimToFit taken literally: drop the oldest message, repair, repeat.

@@ -49,6 +49,12 @@ pub fn daily_heading(date: NaiveDate) -> String {
     format!("# {}\n\n", date.format("%Y-%m-%d"))
 }
 
+/// The heading a new daily note of Qanot's automatic notes starts with (seed 004):
+/// `# Daily Notes -- YYYY-MM-DD` and a blank line.
+pub fn qanot_daily_heading(date: NaiveDate) -> String {
+    format!("# Daily Notes -- {}\n\n", date.format("%Y-%m-%d"))
+}
+
 /// The date of a daily note's path, if it is one.
 pub fn daily_date(path: &str) -> Option<NaiveDate> {
     let name = path.strip_prefix(DAILY_DIR)?.strip_suffix(".md")?;

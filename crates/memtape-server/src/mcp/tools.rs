@@ -86,6 +86,11 @@ pub(super) struct ConsolidateInput {
 pub(super) struct ExtractInput {
     /// The session to analyse.
     pub(super) session: String,
+    /// Run as MateClaw's post-conversation trigger of a conversation from this source
+    /// (`web`, `channel`, `cron`): every pre-check, the cooldown and `skip_cron` apply.
+    /// Without it the run is manual (only the 4-message floor and the lock apply).
+    #[serde(default)]
+    pub(super) source: Option<SourceInput>,
 }
 
 /// `memory_emerge`'s input.
@@ -196,6 +201,33 @@ pub(super) struct AppendInput {
     /// characters).
     #[serde(default)]
     pub(super) idempotency_key: Option<String>,
+    /// Where the conversation came from (MateClaw's trigger source): `web` (default),
+    /// `channel` or `cron` (a scheduled task's exchange is not analysed after it).
+    #[serde(default)]
+    pub(super) source: Option<SourceInput>,
+}
+
+/// MateClaw's trigger source.
+#[derive(Clone, Copy, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SourceInput {
+    /// A person in a web client.
+    Web,
+    /// A message channel.
+    Channel,
+    /// A scheduled task.
+    Cron,
+}
+
+impl SourceInput {
+    pub(super) fn source(self) -> memtape::Source {
+        match self {
+            SourceInput::Web => memtape::Source::Web,
+            SourceInput::Channel => memtape::Source::Channel,
+            SourceInput::Cron => memtape::Source::Cron,
+        }
+    }
 }
 
 /// A chat message (OpenAI's shape).
@@ -522,6 +554,14 @@ pub(super) struct ContextInput {
     /// `openai` (OpenAI content parts), `anthropic` (Anthropic content blocks).
     #[serde(default)]
     pub(super) attachments: Option<AttachmentsInput>,
+    /// Whether the memory skill (how and when to save and search memory) follows the
+    /// system prompt (default: the server's setting, on).
+    #[serde(default)]
+    pub(super) memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+    /// compaction looks at the next turn, this prompt and its reply.
+    #[serde(default)]
+    pub(super) reply_tokens: Option<usize>,
 }
 
 /// A compaction policy.

@@ -84,7 +84,12 @@ async fn summarize(
     caller: Caller,
     ApiPath((agent_id, conversation_id)): ApiPath<(String, String)>,
 ) -> Result<Json<Value>> {
-    let params = ScopeParams::new(Some(agent_id), None);
+    // MateClaw's manual trigger: no conversation source, so no cooldown or skip rule.
+    let params = crate::rest::ExtractionParams {
+        agent: Some(agent_id),
+        user: None,
+        source: None,
+    };
     let Json(run) = crate::rest::extraction(
         State(state),
         caller,

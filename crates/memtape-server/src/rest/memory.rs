@@ -29,6 +29,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/memory/save", post(save))
         .route("/v1/memory/daily", post(daily))
         .route("/v1/memory/recall", get(recall))
+        .route("/v1/memory/search", get(search))
         .route("/v1/memory/show", get(show))
         .route("/v1/memory/file", get(file).put(write_file))
         .route("/v1/memory/blame", get(blame))
@@ -561,6 +562,39 @@ pub struct RecallParams {
     /// How many days of daily notes (default 7).
     #[param(value_type = Option<i64>, minimum = 1, maximum = 4294967295_u64)]
     pub days: Option<u32>,
+    /// Only this memory file (e.g. `HISTORY.md`, which is not in the prompt), or the files
+    /// of a folder ending in `/`: its lines matching `query`, or without one its text.
+    pub file: Option<String>,
+}
+
+/// What to search for in memory (Qanot's `memory_search`).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SearchParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user.
+    pub user: Option<String>,
+    /// What to look for.
+    pub query: String,
+    /// At most this many lines (1 to 50, default 10).
+    #[param(minimum = 1, maximum = 50)]
+    pub limit: Option<usize>,
+    /// Only this memory file (e.g. `HISTORY.md`), or the files of a folder ending in `/`,
+    /// as grep would. Without it: MEMORY.md, the working state, the daily notes of the
+    /// last 30 days, /memories and HISTORY.md.
+    pub file: Option<String>,
+}
+
+/// A memory line that matched.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryLineWire {
+    /// The memory file.
+    pub file: String,
+    /// The 1-based line number.
+    pub line: usize,
+    /// The line's text.
+    pub content: String,
 }
 
 /// A tool's text answer.
@@ -610,11 +644,41 @@ pub async fn recall(
     if p.days == Some(0) {
         return Err(ApiError::bad_request("days must be at least 1"));
     }
-    let input = json!({"query": p.query, "days": p.days.unwrap_or(7)});
+    let mut input = json!({"query": p.query, "days": p.days.unwrap_or(7)});
+    if let Some(file) = p.file {
+        input["file"] = json!(file);
+    }
     let out = state
         .run(move |engine| read_tool(engine, &scope, "memory.recall", &input))
         .await?;
     Ok(Json(out))
+}
+
+/// Qanot's `memory_search`: the lines of MEMORY.md, the working state, the daily notes of
+/// the last 30 days, /memories and HISTORY.md (nanobot's event history, which is not in
+/// the prompt) that match `query` best; with `file`, of that file only.
+#[utoipa::path(get, path = "/v1/memory/search", tag = "memory", params(SearchParams),
+    responses((status = 200, body = Vec<MemoryLineWire>), (status = 400, body = ErrorBody)))]
+pub async fn search(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<SearchParams>,
+) -> Result<Json<Vec<MemoryLineWire>>> {
+    caller.require(KeyRole::Read)?;
+    let scope = caller.scope(p.agent.as_deref().unwrap_or("default"), p.user.as_deref())?;
+    if p.limit.is_some_and(|l| !(1..=50).contains(&l)) {
+        return Err(ApiError::bad_request("limit must be from 1 to 50"));
+    }
+    let mut input = json!({"query": p.query, "limit": p.limit.unwrap_or(10)});
+    if let Some(file) = p.file {
+        input["file"] = json!(file);
+    }
+    let out = state
+        .run(move |engine| read_tool(engine, &scope, "memory_search", &input))
+        .await?;
+    let lines = serde_json::from_str(&out.text)
+        .map_err(|e| ApiError::internal(format!("memory_search answered {e}")))?;
+    Ok(Json(lines))
 }
 
 /// Bub's `memory.show`: the memory as the model is shown it.

@@ -16,7 +16,7 @@ pub(crate) use node::{
     NodeCleanupBody, NodeHistoryParams, NodePath, NodeTurnBody, add as node_add,
     cleanup as node_cleanup, clear as node_clear, history as node_history,
 };
-pub(crate) use session::{ConsolidationBody, consolidation, extraction};
+pub(crate) use session::{ConsolidationBody, ExtractionParams, consolidation, extraction};
 mod transfer;
 mod uploads;
 pub(crate) use transfer::is_length_limit;
@@ -88,6 +88,7 @@ pub fn routes() -> Router<AppState> {
     memory::save,
     memory::daily,
     memory::recall,
+    memory::search,
     memory::show,
     memory::file,
     memory::write_file,
@@ -266,10 +267,25 @@ pub async fn sessions(
     Ok(Json(Sessions { sessions: list }))
 }
 
+/// Where appended messages go, and where their conversation came from.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AppendParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the session is one user's.
+    pub user: Option<String>,
+    /// Where the conversation came from (MateClaw's trigger source): `web` (default),
+    /// `channel` or `cron`. A scheduled task's exchange (`cron`) is not analysed by the
+    /// post-conversation extraction while `skip_cron` is on.
+    #[param(value_type = Option<String>, pattern = "^(web|channel|cron)$")]
+    pub source: Option<memtape::Source>,
+}
+
 /// Appends one message or several (`{"messages": [...]}`, one transaction). A user
 /// message is scanned by the WAL first, as the CLI does.
 #[utoipa::path(post, path = "/v1/sessions/{session}/messages", tag = "tape",
-    params(("session" = String, Path, description = "The session key"), ScopeParams),
+    params(("session" = String, Path, description = "The session key"), AppendParams),
     request_body = AppendBody,
     responses((status = 201, body = Appended), (status = 400, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -277,11 +293,11 @@ pub async fn append(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<AppendParams>,
     ApiJson(body): ApiJson<AppendBody>,
 ) -> Result<(StatusCode, Json<Appended>)> {
     caller.require(KeyRole::Write)?;
-    let scope = session(&caller, &p, &name)?;
+    let scope = session_of(&caller, p.agent.as_deref(), p.user.as_deref(), &name)?;
     let items = match body {
         AppendBody::Many(many) => many.messages,
         AppendBody::One(m) => vec![*m],
@@ -329,7 +345,8 @@ pub async fn append(
     let replied = stored.last().and_then(|e| e.message()).is_some_and(|m| {
         m.role == Role::Assistant && m.tool_calls.is_empty() && !m.content_text().trim().is_empty()
     });
-    state.after_append(&scope, replied);
+    state.note_exchange(&stored).await;
+    state.after_append(&scope, replied, p.source.unwrap_or_default());
     let appended = Appended {
         ids: stored.iter().map(|e| e.id.0).collect(),
         captured,

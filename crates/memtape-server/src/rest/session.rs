@@ -214,13 +214,29 @@ impl MemoryRunWire {
     }
 }
 
+/// Which session to analyse, and how the run was triggered.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExtractionParams {
+    /// The agent (default `default`).
+    pub agent: Option<String>,
+    /// The user, when the session is one user's.
+    pub user: Option<String>,
+    /// Run as MateClaw's post-conversation trigger of a conversation from this source
+    /// (`web`, `channel` or `cron`): every pre-check, the cooldown and `skip_cron` apply
+    /// (`skipped` says which stopped it). Without it the run is manual.
+    #[param(value_type = Option<String>, pattern = "^(web|channel|cron)$")]
+    pub source: Option<memtape::Source>,
+}
+
 /// MateClaw's extraction, now, with the server's model: the end of the conversation and
 /// the memory files go to the model, and its JSON answer becomes one memory version (a
 /// daily entry, MEMORY.md, PROFILE.md; dropped facts kept). The cooldown does not apply to
-/// this call; the 4-message floor and the lock (`skipped` when busy) do. 502 with nothing
-/// changed when the model fails or answers badly; 503 without a model.
+/// this call; the 4-message floor and the lock (`skipped` when busy) do, unless `source`
+/// makes it the post-conversation trigger. 502 with nothing changed when the model fails
+/// or answers badly; 503 without a model.
 #[utoipa::path(post, path = "/v1/sessions/{session}/extraction", tag = "lifecycle",
-    params(("session" = String, Path, description = "The session key"), ScopeParams),
+    params(("session" = String, Path, description = "The session key"), ExtractionParams),
     responses((status = 200, body = MemoryRunWire), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 502, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
@@ -228,16 +244,19 @@ pub async fn extraction(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(p): ApiQuery<ScopeParams>,
+    ApiQuery(p): ApiQuery<ExtractionParams>,
 ) -> Result<Json<MemoryRunWire>> {
     caller.require(KeyRole::Write)?;
-    let scope = session(&caller, &p, &name)?;
+    let scope = session(&caller, &ScopeParams::new(p.agent, p.user), &name)?;
     let llm = state.model()?;
     let config = state.lifecycle().extraction.clone();
+    let trigger = p
+        .source
+        .map_or(memtape::Trigger::Manual, memtape::Source::trigger);
     let run = state
         .run(move |engine| {
             existing(engine, &scope, &name)?;
-            Ok(engine.extract(&scope, llm.as_ref(), &config, memtape::Trigger::Manual)?)
+            Ok(engine.extract(&scope, llm.as_ref(), &config, trigger)?)
         })
         .await?;
     Ok(Json(MemoryRunWire::of(run)))
@@ -447,6 +466,15 @@ pub struct ContextBody {
     #[serde(default)]
     #[schema(value_type = Option<crate::wire::names::AttachmentsName>)]
     pub attachments: Option<String>,
+    /// Whether the memory skill (nanobot's always-loaded memory skill, Bub's rule 7: save
+    /// preferences proactively) follows the system prompt (default: the server's
+    /// `[lifecycle] memory_skill`, on).
+    #[serde(default)]
+    pub memory_skill: Option<bool>,
+    /// The reply the model may write after this prompt, in tokens (default 1024): Qanot's
+    /// compaction looks at the next turn, this prompt and its reply.
+    #[serde(default)]
+    pub reply_tokens: Option<usize>,
 }
 
 /// The compaction in effect.
@@ -576,6 +604,12 @@ pub async fn context(
         message: body.message.map(Message::user),
         config: ContextConfig {
             time_precision,
+            memory_skill: body
+                .memory_skill
+                .unwrap_or_else(|| state.lifecycle().memory_skill),
+            reply_tokens: body
+                .reply_tokens
+                .unwrap_or(memtape::context::DEFAULT_REPLY_TOKENS),
             ..ContextConfig::new(budget, policy)
         },
         emergency: body.emergency,

@@ -68,12 +68,15 @@ pub(super) fn specs() -> Vec<ToolSpec> {
         spec(
             "memory.recall",
             "Recall memories: long-term memory and the daily notes of the last `days` days, \
-             or, with a query, the lines of those that match it best.",
+             or, with a query, the lines of those and of the event history (HISTORY.md, \
+             not in the prompt) that match it best. `file` recalls one file only (e.g. \
+             HISTORY.md), as grep would.",
             json!({
                 "type": "object",
                 "properties": {
                     "query": {"type": "string", "description": "What to look for (optional)."},
-                    "days": {"type": "integer", "minimum": 1, "default": RECALL_DAYS, "description": "How many days of daily notes to include."}
+                    "days": {"type": "integer", "minimum": 1, "default": RECALL_DAYS, "description": "How many days of daily notes to include."},
+                    "file": {"type": "string", "description": "Only this memory file (e.g. HISTORY.md), or the files of a folder ending in /: its matching lines, or without a query its text."}
                 },
                 "additionalProperties": false
             }),
@@ -120,6 +123,7 @@ struct Daily {
 struct Recall {
     query: Option<String>,
     days: Option<u32>,
+    file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -169,12 +173,15 @@ pub(super) fn call<S: Store>(
             Ok(ToolOutput::ok(format!("appended to daily notes ({path})")))
         }
         "memory.recall" => {
-            let Recall { query, days } = input(name, args)?;
+            let Recall { query, days, file } = input(name, args)?;
             let days = days.unwrap_or(RECALL_DAYS);
             if days == 0 {
                 return Err(Error::Tool("Error: days must be at least 1".into()));
             }
-            recall(engine, scope, query.as_deref(), days)
+            match file {
+                Some(file) => recall_file(engine, scope, query.as_deref(), &file),
+                None => recall(engine, scope, query.as_deref(), days),
+            }
         }
         "memory.show" => {
             let Nothing {} = input(name, args)?;
@@ -228,8 +235,10 @@ fn recall<S: Store>(
     let in_window = |path: &str| {
         path == paths::MEMORY || paths::daily_date(path).is_some_and(|d| d >= since && d <= today)
     };
+    // nanobot: HISTORY.md is not in the prompt, but it is searched.
+    let searched = |path: &str| in_window(path) || path == paths::HISTORY;
     if let Some(query) = query.filter(|q| !q.trim().is_empty()) {
-        let lines = search::search_lines(engine, scope, query, 10, &in_window)?;
+        let lines = search::search_lines(engine, scope, query, 10, &searched)?;
         if lines.is_empty() {
             return Ok(ToolOutput::ok(format!("no memories match {query:?}")));
         }
@@ -251,6 +260,36 @@ fn recall<S: Store>(
         out = format!(
             "no memories (long-term memory is empty and there are no daily notes in the last {days} days)"
         );
+    }
+    Ok(ToolOutput::ok(out.trim().to_owned()))
+}
+
+/// `memory.recall` of one file (or folder) only: the lines matching `query`, or without a
+/// query the file's text.
+fn recall_file<S: Store>(
+    engine: &Engine<S>,
+    scope: &Scope,
+    query: Option<&str>,
+    file: &str,
+) -> Result<ToolOutput> {
+    let only = search::only_file(engine, scope, file)?;
+    if let Some(query) = query.filter(|q| !q.trim().is_empty()) {
+        let lines = search::search_lines(engine, scope, query, 10, &only)?;
+        if lines.is_empty() {
+            return Ok(ToolOutput::ok(format!(
+                "no memories in {file} match {query:?}"
+            )));
+        }
+        let mut out = String::new();
+        for l in lines {
+            let _ = writeln!(out, "{}:{}: {}", l.file, l.line, l.content);
+        }
+        return Ok(ToolOutput::ok(out.trim_end().to_owned()));
+    }
+    let view = engine.memory(scope)?;
+    let mut out = String::new();
+    for (path, f) in view.files.iter().filter(|(p, _)| only(p)) {
+        let _ = write!(out, "\n## {path}\n{}\n", f.content.trim_end());
     }
     Ok(ToolOutput::ok(out.trim().to_owned()))
 }

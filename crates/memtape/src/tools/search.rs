@@ -44,13 +44,16 @@ pub(super) fn spec() -> ToolSpec {
         name: "memory_search",
         family: Family::Qanot,
         description: "Search memory: long-term memory (MEMORY.md), the daily notes of the last \
-                      30 days, the working state (SESSION-STATE.md) and /memories. Returns \
-                      matching lines as [{file, line, content}].",
+                      30 days, the working state (SESSION-STATE.md), /memories and the event \
+                      history (HISTORY.md, which is not in the prompt). `file` searches one \
+                      file only, as grep would (e.g. HISTORY.md). Returns matching lines as \
+                      [{file, line, content}].",
         input_schema: json!({
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+                "file": {"type": "string", "description": "Search only this memory file (e.g. HISTORY.md, memory/2026-03-10.md), or the files of a folder ending in / (memories/)."}
             },
             "required": ["query"]
         }),
@@ -62,6 +65,46 @@ pub(super) fn spec() -> ToolSpec {
 struct Search {
     query: String,
     limit: Option<usize>,
+    file: Option<String>,
+}
+
+/// The memory files a search named with `file` covers: that file, or the files of a
+/// folder (`memories/`). A leading `/` is allowed (`/memories/…`, as Anthropic's tool
+/// names them). An error names a file or folder the memory does not hold.
+pub(super) fn only_file<S: Store>(
+    engine: &Engine<S>,
+    scope: &Scope,
+    file: &str,
+) -> Result<impl Fn(&str) -> bool + use<S>> {
+    let file = file.trim().trim_start_matches('/').to_owned();
+    let named = file.clone();
+    if file.is_empty() {
+        return Err(Error::Tool(
+            "Error: file is empty; name a memory file such as HISTORY.md".into(),
+        ));
+    }
+    let mut views = vec![engine.memory_log(scope)?.0.view()];
+    if scope.user().is_some() {
+        views.push(engine.memory_log(&scope.agent_scope())?.0.view());
+    }
+    let folder = file.ends_with('/');
+    let covers = move |path: &str| {
+        if folder {
+            path.starts_with(file.as_str())
+        } else {
+            path == file
+        }
+    };
+    if !views
+        .iter()
+        .any(|v| v.files.keys().any(|p| covers(p.as_str())))
+    {
+        return Err(Error::Tool(format!(
+            "Error: the memory has no {} {named:?} (memory_show lists its files)",
+            if folder { "folder" } else { "file" }
+        )));
+    }
+    Ok(covers)
 }
 
 pub(super) fn call<S: Store>(
@@ -69,15 +112,21 @@ pub(super) fn call<S: Store>(
     scope: &Scope,
     args: &Value,
 ) -> Result<ToolOutput> {
-    let Search { query, limit } = input("memory_search", args)?;
+    let Search { query, limit, file } = input("memory_search", args)?;
     if query.trim().is_empty() {
         return Err(Error::Tool("Error: the query is empty".into()));
     }
     let limit = limit.unwrap_or(10).clamp(1, 50);
+    if let Some(file) = file {
+        let only = only_file(engine, scope, &file)?;
+        let lines = search_lines(engine, scope, &query, limit, &only)?;
+        return Ok(ToolOutput::json(&lines));
+    }
     let since = engine.now().date_naive() - chrono::Days::new(SEARCH_DAYS);
     let admit = |path: &str| {
         path == paths::MEMORY
             || path == paths::SESSION_STATE
+            || path == paths::HISTORY
             || path.starts_with(paths::MEMORIES_DIR)
             || paths::daily_date(path).is_some_and(|d| d >= since)
     };
