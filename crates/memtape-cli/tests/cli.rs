@@ -241,7 +241,16 @@ fn errors_name_what_is_wrong_and_exit_non_zero() {
             "does not exist",
         ),
         (
-            vec!["append", "s", "--role", "user", "--meta", "[1]"],
+            vec![
+                "append",
+                "s",
+                "--role",
+                "user",
+                "--content",
+                "x",
+                "--meta",
+                "[1]",
+            ],
             "--meta must be a JSON object",
         ),
         (

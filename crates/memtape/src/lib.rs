@@ -70,8 +70,8 @@ pub use retention::{
 pub use rewrite::{Applied, DroppedFact, Edit};
 pub use search::SearchHit;
 pub use settings::{
-    AttachmentsConfig, DailyNotes, DailyNotesConfig, EmergenceConfig, ExtractionConfig, ImageDetail,
-    LifecycleConfig, Schedule,
+    AttachmentsConfig, DailyNotes, DailyNotesConfig, EmergenceConfig, ExtractionConfig,
+    ImageDetail, LifecycleConfig, Schedule,
 };
 pub use tiers::{Blame, BlamedLine, check_memory_scope, memory_scope};
 pub use usage::UsageLine;
