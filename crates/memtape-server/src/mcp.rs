@@ -59,11 +59,11 @@ use hub::{Hub, Sub};
 pub use tools::tools;
 use tools::{
     AppendInput, AsOfInput, BlameInput, ConsolidateInput, ContextInput, EmergeInput,
-    EraseSessionInput, ExtractInput, HistoryInput, MEMORY_AS_OF, MEMORY_BLAME, MEMORY_CONSOLIDATE,
-    MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, NODE_ADD, NODE_CLEANUP,
-    NODE_CLEAR, NODE_HISTORY, NodeAddInput, NodeCleanupInput, NodeHistoryInput, NodeRefInput,
-    PolicyInput, RestoreInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT, TAPE_ERASE_SESSION,
-    TAPE_HISTORY, TAPE_SEARCH, is_tool,
+    EraseSessionInput, ExtractInput, FileInput, HistoryInput, MEMORY_AS_OF, MEMORY_BLAME,
+    MEMORY_CONSOLIDATE, MEMORY_DROPPED, MEMORY_EMERGE, MEMORY_EXTRACT, MEMORY_RESTORE, NODE_ADD,
+    NODE_CLEANUP, NODE_CLEAR, NODE_HISTORY, NodeAddInput, NodeCleanupInput, NodeHistoryInput,
+    NodeRefInput, PolicyInput, RestoreInput, SearchInput, TAPE_APPEND, TAPE_CONTEXT,
+    TAPE_ERASE_SESSION, TAPE_HISTORY, TAPE_SEARCH, is_tool,
 };
 
 /// What the `memory_skill` prompt adds for MCP (resources, the tape tools, the workspace
@@ -438,6 +438,12 @@ impl Memtape {
                     parent_message_id: input.parent_message_id,
                     user_content: input.user_content,
                     assistant_content: input.assistant_content,
+                    user_files: input.user_files.iter().map(FileInput::to_wire).collect(),
+                    assistant_files: input
+                        .assistant_files
+                        .iter()
+                        .map(FileInput::to_wire)
+                        .collect(),
                 };
                 let params = who.params();
                 let call = rest::node_add(

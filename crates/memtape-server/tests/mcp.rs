@@ -1023,3 +1023,44 @@ fn tape_append_takes_files_and_unknown_arguments_are_refused() {
         c.cancel().await.unwrap();
     });
 }
+
+/// `node_add` takes a turn's files as `tape_append` does, checked the same way, and
+/// `node_history` gives them back.
+#[test]
+fn node_add_takes_files() {
+    let s = Server::start();
+    let url = s.url("/mcp");
+    runtime().block_on(async {
+        let (c, _) = connect(&url, None).await.unwrap();
+        let chart = json!({"type": "image", "transfer_method": "remote_url",
+                           "url": "https://example.com/chart.png"});
+        ok(
+            &c,
+            "node_add",
+            json!({"session": "c1", "node": "llm", "message_id": "m1",
+                   "user_content": "q", "assistant_content": "a", "user_files": [chart]}),
+        )
+        .await;
+        let history = ok_json(
+            &c,
+            "node_history",
+            json!({"session": "c1", "node": "llm", "message_id": "m2", "parent_message_id": "m1"}),
+        )
+        .await;
+        assert_eq!(
+            history["messages"][0]["files"][0]["url"], chart["url"],
+            "{history}"
+        );
+        let (text, error) = call(
+            &c,
+            "node_add",
+            json!({"session": "c1", "node": "llm", "message_id": "m3",
+                   "user_content": "q", "assistant_content": "a",
+                   "user_files": [{"type": "image", "transfer_method": "local_file",
+                                   "upload_file_id": "nope"}]}),
+        )
+        .await;
+        assert!(error && text.contains("files"), "{text}");
+        c.cancel().await.unwrap();
+    });
+}

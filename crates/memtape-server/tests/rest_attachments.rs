@@ -624,3 +624,67 @@ fn every_request_body_refuses_an_unknown_field() {
     let (_, history) = s.get("/v1/sessions/s/history");
     assert_eq!(history["messages"][0]["reasoning_content"], "2 + 2");
 }
+
+/// Node memory takes file references as appends do (Dify's `add_messages` carries the
+/// turn's files): over REST and MCP, the tenant's own uploads only, and the node's history
+/// gives them back.
+#[test]
+fn a_node_turn_carries_files_of_its_own_tenant_only() {
+    let s = Server::start();
+    let keys = KeyStore::open(s.dir.path());
+    let (acme, _) = keys.create("acme", Role::Write).unwrap();
+    let (globex, _) = keys.create("globex", Role::Write).unwrap();
+    let (status, image) = upload(&s, &acme, "cat.png", "image/png", PNG, &[]);
+    assert_eq!(status, 201, "{image}");
+    let reference = image["reference"].clone();
+    let chart = json!({"type": "image", "transfer_method": "remote_url",
+                       "url": "https://example.com/chart.png"});
+    let turn = |key: &str, id: &str| {
+        s.call(
+            "POST",
+            "/v1/sessions/c1/nodes/llm/turns",
+            Some(&json!({"message_id": id, "user_content": "what is this?",
+                         "assistant_content": "a cat, and a chart of cats",
+                         "user_files": [reference], "assistant_files": [chart]})),
+            Some(key),
+        )
+    };
+    let (status, added) = turn(&acme, "m1");
+    assert_eq!(status, 201, "{added}");
+    let (status, history) = s.call(
+        "GET",
+        "/v1/sessions/c1/nodes/llm/history?message_id=m2&parent_message_id=m1",
+        None,
+        Some(&acme),
+    );
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(history["messages"][0]["files"][0], reference, "{history}");
+    assert_eq!(
+        history["messages"][1]["files"][0]["belongs_to"], "assistant",
+        "{history}"
+    );
+    // Another tenant's upload is refused by name, and nothing of the turn is written.
+    let (status, refused) = turn(&globex, "m1");
+    assert_eq!(status, 422, "{refused}");
+    assert!(said(&refused).contains("files"), "{refused}");
+    let (_, empty) = s.call(
+        "GET",
+        "/v1/sessions/c1/nodes/llm/history?message_id=m2&parent_message_id=m1",
+        None,
+        Some(&globex),
+    );
+    assert_eq!(empty["messages"], json!([]), "{empty}");
+    // A malformed reference is named too.
+    let (status, refused) = s.call(
+        "POST",
+        "/v1/sessions/c1/nodes/llm/turns",
+        Some(
+            &json!({"message_id": "m3", "user_content": "q", "assistant_content": "a",
+                     "user_files": [{"type": "image", "transfer_method": "local_file",
+                                     "upload_file_id": "../../etc/passwd"}]}),
+        ),
+        Some(&acme),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(said(&refused).contains("plain name"), "{refused}");
+}

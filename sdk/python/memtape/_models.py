@@ -750,6 +750,10 @@ class NodeTurnBody(_Model):
     """The user's input to the node."""
     assistant_content: str
     """The node's answer."""
+    user_files: list[FileRefWire] | None = Field(default=None)
+    """Files the user attached, by reference in Dify's shape (an upload or tool file must be the caller's tenant's, as on an append)."""
+    assistant_files: list[FileRefWire] | None = Field(default=None)
+    """Files the node produced (`belongs_to` defaults to `assistant` here)."""
 
 
 class PruneBody(_Model):

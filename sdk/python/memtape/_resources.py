@@ -382,14 +382,14 @@ class NodesResource:
     def __init__(self, client: _SyncBase) -> None:
         self._client = client
 
-    def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
+    def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, user_files: list[FileRefWire] | None = None, assistant_files: list[FileRefWire] | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
         """Adds a turn to a node's memory (Dify's `add_messages` then `flush`), in one transaction.
 
         `POST /v1/sessions/{session}/nodes/{node}/turns`."""
         _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/turns'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content}
+        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content, 'user_files': user_files, 'assistant_files': assistant_files}
         return self._client._request('POST', _url, query=_query, json=_body, cast=NodeAdded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     def history(self, session: str, node: str, message_id: str, *, parent_message_id: str | None = None, max_tokens: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> NodeHistory:
@@ -1058,14 +1058,14 @@ class AsyncNodesResource:
     def __init__(self, client: _AsyncBase) -> None:
         self._client = client
 
-    async def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
+    async def add(self, session: str, node: str, message_id: str, user_content: str, assistant_content: str, *, parent_message_id: str | None = None, user_files: list[FileRefWire] | None = None, assistant_files: list[FileRefWire] | None = None, agent: str | None = None, user: str | None = None, idempotency_key: str | None = None, timeout: float | None = None) -> NodeAdded:
         """Adds a turn to a node's memory (Dify's `add_messages` then `flush`), in one transaction.
 
         `POST /v1/sessions/{session}/nodes/{node}/turns`."""
         _url = f'/v1/sessions/{_path(session)}/nodes/{_path(node)}/turns'
         _query = {}
         _query.update(self._client._scope(agent, user))
-        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content}
+        _body = {'message_id': message_id, 'parent_message_id': parent_message_id, 'user_content': user_content, 'assistant_content': assistant_content, 'user_files': user_files, 'assistant_files': assistant_files}
         return await self._client._request('POST', _url, query=_query, json=_body, cast=NodeAdded, idempotency_key=idempotency_key, keyed=True, timeout=timeout)
 
     async def history(self, session: str, node: str, message_id: str, *, parent_message_id: str | None = None, max_tokens: int | None = None, agent: str | None = None, user: str | None = None, timeout: float | None = None) -> NodeHistory:

@@ -825,6 +825,13 @@ export interface NodeTurnBody {
   user_content: string;
   /** The node's answer. */
   assistant_content: string;
+  /**
+   * Files the user attached, by reference in Dify's shape (an upload or tool file must be
+   * the caller's tenant's, as on an append).
+   */
+  user_files?: FileRefWire[];
+  /** Files the node produced (`belongs_to` defaults to `assistant` here). */
+  assistant_files?: FileRefWire[];
 }
 
 /** Who a file belongs to. */

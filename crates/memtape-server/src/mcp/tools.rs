@@ -142,6 +142,12 @@ pub(super) struct NodeAddInput {
     pub(super) user_content: String,
     /// The node's answer.
     pub(super) assistant_content: String,
+    /// Files the user attached, by reference in Dify's shape (as `tape_append`'s `files`).
+    #[serde(default)]
+    pub(super) user_files: Vec<FileInput>,
+    /// Files the node produced (`belongs_to` defaults to `assistant` here).
+    #[serde(default)]
+    pub(super) assistant_files: Vec<FileInput>,
 }
 
 /// `node_history`'s input.
@@ -280,6 +286,20 @@ pub(super) struct FileInput {
     pub(super) belongs_to: Option<String>,
 }
 
+impl FileInput {
+    /// The REST body's form of this reference (checked there).
+    pub(super) fn to_wire(&self) -> crate::wire::FileRefWire {
+        crate::wire::FileRefWire {
+            file_type: self.file_type.clone(),
+            transfer_method: self.transfer_method.clone(),
+            upload_file_id: self.upload_file_id.clone(),
+            url: self.url.clone(),
+            tool_file_id: self.tool_file_id.clone(),
+            belongs_to: self.belongs_to.clone(),
+        }
+    }
+}
+
 impl MessageInput {
     pub(super) fn to_wire(&self) -> Value {
         let mut o = serde_json::Map::new();
@@ -306,22 +326,7 @@ impl MessageInput {
             let files: Vec<Value> = self
                 .files
                 .iter()
-                .map(|f| {
-                    let mut file = serde_json::Map::new();
-                    file.insert("type".into(), json!(f.file_type));
-                    file.insert("transfer_method".into(), json!(f.transfer_method));
-                    for (k, v) in [
-                        ("upload_file_id", &f.upload_file_id),
-                        ("url", &f.url),
-                        ("tool_file_id", &f.tool_file_id),
-                        ("belongs_to", &f.belongs_to),
-                    ] {
-                        if let Some(v) = v {
-                            file.insert(k.into(), json!(v));
-                        }
-                    }
-                    Value::Object(file)
-                })
+                .map(|f| serde_json::to_value(f.to_wire()).unwrap_or(Value::Null))
                 .collect();
             o.insert("files".into(), Value::Array(files));
         }

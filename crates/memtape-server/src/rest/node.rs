@@ -13,10 +13,10 @@ use memtape::{DEFAULT_MAX_TOKEN_LIMIT, DEFAULT_NODE_IDLE_DAYS, NodeTurn, Scope, 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{ErrorBody, Result};
+use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::{AppState, Caller, Role as KeyRole};
-use crate::wire::{ChatMessage, ScopeParams};
+use crate::wire::{ChatMessage, FileRefWire, ScopeParams};
 
 /// This module's routes.
 pub(super) fn routes() -> Router<AppState> {
@@ -59,6 +59,44 @@ pub struct NodeTurnBody {
     pub user_content: String,
     /// The node's answer.
     pub assistant_content: String,
+    /// Files the user attached, by reference in Dify's shape (an upload or tool file must be
+    /// the caller's tenant's, as on an append).
+    #[serde(default)]
+    pub user_files: Vec<FileRefWire>,
+    /// Files the node produced (`belongs_to` defaults to `assistant` here).
+    #[serde(default)]
+    pub assistant_files: Vec<FileRefWire>,
+}
+
+impl NodeTurnBody {
+    /// The turn's file references, checked for their shape (a 422 naming what is wrong)
+    /// and, when there are any, for being the tenant's (`files`).
+    fn files(
+        &self,
+        files: impl FnOnce() -> Result<memtape::FilesDir>,
+    ) -> Result<(Vec<memtape::FileRef>, Vec<memtape::FileRef>)> {
+        let refs = |list: &[FileRefWire], owner: memtape::FileOwner| {
+            list.iter()
+                .map(|f| {
+                    let mut r = f.to_ref()?;
+                    if f.belongs_to.is_none() {
+                        r.belongs_to = owner;
+                    }
+                    Ok(r)
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let user = refs(&self.user_files, memtape::FileOwner::User)?;
+        let assistant = refs(&self.assistant_files, memtape::FileOwner::Assistant)?;
+        if !user.is_empty() || !assistant.is_empty() {
+            let dir = files()?;
+            for list in [&user, &assistant] {
+                dir.check_all(list)
+                    .map_err(|e| ApiError::unprocessable(format!("files: {e}")))?;
+            }
+        }
+        Ok((user, assistant))
+    }
 }
 
 /// The entries a turn wrote.
@@ -86,6 +124,7 @@ pub async fn add(
 ) -> Result<(StatusCode, Json<NodeAdded>)> {
     caller.require(KeyRole::Write)?;
     let app = app_scope(&caller, &p)?;
+    let (user_files, assistant_files) = body.files(|| state.files_of(&caller.tenant))?;
     let written = state
         .run(move |engine| {
             let mut memory = engine.node_memory(&app, Some(&path.session), &path.node)?;
@@ -93,8 +132,9 @@ pub async fn add(
                 message_id: body.message_id,
                 parent_message_id: body.parent_message_id,
                 user_content: body.user_content,
+                user_files,
                 assistant_content: body.assistant_content,
-                ..NodeTurn::default()
+                assistant_files,
             })?;
             Ok(memory.flush()?)
         })
