@@ -12,6 +12,7 @@ use crate::error::{ApiError, Result};
 /// Which agent (and user) a request is about; the tenant comes from the key.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ScopeParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -34,6 +35,7 @@ impl ScopeParams {
 /// A read of memory, possibly of the past: which agent (and user), and the moment.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ReadParams {
     /// The agent (default `default`).
     pub agent: Option<String>,

@@ -558,6 +558,49 @@ fn minimal(doc: &Value, schema: &Value, depth: usize) -> Value {
 
 /// Every JSON request body the API documents refuses a field it does not know, naming it,
 /// rather than ignoring it: the field is sent first, beside what the body needs.
+/// A query parameter the route does not have (a typo such as `?attachment=parts`) is a 400
+/// naming it, on every route the API documents with query parameters, never ignored.
+#[test]
+fn every_route_refuses_an_unknown_query_parameter() {
+    let s = Server::start();
+    let (_, doc) = s.get("/openapi.json");
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let takes_query = op["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+            if !takes_query {
+                continue;
+            }
+            let concrete = path
+                .replace("{session}", "s")
+                .replace("{node}", "n")
+                .replace("{id}", "1")
+                .replace("{name}", "memory.save");
+            let url = format!("{concrete}?zz_not_a_param=1");
+            let method = method.to_ascii_uppercase();
+            let (status, e) = match method.as_str() {
+                "GET" | "DELETE" => s.call(&method, &url, None, None),
+                _ => s.send_raw(
+                    &method,
+                    &url,
+                    &[("Content-Type", "application/json")],
+                    b"{}",
+                ),
+            };
+            assert_eq!(status, 400, "{method} {url}: {e}");
+            assert!(said(&e).contains("zz_not_a_param"), "{method} {url}: {e}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} routes");
+    // The typo that prompted it: history is not silently given as references.
+    let (status, e) = s.get("/v1/sessions/s/history?attachment=parts");
+    assert_eq!(status, 400, "{e}");
+    assert!(said(&e).contains("unknown field `attachment`"), "{e}");
+}
+
 #[test]
 fn every_request_body_refuses_an_unknown_field() {
     let s = Server::start();

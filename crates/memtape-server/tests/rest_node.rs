@@ -175,7 +175,7 @@ fn bad_node_input_is_refused_naming_what_is_wrong_and_nothing_is_written() {
             "parent_message_id holds",
         ),
         (turn(json!({"message_id": 7})), 422, "message_id"),
-        (turn(json!({"user_files": []})), 422, "user_files"),
+        (turn(json!({"files": []})), 422, "unknown field `files`"),
         (json!({"message_id": "m2"}), 422, "user_content"),
         (
             turn(json!({"user_content": "y".repeat(70 * 1024)})),

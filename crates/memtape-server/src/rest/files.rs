@@ -88,6 +88,7 @@ fn answer(text: &str) -> Result<Json<WorkspaceAnswer>> {
 /// What to view.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ViewParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -212,6 +213,7 @@ pub async fn edit(
 /// Which file or folder under /memories to delete.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct PathParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -279,6 +281,7 @@ fn workspace_path(path: &str) -> String {
 /// Which workspace files to list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -314,6 +317,7 @@ pub async fn list(
 /// Which workspace file to read.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct FileParams {
     /// The agent (default `default`).
     pub agent: Option<String>,

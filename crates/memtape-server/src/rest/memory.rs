@@ -125,6 +125,7 @@ fn own_version(
 /// Which file to read (or blame), and when.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct FileParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -436,6 +437,7 @@ pub struct SaveBody {
 /// Which memory a write changes, and the session it is made in.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct WriteParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -552,6 +554,7 @@ pub async fn daily(
 /// What to recall.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct RecallParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -570,6 +573,7 @@ pub struct RecallParams {
 /// What to search for in memory (Qanot's `memory_search`).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct SearchParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -704,6 +708,7 @@ pub async fn show(
 /// Which versions to list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct VersionsParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -760,6 +765,7 @@ pub async fn versions(
 /// Which versions to compare.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct DiffParams {
     /// The agent (default `default`).
     pub agent: Option<String>,

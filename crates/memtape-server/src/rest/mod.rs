@@ -270,6 +270,7 @@ pub async fn sessions(
 /// Where appended messages go, and where their conversation came from.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct AppendParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -357,6 +358,7 @@ pub async fn append(
 /// Which history to read.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct HistoryParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -452,6 +454,7 @@ fn existing(engine: &memtape::Engine<memtape::DynStore>, scope: &Scope, name: &s
 /// Which entries to list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct EntriesParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -570,6 +573,7 @@ pub async fn entries(
 /// What to search.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct SearchParams {
     /// The query.
     pub q: String,

@@ -146,6 +146,7 @@ pub async fn add(
 /// Which history to read.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct NodeHistoryParams {
     /// The app (agent; default `default`).
     pub agent: Option<String>,

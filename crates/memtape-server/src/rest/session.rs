@@ -217,6 +217,7 @@ impl MemoryRunWire {
 /// Which session to analyse, and how the run was triggered.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ExtractionParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
@@ -265,6 +266,7 @@ pub async fn extraction(
 /// The options of `/new`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct NewParams {
     /// The agent (default `default`).
     pub agent: Option<String>,

@@ -49,6 +49,7 @@ pub(super) fn routes() -> Router<AppState> {
 /// What to export or import.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct TransferParams {
     /// The agent (default `default`).
     pub agent: Option<String>,
