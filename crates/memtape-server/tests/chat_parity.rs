@@ -538,3 +538,48 @@ fn history_md_is_searchable_over_mcp() {
         client.cancel().await.unwrap();
     });
 }
+
+/// 64 clients at once, each appending an exchange to its own session and sending it again
+/// with the same idempotency key (a retry): one daily note with one heading, every
+/// exchange in it exactly once.
+#[test]
+fn sixty_four_clients_note_their_exchanges_once_each() {
+    let s = with_daily_notes();
+    std::thread::scope(|scope| {
+        for i in 0..64 {
+            let s = &s;
+            scope.spawn(move || {
+                let body = json!({"messages": [
+                    {"role": "user", "content": format!("question {i:02}")},
+                    {"role": "assistant", "content": format!("answer {i:02}")}
+                ]})
+                .to_string();
+                let key = format!("exchange-{i}");
+                for _ in 0..2 {
+                    let (status, answer) = s.send_raw(
+                        "POST",
+                        &format!("/v1/sessions/s{i}/messages"),
+                        &[
+                            ("Content-Type", "application/json"),
+                            ("Idempotency-Key", key.as_str()),
+                        ],
+                        body.as_bytes(),
+                    );
+                    assert_eq!(status, 201, "{answer}");
+                }
+            });
+        }
+    });
+    // One file a day (two if the test ran across midnight), each with one heading.
+    let notes = dailies(&s, "");
+    assert!(matches!(notes.len(), 1 | 2), "{notes:?}");
+    for (_, note) in &notes {
+        assert_eq!(note.matches("# Daily Notes -- ").count(), 1, "{note}");
+    }
+    let note: String = notes.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(note.matches("\n## [").count(), 64, "{note}");
+    for i in 0..64 {
+        let exchange = format!("**User:** question {i:02}\n**Agent:** answer {i:02}\n");
+        assert_eq!(note.matches(&exchange).count(), 1, "{i}: {note}");
+    }
+}

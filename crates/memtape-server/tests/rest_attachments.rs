@@ -731,3 +731,48 @@ fn a_node_turn_carries_files_of_its_own_tenant_only() {
     assert_eq!(status, 422, "{refused}");
     assert!(said(&refused).contains("plain name"), "{refused}");
 }
+
+/// 64 clients upload at once, each sending its upload twice with one idempotency key (a
+/// retry): 64 files, each stored once and each its own.
+#[test]
+fn sixty_four_clients_upload_at_once_and_a_retry_stores_once() {
+    let s = Server::start();
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..64)
+            .map(|i| {
+                let s = &s;
+                scope.spawn(move || {
+                    let text = format!("note number {i}\n");
+                    let key = format!("upload-{i}");
+                    let mut ids = Vec::new();
+                    for _ in 0..2 {
+                        let (status, file) = upload(
+                            s,
+                            "local",
+                            "n.txt",
+                            "text/plain",
+                            text.as_bytes(),
+                            &[("Idempotency-Key", key.as_str())],
+                        );
+                        assert_eq!(status, 201, "{file}");
+                        ids.push(file["id"].as_str().unwrap().to_owned());
+                    }
+                    assert_eq!(ids[0], ids[1], "the retry answers the first upload");
+                    ids.pop().unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 64);
+    let stored = std::fs::read_dir(s.dir.path().join("files/uploads"))
+        .unwrap()
+        .count();
+    assert_eq!(stored, 64, "each upload stored once");
+    for (i, id) in ids.iter().enumerate() {
+        let (status, info) = s.get(&format!("/v1/files/{id}"));
+        assert_eq!(status, 200, "{info}");
+        assert_eq!(info["size"], format!("note number {i}\n").len(), "{info}");
+    }
+}

@@ -422,3 +422,50 @@ fn a_bad_dify_file_is_refused_whole() {
     let (_, out) = s.get("/v1/sessions/conv-2/nodes/llm-1/export?agent=chatflow");
     assert_eq!(out["messages"], json!([]), "nothing was written");
 }
+
+/// 64 clients add turns to one node at once, each sending its turn twice with one
+/// idempotency key (a retry): every turn is stored once, and each thread reads back whole.
+#[test]
+fn sixty_four_clients_add_turns_to_one_node_and_a_retry_stores_once() {
+    let s = Server::start();
+    std::thread::scope(|scope| {
+        for i in 0..64 {
+            let s = &s;
+            scope.spawn(move || {
+                let body = json!({"message_id": format!("m{i}"), "user_content": format!("q{i}"),
+                                  "assistant_content": format!("a{i}")})
+                .to_string();
+                let key = format!("turn-{i}");
+                let mut ids = Vec::new();
+                for _ in 0..2 {
+                    let (status, added) = s.send_raw(
+                        "POST",
+                        &format!("{NODE}/turns?{APP}"),
+                        &[
+                            ("Content-Type", "application/json"),
+                            ("Idempotency-Key", key.as_str()),
+                        ],
+                        body.as_bytes(),
+                    );
+                    assert_eq!(status, 201, "{added}");
+                    ids.push(added["ids"].clone());
+                }
+                assert_eq!(ids[0], ids[1], "the retry answers the first turn");
+            });
+        }
+    });
+    for i in 0..64 {
+        let id = format!("m{i}");
+        assert_eq!(
+            contents(&s, None, "next", Some(&id)),
+            [format!("q{i}"), format!("a{i}")],
+            "thread of {id}"
+        );
+    }
+    let (status, report) = s.post(
+        "/v1/nodes/cleanup?agent=chatflow",
+        &json!({"older_than_days": 1, "dry_run": true}),
+    );
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["active"], 1, "one node: {report}");
+}
