@@ -91,7 +91,8 @@ async function walk() {
     "memory_blame", "memory_clear",
     "memory_consolidate", "memory_daily", "memory_dropped", "memory_emerge", "memory_extract",
     "memory_forget", "memory_recall", "memory_restore", "memory_save", "memory_search",
-    "memory_show", "read_workspace_memory_file", "tape_append", "tape_context",
+    "memory_show", "node_add", "node_cleanup", "node_clear", "node_history",
+    "read_workspace_memory_file", "tape_append", "tape_context",
     "tape_history", "tape_search", "write_workspace_memory_file",
   ];
   assert.deepEqual(names, expected);
