@@ -717,26 +717,18 @@ class NodeImported(_Model):
 class NodeMessageWire(_Model):
     """A message of a node's history."""
 
-    role: RoleName
-    """`system`, `user`, `assistant` or `tool`."""
-    content: None | ContentSchema = Field(default=None)
-    """The text, or OpenAI content parts."""
-    name: str | None = Field(default=None)
-    """A participant or tool name."""
-    tool_calls: list[ToolCallWire] | None = Field(default=None)
-    """The tools the assistant calls."""
-    tool_call_id: str | None = Field(default=None)
-    """For a tool result: the call it answers."""
-    reasoning_content: str | None = Field(default=None)
-    """The model's reasoning, when the provider returned it separately."""
-    files: list[FileRefWire] | None = Field(default=None)
-    """Files attached by reference (Dify's shape); history gives them back as references, or rebuilt into the content with `attachments=parts`."""
     id: int
     """Its entry id."""
     message_id: str
     """The Dify message its turn belongs to."""
     parent_message_id: str | None = Field(default=None)
     """The Dify message that turn was added after."""
+    role: RoleName
+    """`user` or `assistant`."""
+    content: None | ContentSchema = Field(default=None)
+    """The text (or, as appends keep it, OpenAI content parts)."""
+    files: list[FileRefWire] | None = Field(default=None)
+    """Files attached by reference (Dify's shape)."""
 
 
 class NodeTurnBody(_Model):

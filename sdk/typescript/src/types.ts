@@ -803,14 +803,20 @@ export interface NodeImported {
 }
 
 /** A message of a node's history. */
-export type NodeMessageWire = ChatMessage & {
+export interface NodeMessageWire {
   /** Its entry id. */
   id: number;
   /** The Dify message its turn belongs to. */
   message_id: string;
   /** The Dify message that turn was added after. */
   parent_message_id?: string | null;
-};
+  /** `user` or `assistant`. */
+  role: RoleName;
+  /** The text (or, as appends keep it, OpenAI content parts). */
+  content?: ContentSchema | null;
+  /** Files attached by reference (Dify's shape). */
+  files?: FileRefWire[];
+}
 
 /** One dialogue turn for a node (the arguments of Dify's `add_messages`). */
 export interface NodeTurnBody {

@@ -170,9 +170,16 @@ pub struct NodeMessageWire {
     pub message_id: String,
     /// The Dify message that turn was added after.
     pub parent_message_id: Option<String>,
-    /// The message (OpenAI's chat shape).
-    #[serde(flatten)]
-    pub message: ChatMessage,
+    /// `user` or `assistant`.
+    #[schema(value_type = crate::wire::names::RoleName)]
+    pub role: String,
+    /// The text (or, as appends keep it, OpenAI content parts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::wire::ContentSchema>)]
+    pub content: Option<serde_json::Value>,
+    /// Files attached by reference (Dify's shape).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileRefWire>,
 }
 
 /// A node's history.
@@ -209,11 +216,16 @@ pub async fn history(
     let messages = history
         .iter()
         .filter_map(|m| {
+            // The message's own fields, listed (a `flatten` of the chat shape, which refuses
+            // fields it does not know, would document these three as not allowed).
+            let message = ChatMessage::of(m.entry.message()?);
             Some(NodeMessageWire {
                 id: m.entry.id.0,
                 message_id: m.message_id.clone(),
                 parent_message_id: m.parent_message_id.clone(),
-                message: ChatMessage::of(m.entry.message()?),
+                role: message.role,
+                content: message.content,
+                files: message.files,
             })
         })
         .collect();
