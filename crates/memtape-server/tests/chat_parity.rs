@@ -147,13 +147,8 @@ fn servers_write_no_daily_note_unless_configured() {
 #[test]
 fn mcp_tape_append_writes_qanots_daily_note() {
     let s = with_daily_notes();
-    let url = s.url("/mcp");
     runtime().block_on(async {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url),
-        );
-        let (client, _) = Client::new();
-        let client = client.serve(transport).await.unwrap();
+        let client = mcp(&s).await;
         ok(
             &client,
             "tape_append",
