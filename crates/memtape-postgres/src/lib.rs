@@ -44,7 +44,8 @@ use memtape_store::row::{
 };
 use memtape_store::rules::{Transaction, append_in, restore_in};
 use memtape_store::{
-    Claim, EraseOutcome, EraseRequest, Error, Restored, ScopeInfo, Store, StoreLock, Wait,
+    Claim, EraseOutcome, EraseRequest, Error, NewVector, Restored, ScopeInfo, Store, StoreLock,
+    Wait,
 };
 use postgres::Row;
 use postgres::types::ToSql;
@@ -463,6 +464,12 @@ impl memtape_store::erase::EraseTransaction for Tx<'_> {
                              $6::text[]) AS v(id, payload, meta, name, erased_by, erased_how)
                  WHERE e.id = v.id",
                 &[&ids, &payloads, &metas, &names, &bys, &hows],
+            )?;
+            // A vector was made of the text the rewrite takes.
+            self.conn.execute(
+                self.target,
+                "DELETE FROM memtape_vectors WHERE entry = ANY($1)",
+                &[&ids],
             )?;
         }
         self.conn
@@ -1036,6 +1043,92 @@ impl Store for PostgresStore {
                 .map(|p| p.receipt)
                 .collect(),
         )
+    }
+
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let wanted: Vec<i64> = ids.iter().map(|id| sql_id(*id)).collect();
+        self.read(|c, t| {
+            Ok(c.query(
+                t,
+                "SELECT v.entry, v.vec FROM memtape_vectors v
+                 JOIN memtape_entries e ON e.id = v.entry
+                 WHERE e.tenant = $1 AND v.entry = ANY($2)
+                   AND v.embedder_id = (SELECT embedder_id FROM memtape_embedders WHERE name = $3)
+                 ORDER BY v.entry",
+                &[&tenant, &wanted, &embedder],
+            )?
+            .iter()
+            .map(|r| (unsql(r.get(0)), r.get(1)))
+            .collect())
+        })
+    }
+
+    fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
+        memtape_store::vectors::check(embedder, vectors)?;
+        if vectors.is_empty() {
+            return Ok(());
+        }
+        if self.target.read_only() {
+            return Err(Error::ReadOnly(self.target.address().to_owned()));
+        }
+        let ids: Vec<i64> = vectors.iter().map(|v| sql_id(v.id)).collect();
+        let marks: Vec<Option<i64>> = vectors.iter().map(|v| v.erased_by.map(sql_id)).collect();
+        let bytes: Vec<&[u8]> = vectors.iter().map(|v| v.bytes.as_slice()).collect();
+        let target = &self.target;
+        let mut conn = self.pool.take(target)?;
+        let run = |conn: &mut Conn| -> Result<()> {
+            // Vectors can be made again from the tape: their commit does not wait for the
+            // disk. No tape lock: they take no ids.
+            conn.client
+                .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
+                .map_err(|e| target.err(e))?;
+            let missing = conn.query_opt(
+                target,
+                "SELECT v.id FROM unnest($1::bigint[]) AS v(id)
+                 WHERE NOT EXISTS (SELECT 1 FROM memtape_entries e WHERE e.id = v.id) LIMIT 1",
+                &[&ids],
+            )?;
+            if let Some(row) = missing {
+                return Err(Error::BadVector(format!(
+                    "entry {} is not on the tape",
+                    unsql(row.get(0))
+                )));
+            }
+            conn.execute(
+                target,
+                "INSERT INTO memtape_embedders (name) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&embedder],
+            )?;
+            // Each entry's row is locked while its mark is compared: an erasure rewriting
+            // it waits, or is waited for and then seen, so a vector of text an erasure
+            // took (whose DELETE ran before this INSERT) is never kept.
+            conn.execute(
+                target,
+                "INSERT INTO memtape_vectors (entry, embedder_id, vec)
+                 SELECT e.id, (SELECT embedder_id FROM memtape_embedders WHERE name = $4), v.vec
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bytea[]) AS v(id, mark, vec)
+                 JOIN memtape_entries e ON e.id = v.id
+                 WHERE e.erased_by IS NOT DISTINCT FROM v.mark
+                 FOR SHARE OF e
+                 ON CONFLICT DO NOTHING",
+                &[&ids, &marks, &bytes, &embedder],
+            )?;
+            conn.client
+                .batch_execute("COMMIT")
+                .map_err(|e| target.err(e))
+        };
+        let out = run(&mut conn);
+        if out.is_ok() || conn.client.batch_execute("ROLLBACK").is_ok() {
+            self.pool.give(conn);
+        } else {
+            self.pool.discard(conn);
+        }
+        out
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::conn::{Conn, Target};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
 /// named locks, which use two 32-bit keys) that migrations take: "mtap".
@@ -34,6 +34,9 @@ const MIGRATION_LOCK: i64 = 0x6d74_6170;
 /// - Version 4, erasure in steps: `memtape_erasures_pending` holds each erasure whose
 ///   receipt is written and whose rewrites are not all done, with what finishing it needs
 ///   (memtape-store's `erase::Pending` as JSON).
+/// - Version 5, vectors kept beside the tape (`Store::put_vectors`): `memtape_vectors`
+///   holds each entry's vector under each embedder that made one (`memtape_embedders`
+///   numbers the embedders so a row does not repeat their ids).
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE memtape_tape (
@@ -133,6 +136,18 @@ CREATE TABLE memtape_erasures_pending (
     receipt bigint PRIMARY KEY,
     tenant  text NOT NULL,
     plan    text NOT NULL
+);
+"#,
+    r#"
+CREATE TABLE memtape_embedders (
+    embedder_id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name        text NOT NULL UNIQUE
+);
+CREATE TABLE memtape_vectors (
+    entry       bigint NOT NULL REFERENCES memtape_entries (id),
+    embedder_id integer NOT NULL REFERENCES memtape_embedders (embedder_id),
+    vec         bytea NOT NULL,
+    PRIMARY KEY (entry, embedder_id)
 );
 "#,
 ];

@@ -114,6 +114,9 @@ pub enum Error {
         "the store has no ids left after {0} (ids end at 2^53 - 1); export it and import into a new store, which renumbers"
     )]
     IdsExhausted(EntryId),
+    /// A vector given to [`crate::Store::put_vectors`] was refused; nothing was kept.
+    #[error("vector refused: {0}")]
+    BadVector(String),
     /// A stored row could not be read back.
     #[error("corrupt entry {id}: {why}")]
     Corrupt {

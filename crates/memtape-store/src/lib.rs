@@ -24,6 +24,7 @@ pub mod requests;
 pub mod row;
 pub mod rules;
 mod sqlite;
+pub mod vectors;
 
 use chrono::{DateTime, Utc};
 use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
@@ -34,6 +35,7 @@ pub use locks::{StoreLock, Wait, lock_serving, lock_unserved};
 pub use memory::MemoryStore;
 pub use requests::Claim;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore, plan_once, truncate_wal};
+pub use vectors::NewVector;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -203,6 +205,28 @@ pub trait Store: Send + Sync {
     /// follower of the tape waits at the first.
     fn erasures_under_way(&self) -> Result<Vec<EntryId>>;
 
+    /// The vectors `embedder` made of the entries of `tenant` with these ids, where kept
+    /// ([`Store::put_vectors`]), in id order; ids without one (or of another tenant) are
+    /// left out.
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>>;
+
+    /// Keeps vectors beside the tape, each under its entry and `embedder` (the embedder's
+    /// id, naming its model and what of an entry it embeds): whichever process embeds an
+    /// entry first writes its vector, and every index that needs it later reads it instead
+    /// of running the model ([`vectors`]). An entry that has a vector of `embedder` keeps
+    /// it. A vector is kept only while its entry is as the embedder read it
+    /// ([`NewVector::erased_by`]), and an erasure deletes the vectors of every entry it
+    /// rewrites, so no vector outlives the text it was made of. Refuses (naming it) an
+    /// embedder name or a vector outside [`vectors::check`]'s limits and an id not on the
+    /// tape. Vectors can be made again from the tape, so their writes need not wait for
+    /// the disk.
+    fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()>;
+
     /// Takes the lock `name` of `tenant`, which holds across every process that opens this
     /// store (and across threads of one process): with [`Wait::Try`], `None` when someone
     /// holds it. The lock is released when the returned guard is dropped, or when its
@@ -301,6 +325,17 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
         (**self).erasures_under_way()
+    }
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        (**self).vectors(tenant, embedder, ids)
+    }
+    fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
+        (**self).put_vectors(embedder, vectors)
     }
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {
         (**self).lock(tenant, name, wait)

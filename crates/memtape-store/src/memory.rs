@@ -9,7 +9,8 @@ use crate::erase::{EraseTransaction, Pending, Rewrite, StepStore};
 use crate::locks::MemoryLocks;
 use crate::rules::{check_restored, plan_restore, prepare};
 use crate::{
-    Claim, EraseOutcome, EraseRequest, Restored, Result, ScopeInfo, Store, StoreLock, Wait,
+    Claim, EraseOutcome, EraseRequest, NewVector, Restored, Result, ScopeInfo, Store, StoreLock,
+    Wait,
 };
 
 /// A store held in memory.
@@ -60,6 +61,8 @@ struct Inner {
     last_erasure: EntryId,
     /// Erasures begun and not ended, by receipt.
     pending: BTreeMap<u64, Pending>,
+    /// Kept vectors, by entry id and embedder.
+    vectors: BTreeMap<(u64, String), Vec<u8>>,
 }
 
 impl Inner {
@@ -207,6 +210,7 @@ impl StepStore for MemoryStore {
                     entry.meta = rewrite.meta;
                     entry.erased = Some(by);
                 }
+                inner.vectors.retain(|(id, _), _| *id != rewrite.id.0);
             }
             for pending in added {
                 inner.pending.insert(pending.receipt.0, pending);
@@ -401,6 +405,56 @@ impl Store for MemoryStore {
             .into_iter()
             .map(|p| p.receipt)
             .collect())
+    }
+
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let inner = self.data();
+        let mut out: Vec<(EntryId, Vec<u8>)> = ids
+            .iter()
+            .filter(|id| {
+                inner
+                    .entries
+                    .get(&id.0)
+                    .is_some_and(|e| e.scope.tenant() == tenant)
+            })
+            .filter_map(|id| {
+                let v = inner.vectors.get(&(id.0, embedder.to_owned()))?;
+                Some((*id, v.clone()))
+            })
+            .collect();
+        out.sort_by_key(|(id, _)| *id);
+        out.dedup_by_key(|(id, _)| *id);
+        Ok(out)
+    }
+
+    fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
+        crate::vectors::check(embedder, vectors)?;
+        let mut inner = self.data();
+        if let Some(v) = vectors
+            .iter()
+            .find(|v| !inner.entries.contains_key(&v.id.0))
+        {
+            return Err(crate::Error::BadVector(format!(
+                "entry {} is not on the tape",
+                v.id
+            )));
+        }
+        for v in vectors {
+            let mark = inner.entries.get(&v.id.0).and_then(|e| e.erased.as_ref());
+            if mark.map(|e| e.by) != v.erased_by {
+                continue;
+            }
+            inner
+                .vectors
+                .entry((v.id.0, embedder.to_owned()))
+                .or_insert_with(|| v.bytes.clone());
+        }
+        Ok(())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

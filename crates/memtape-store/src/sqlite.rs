@@ -19,11 +19,12 @@ use crate::row::{
 };
 use crate::rules::{Transaction, append_in, restore_in};
 use crate::{
-    Claim, EraseOutcome, EraseRequest, Error, Restored, Result, ScopeInfo, Store, StoreLock, Wait,
+    Claim, EraseOutcome, EraseRequest, Error, NewVector, Restored, Result, ScopeInfo, Store,
+    StoreLock, Wait,
 };
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
@@ -109,6 +110,20 @@ CREATE TABLE erasures_pending (
     tenant  TEXT NOT NULL,
     plan    TEXT NOT NULL
 );
+"#,
+    // Vectors kept beside the tape (`Store::put_vectors`): each entry's vector under each
+    // embedder that made one, the embedders' ids numbered so a row does not repeat them.
+    r#"
+CREATE TABLE embedders (
+    embedder_id INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE
+);
+CREATE TABLE vectors (
+    entry       INTEGER NOT NULL REFERENCES entries(id),
+    embedder_id INTEGER NOT NULL REFERENCES embedders(embedder_id),
+    vec         BLOB NOT NULL,
+    PRIMARY KEY (entry, embedder_id)
+) WITHOUT ROWID;
 "#,
 ];
 
@@ -613,6 +628,10 @@ impl EraseTransaction for Writer<'_> {
                 sql_id(by.by),
                 by.how.as_str(),
             ])?;
+        // A vector was made of the text the rewrite takes (secure_delete zeroes its bytes).
+        self.tx
+            .prepare_cached("DELETE FROM vectors WHERE entry = ?1")?
+            .execute([sql_id(rewrite.id)])?;
         Ok(())
     }
 
@@ -1011,6 +1030,91 @@ impl Store for SqliteStore {
             .into_iter()
             .map(|p| p.receipt)
             .collect())
+    }
+
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let mut out = Vec::with_capacity(ids.len());
+        self.read(|c| {
+            for chunk in ids.chunks(500) {
+                let marks = vec!["?"; chunk.len()].join(", ");
+                // Entries by id first, then each one's scope (the tenant) and vector.
+                let sql = format!(
+                    "SELECT e.id, v.vec FROM entries e CROSS JOIN scopes s USING (scope_id)
+                     CROSS JOIN vectors v ON v.entry = e.id
+                     WHERE s.tenant = ? AND e.id IN ({marks})
+                       AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?)"
+                );
+                let mut stmt = c.prepare_cached(&sql)?;
+                let mut args: Vec<SqlValue> = vec![SqlValue::Text(tenant.to_owned())];
+                args.extend(chunk.iter().map(|id| SqlValue::Integer(sql_id(*id))));
+                args.push(SqlValue::Text(embedder.to_owned()));
+                let mut rows = stmt.query(params_from_iter(args))?;
+                while let Some(row) = rows.next()? {
+                    out.push((unsql(row.get(0)?), row.get::<_, Vec<u8>>(1)?));
+                }
+            }
+            Ok(())
+        })?;
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out)
+    }
+
+    fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
+        crate::vectors::check(embedder, vectors)?;
+        if vectors.is_empty() {
+            return Ok(());
+        }
+        let writer = self
+            .writer
+            .as_ref()
+            .ok_or_else(|| Error::ReadOnly(self.path.display().to_string()))?;
+        let mut conn = writer.lock();
+        // Vectors can be made again from the tape: their commit does not wait for the disk
+        // (in WAL mode the next durable commit, an append's, syncs them too).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let run = |conn: &mut Connection| -> Result<()> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT INTO embedders (name) VALUES (?1) ON CONFLICT DO NOTHING",
+                [embedder],
+            )?;
+            let embedder_id: i64 = tx.query_row(
+                "SELECT embedder_id FROM embedders WHERE name = ?1",
+                [embedder],
+                |r| r.get(0),
+            )?;
+            let mut mark = tx.prepare_cached("SELECT erased_by FROM entries WHERE id = ?1")?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO vectors (entry, embedder_id, vec) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            )?;
+            for v in vectors {
+                let found: Option<Option<i64>> =
+                    mark.query_row([sql_id(v.id)], |r| r.get(0)).optional()?;
+                let Some(erased_by) = found else {
+                    return Err(Error::BadVector(format!(
+                        "entry {} is not on the tape",
+                        v.id
+                    )));
+                };
+                // Kept only if the entry is still as the embedder read it.
+                if erased_by.map(unsql) == v.erased_by {
+                    insert.execute(params![sql_id(v.id), embedder_id, v.bytes])?;
+                }
+            }
+            drop((mark, insert));
+            tx.commit()?;
+            Ok(())
+        };
+        let out = run(&mut conn).map_err(|e| diagnose(e, &self.path));
+        let restored = conn.pragma_update(None, "synchronous", "FULL");
+        out?;
+        restored?;
+        Ok(())
     }
 
     fn lock(&self, tenant: &str, name: &str, wait: Wait) -> Result<Option<StoreLock>> {

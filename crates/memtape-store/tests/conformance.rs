@@ -656,3 +656,84 @@ fn entries_made_from_an_append_commit_with_it_or_not_at_all() {
         assert_eq!(store.scan(&memory, &Filter::default()).unwrap().len(), 2);
     });
 }
+
+fn vector(id: EntryId, byte: u8) -> memtape_store::NewVector {
+    memtape_store::NewVector {
+        id,
+        erased_by: None,
+        bytes: vec![byte; 388],
+    }
+}
+
+#[test]
+fn vectors_are_kept_once_per_entry_and_embedder_and_read_within_the_tenant() {
+    each_store(|store| {
+        let ours = session("s1");
+        let theirs = Scope::agent("zeta", "bot")
+            .unwrap()
+            .with_session("s1")
+            .unwrap();
+        let a = store
+            .append(vec![
+                msg(&ours, Message::user("one"), 0),
+                msg(&ours, Message::assistant("two"), 1),
+            ])
+            .unwrap();
+        let z = store
+            .append(vec![msg(&theirs, Message::user("zeta's"), 2)])
+            .unwrap();
+        let (a1, a2, z1) = (a[0].id, a[1].id, z[0].id);
+        // Asked in any order, answered in id order; nothing before a put.
+        assert!(store.vectors("acme", "m@1", &[a2, a1]).unwrap().is_empty());
+        store
+            .put_vectors("m@1", &[vector(a2, 2), vector(a1, 1), vector(z1, 9)])
+            .unwrap();
+        assert_eq!(
+            store.vectors("acme", "m@1", &[a2, a1]).unwrap(),
+            vec![(a1, vec![1; 388]), (a2, vec![2; 388])]
+        );
+        // Another tenant's entry is not read through this tenant, nor this one's through it.
+        assert!(store.vectors("acme", "m@1", &[z1]).unwrap().is_empty());
+        assert_eq!(store.vectors("zeta", "m@1", &[a1, z1]).unwrap().len(), 1);
+        // Another embedder has its own; the first vector of an entry stays.
+        assert!(store.vectors("acme", "m@2", &[a1]).unwrap().is_empty());
+        store.put_vectors("m@1", &[vector(a1, 7)]).unwrap();
+        store.put_vectors("m@2", &[vector(a1, 5)]).unwrap();
+        assert_eq!(
+            store.vectors("acme", "m@1", &[a1]).unwrap(),
+            vec![(a1, vec![1; 388])]
+        );
+        assert_eq!(
+            store.vectors("acme", "m@2", &[a1]).unwrap(),
+            vec![(a1, vec![5; 388])]
+        );
+        // An id not on the tape is refused, naming it, and nothing of its batch is kept.
+        let err = store
+            .put_vectors("m@3", &[vector(a1, 3), vector(EntryId(z1.0 + 1000), 3)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("entry {} is not on the tape", z1.0 + 1000)),
+            "{err}"
+        );
+        assert!(store.vectors("acme", "m@3", &[a1]).unwrap().is_empty());
+        // Limits, named.
+        for (embedder, v, says) in [
+            ("", vector(a1, 1), "embedder id"),
+            ("m@1", vector(EntryId(0), 1), "entry id 0"),
+            (
+                "m@1",
+                memtape_store::NewVector {
+                    bytes: Vec::new(),
+                    ..vector(a1, 1)
+                },
+                "is 0 bytes",
+            ),
+        ] {
+            let err = store.put_vectors(embedder, &[v]).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        // The tape is untouched by all of this.
+        assert_eq!(store.get("acme", a1).unwrap().unwrap(), a[0]);
+    });
+}

@@ -765,6 +765,21 @@ impl<S: StepStore> Store for Interrupted<'_, S> {
     fn erasures_under_way(&self) -> memtape_store::Result<Vec<EntryId>> {
         self.inner.erasures_under_way()
     }
+    fn vectors(
+        &self,
+        tenant: &str,
+        embedder: &str,
+        ids: &[EntryId],
+    ) -> memtape_store::Result<Vec<(EntryId, Vec<u8>)>> {
+        self.inner.vectors(tenant, embedder, ids)
+    }
+    fn put_vectors(
+        &self,
+        embedder: &str,
+        vectors: &[memtape_store::NewVector],
+    ) -> memtape_store::Result<()> {
+        self.inner.put_vectors(embedder, vectors)
+    }
     fn lock(
         &self,
         tenant: &str,
@@ -966,4 +981,59 @@ fn an_interrupted_erasure_is_finished_on_every_store() {
     an_interrupted_erasure_is_finished_as_its_receipt_says(
         &memtape_postgres::PostgresStore::connect(db.url()).unwrap(),
     );
+}
+
+#[test]
+fn an_erasure_deletes_the_vectors_of_what_it_rewrites_and_a_stale_vector_is_not_kept() {
+    each_store(|store| {
+        let all = fill(store);
+        let v = |e: &Entry, erased_by: Option<EntryId>| memtape_store::NewVector {
+            id: e.id,
+            erased_by,
+            bytes: vec![7; 388],
+        };
+        let vectors: Vec<_> = all.iter().map(|e| v(e, None)).collect();
+        store.put_vectors("m@1", &vectors).unwrap();
+        let ids: Vec<EntryId> = all.iter().map(|e| e.id).collect();
+        let acme_before = store.vectors("acme", "m@1", &ids).unwrap().len();
+        assert_eq!(acme_before, all.len() - 1);
+        let ann = agent("acme").with_user("ann").unwrap();
+        let out = store
+            .erase(&request(
+                EraseTarget::Within(ann.clone()),
+                EraseMode::Text(SECRET.into()),
+                ann,
+                Selector::Text,
+            ))
+            .unwrap();
+        let rewritten: Vec<EntryId> = out.ids.clone();
+        assert!(!rewritten.is_empty());
+        let kept: Vec<EntryId> = store
+            .vectors("acme", "m@1", &ids)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        for id in &ids {
+            let erased = rewritten.contains(id);
+            let theirs = all
+                .iter()
+                .any(|e| e.id == *id && e.scope.tenant() == "zeta");
+            assert_eq!(kept.contains(id), !erased && !theirs, "entry {id}");
+        }
+        // A vector made before the erasure (mark None) is not kept for a rewritten entry;
+        // one made of the redacted text (its new mark) is.
+        let first = store.get("acme", rewritten[0]).unwrap().unwrap();
+        let mark = first.erased.as_ref().map(|e| e.by);
+        assert!(mark.is_some());
+        store.put_vectors("m@1", &[v(&first, None)]).unwrap();
+        assert!(
+            store
+                .vectors("acme", "m@1", &[first.id])
+                .unwrap()
+                .is_empty()
+        );
+        store.put_vectors("m@1", &[v(&first, mark)]).unwrap();
+        assert_eq!(store.vectors("acme", "m@1", &[first.id]).unwrap().len(), 1);
+    });
 }
