@@ -1303,3 +1303,79 @@ fn assert_like_a_rebuild(
     }
     whole
 }
+
+/// Vectors are kept in the store (issue 36): a second index of the same tape (a server
+/// joining, an index deleted and made again) and a rebuild read them instead of running the
+/// model, and rank exactly as the index that embedded them; another embedding of the
+/// entries (with their context) is another key, embedded anew.
+#[test]
+fn a_second_index_and_a_rebuild_read_the_stores_vectors_instead_of_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let s = session("ann", "s");
+    for (i, text) in [
+        "ann owns a red kayak",
+        "the kayak is kept at the lake",
+        "bob prefers hiking in the hills",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        say(&store, &s, Message::user(text), i as i64);
+    }
+    let (first_model, first) = recorded(dir.path(), &store);
+    assert_eq!(first_model.count(), 3, "the first index embeds every entry");
+    let other = tempfile::tempdir().unwrap();
+    let (second_model, second) = recorded(other.path(), &store);
+    assert_eq!(second.len(), 3);
+    assert_eq!(second_model.count(), 0, "the second reads the kept vectors");
+    let hits = |index: &Index| {
+        let req = SearchRequest::new("a red kayak", SearchFilter::tenant("acme"))
+            .mode(Mode::Vector)
+            .limit(3);
+        index
+            .search(&req)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(hits(&first), hits(&second));
+    // An entry appended now is embedded once, by whichever index catches up first (the
+    // searches above embedded their query, once in each).
+    let (from_first, from_second) = (first_model.count(), second_model.count());
+    say(&store, &s, Message::user("a new paddle for the kayak"), 5);
+    second.catch_up(&store).unwrap();
+    first.catch_up(&store).unwrap();
+    assert_eq!(
+        second_model.since(from_second),
+        vec!["a new paddle for the kayak"]
+    );
+    assert_eq!(first_model.count(), from_first);
+    // A rebuild (`memtape reindex`) with the same model runs it not once.
+    let model = Arc::new(Recording::default());
+    let (rebuilt, added) = Index::rebuild_from(
+        &other.path().join("index.db"),
+        &store,
+        Some(model.clone()),
+        IndexConfig::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((added, model.count()), (4, 0));
+    assert_eq!(hits(&rebuilt), hits(&first));
+    // Messages embedded with their context make other vectors, kept under their own key.
+    let with_context = Arc::new(Recording::default());
+    let third = tempfile::tempdir().unwrap();
+    let index = Index::open(
+        &third.path().join("index.db"),
+        Some(with_context.clone()),
+        IndexConfig {
+            embed_context: true,
+            ..IndexConfig::default()
+        },
+    )
+    .unwrap();
+    index.catch_up(&store).unwrap();
+    assert_eq!(with_context.count(), 4);
+}

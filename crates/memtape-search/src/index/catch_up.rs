@@ -46,6 +46,9 @@ struct NewDoc {
     /// The text of the conversational entry before this one in its scope ("" if none or
     /// if this is not a conversational entry).
     context: String,
+    /// The entry's erasure mark as read (a vector kept in the store is kept for this
+    /// version of the entry only).
+    erased_by: Option<EntryId>,
 }
 
 impl NewDoc {
@@ -73,6 +76,7 @@ impl NewDoc {
             text,
             own,
             context: String::new(),
+            erased_by: entry.erased.as_ref().map(|e| e.by),
         })
     }
 
@@ -516,7 +520,11 @@ impl Index {
         embed: bool,
     ) -> Result<Added> {
         let docs = new_docs(store, entries)?;
-        let vectors = if embed { self.embed_docs(&docs)? } else { None };
+        let vectors = if embed {
+            self.embed_docs(store, &docs)?
+        } else {
+            None
+        };
         let covered = entries.last().map_or(base.covered, |e| e.id);
         let mut out = Added {
             covered,
@@ -695,7 +703,7 @@ impl Index {
             return Ok(None);
         };
         let docs = new_docs(store, &entries)?;
-        let vectors = self.embed_docs(&docs)?.unwrap_or_default();
+        let vectors = self.embed_docs(store, &docs)?.unwrap_or_default();
         Ok(Some(Embedded {
             last,
             more: last < until,
@@ -731,15 +739,89 @@ impl Index {
     }
 
     /// The vectors of `docs` (their speakers' own words, each with its context when the
-    /// config says so), quantized; `None` without an embedder.
-    fn embed_docs(&self, docs: &[NewDoc]) -> Result<Option<Vec<crate::vectors::Quantized>>> {
-        let inputs: Vec<Cow<'_, str>> = docs
+    /// config says so), quantized; `None` without an embedder. Vectors kept in the store
+    /// ([`Store::vectors`]) are read, not made again; the model embeds the rest, and
+    /// their vectors are handed to the store for the next index that needs them. The store
+    /// is a cache here: when it cannot be read or written (a read-only store, an older
+    /// schema) the model embeds everything, as it did before there was one.
+    fn embed_docs(
+        &self,
+        store: &dyn Store,
+        docs: &[NewDoc],
+    ) -> Result<Option<Vec<crate::vectors::Quantized>>> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        let key = self.vector_key();
+        let dim = embedder.dim();
+        let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
+        let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
+        for d in docs {
+            by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
+        }
+        for (tenant, ids) in by_tenant {
+            match store.vectors(tenant, &key, &ids) {
+                Ok(found) => {
+                    for (id, bytes) in found {
+                        match crate::vectors::Quantized::from_bytes(&bytes, dim) {
+                            Some(v) => {
+                                kept.insert(id, v);
+                            }
+                            None => tracing::warn!(
+                                "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
+                                self.path.display()
+                            ),
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(
+                    "search index {}: no stored vectors ({e}); embedding",
+                    self.path.display()
+                ),
+            }
+        }
+        let missing: Vec<&NewDoc> = docs.iter().filter(|d| !kept.contains_key(&d.id)).collect();
+        let inputs: Vec<Cow<'_, str>> = missing
             .iter()
             .map(|d| d.vector_text(self.config.embed_context))
             .collect();
-        Ok(self
+        let made = self
             .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
-            .map(|vs| vs.iter().map(|v| quantize(v)).collect()))
+            .unwrap_or_default();
+        // `embed` checked that there is one vector per text.
+        let made: Vec<crate::vectors::Quantized> = made.iter().map(|v| quantize(v)).collect();
+        let new: Vec<memtape_store::NewVector> = missing
+            .iter()
+            .zip(&made)
+            .map(|(d, q)| memtape_store::NewVector {
+                id: d.id,
+                erased_by: d.erased_by,
+                bytes: q.to_bytes(),
+            })
+            .collect();
+        if let Err(e) = store.put_vectors(&key, &new) {
+            tracing::debug!(
+                "search index {}: vectors not kept in the store ({e})",
+                self.path.display()
+            );
+        }
+        let mut made = made.into_iter();
+        Ok(Some(
+            docs.iter()
+                .filter_map(|d| kept.remove(&d.id).or_else(|| made.next()))
+                .collect(),
+        ))
+    }
+
+    /// The key the store keeps this index's vectors under: the embedder's id, marked when
+    /// each message is embedded with its context (another text, so another vector).
+    pub(super) fn vector_key(&self) -> String {
+        let id = self.embedder_id();
+        if self.config.embed_context {
+            format!("{id}+context")
+        } else {
+            id.to_owned()
+        }
     }
 }
 
