@@ -923,6 +923,23 @@ impl Store for PostgresStore {
         })
     }
 
+    fn entries_after_in(&self, tenant: &str, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        self.read(|c, t| {
+            // As `entries_after`, on the index by (tenant, id).
+            let sql = format!(
+                "{ENTRY_SELECT} WHERE e.tenant = $1 AND e.id > $2
+                   AND e.id < coalesce((SELECT min(receipt) FROM memtape_erasures_pending),
+                                       9223372036854775807)
+                 ORDER BY e.id LIMIT $3"
+            );
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            c.query(t, &sql, &[&tenant, &sql_id(after), &limit])?
+                .iter()
+                .map(entry_of)
+                .collect()
+        })
+    }
+
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         self.read(|c, t| {
             // Not past the receipt of an erasure under way (`Store::entries_after`).

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::conn::{Conn, Target};
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The advisory lock (single 64-bit key: a key space of its own, apart from the store's
 /// named locks, which use two 32-bit keys) that migrations take: "mtap".
@@ -37,6 +37,8 @@ const MIGRATION_LOCK: i64 = 0x6d74_6170;
 /// - Version 5, vectors kept beside the tape (`Store::put_vectors`): `memtape_vectors`
 ///   holds each entry's vector under each embedder that made one (`memtape_embedders`
 ///   numbers the embedders so a row does not repeat their ids).
+/// - Version 6, each tenant's entries in id order (`Store::entries_after_in`): an index on
+///   (tenant, id), so a projection of one tenant follows it without reading the others.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE memtape_tape (
@@ -149,6 +151,9 @@ CREATE TABLE memtape_vectors (
     vec         bytea NOT NULL,
     PRIMARY KEY (entry, embedder_id)
 );
+"#,
+    r#"
+CREATE INDEX memtape_entries_by_tenant ON memtape_entries (tenant, id);
 "#,
 ];
 

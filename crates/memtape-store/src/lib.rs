@@ -201,6 +201,12 @@ pub trait Store: Send + Sync {
     /// (seconds, for 100,000 entries).
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
 
+    /// Up to `limit` entries of `tenant` with ids above `after`, in id order: what
+    /// [`Store::entries_after`] would return of that tenant, stopping where it stops, read
+    /// without passing over other tenants' entries. For a projection of one tenant (its
+    /// search index shard), which records how far it has read by the tape's ids.
+    fn entries_after_in(&self, tenant: &str, after: EntryId, limit: usize) -> Result<Vec<Entry>>;
+
     /// The receipts of the erasures under way ([`erase::Pending`]), in id order: a
     /// follower of the tape waits at the first.
     fn erasures_under_way(&self) -> Result<Vec<EntryId>>;
@@ -322,6 +328,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn entries_after(&self, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
         (**self).entries_after(after, limit)
+    }
+    fn entries_after_in(&self, tenant: &str, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        (**self).entries_after_in(tenant, after, limit)
     }
     fn erasures_under_way(&self) -> Result<Vec<EntryId>> {
         (**self).erasures_under_way()

@@ -392,6 +392,21 @@ impl Store for MemoryStore {
         Ok(range.take(limit).map(|(_, e)| e.clone()).collect())
     }
 
+    fn entries_after_in(&self, tenant: &str, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        let inner = self.data();
+        let until = inner.followed_id().0;
+        if after.0 >= until {
+            return Ok(Vec::new());
+        }
+        let range = inner.entries.range(after.0.saturating_add(1)..=until);
+        Ok(range
+            .map(|(_, e)| e)
+            .filter(|e| e.scope.tenant() == tenant)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
     fn tape_id(&self) -> Result<String> {
         Ok(self.tape.clone())
     }

@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// The schema version this build writes. Databases with a higher version are refused.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Marks the database file as memtape's ("mtap").
 const APPLICATION_ID: i64 = 0x6d74_6170;
@@ -124,6 +124,28 @@ CREATE TABLE vectors (
     vec         BLOB NOT NULL,
     PRIMARY KEY (entry, embedder_id)
 ) WITHOUT ROWID;
+"#,
+    // Each tenant's entries in id order (`Store::entries_after_in`): a projection of one
+    // tenant (its search index shard) follows them without reading other tenants'. Kept
+    // in the same transaction as every insert, append-only as the entries are.
+    r#"
+CREATE TABLE tenants (
+    tenant_id INTEGER PRIMARY KEY,
+    name      TEXT NOT NULL UNIQUE
+);
+INSERT INTO tenants (name) SELECT DISTINCT tenant FROM scopes ORDER BY tenant;
+CREATE TABLE tenant_entries (
+    tenant_id INTEGER NOT NULL REFERENCES tenants(tenant_id),
+    id        INTEGER NOT NULL REFERENCES entries(id),
+    PRIMARY KEY (tenant_id, id)
+) WITHOUT ROWID;
+INSERT INTO tenant_entries (tenant_id, id)
+    SELECT t.tenant_id, e.id FROM entries e JOIN scopes s USING (scope_id)
+    JOIN tenants t ON t.name = s.tenant;
+CREATE TRIGGER tenant_entries_append_only_update BEFORE UPDATE ON tenant_entries
+    BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
+CREATE TRIGGER tenant_entries_append_only_delete BEFORE DELETE ON tenant_entries
+    BEGIN SELECT RAISE(ABORT, 'memtape entries are append-only'); END;
 "#,
 ];
 
@@ -282,6 +304,7 @@ impl SqliteStore {
             let mut w = Writer {
                 tx: &tx,
                 scopes: HashMap::new(),
+                tenants: HashMap::new(),
             };
             let out = f(&mut w)?;
             for (scope_id, info) in w.scopes.values() {
@@ -517,6 +540,26 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
 struct Writer<'a> {
     tx: &'a rusqlite::Transaction<'a>,
     scopes: HashMap<Scope, (i64, ScopeInfo)>,
+    /// The row ids of the tenants this transaction wrote to.
+    tenants: HashMap<String, i64>,
+}
+
+impl Writer<'_> {
+    /// The row id of `tenant` in `tenants`, added if new.
+    fn tenant_id(&mut self, tenant: &str) -> Result<i64> {
+        if let Some(id) = self.tenants.get(tenant) {
+            return Ok(*id);
+        }
+        self.tx
+            .prepare_cached("INSERT INTO tenants (name) VALUES (?1) ON CONFLICT DO NOTHING")?
+            .execute([tenant])?;
+        let id: i64 = self
+            .tx
+            .prepare_cached("SELECT tenant_id FROM tenants WHERE name = ?1")?
+            .query_row([tenant], |r| r.get(0))?;
+        self.tenants.insert(tenant.to_owned(), id);
+        Ok(id)
+    }
 }
 
 impl Transaction for Writer<'_> {
@@ -578,6 +621,10 @@ impl Transaction for Writer<'_> {
                 row.erased_by,
                 row.erased_how,
             ])?;
+        let tenant = self.tenant_id(entry.scope.tenant())?;
+        self.tx
+            .prepare_cached("INSERT INTO tenant_entries (tenant_id, id) VALUES (?1, ?2)")?
+            .execute(params![tenant, row.id])?;
         let (_, info) = self
             .scopes
             .get_mut(&entry.scope)
@@ -1130,6 +1177,31 @@ impl Store for SqliteStore {
             let mut stmt = c.prepare_cached(&entries_after_query())?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             let mut rows = stmt.query(params![sql_id(after), limit])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let scope = scope_from_row(row, 0)??;
+                out.push(entry_from_row(&scope, row, 5)??);
+            }
+            Ok(out)
+        })
+    }
+
+    fn entries_after_in(&self, tenant: &str, after: EntryId, limit: usize) -> Result<Vec<Entry>> {
+        self.read(|c| {
+            // The tenant's ids in order first, then each entry and its scope.
+            let sql = format!(
+                "SELECT s.tenant, s.agent, s.user, s.session, s.node, {}
+                 FROM tenant_entries te CROSS JOIN entries e ON e.id = te.id
+                 CROSS JOIN scopes s USING (scope_id)
+                 WHERE te.tenant_id = (SELECT tenant_id FROM tenants WHERE name = ?1)
+                   AND te.id > ?2
+                   AND te.id < (SELECT coalesce(min(receipt), 9223372036854775807) FROM erasures_pending)
+                 ORDER BY te.id LIMIT ?3",
+                prefixed_entry_columns()
+            );
+            let mut stmt = c.prepare_cached(&sql)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut rows = stmt.query(params![tenant, sql_id(after), limit])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 let scope = scope_from_row(row, 0)??;

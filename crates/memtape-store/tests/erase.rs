@@ -765,6 +765,14 @@ impl<S: StepStore> Store for Interrupted<'_, S> {
     fn erasures_under_way(&self) -> memtape_store::Result<Vec<EntryId>> {
         self.inner.erasures_under_way()
     }
+    fn entries_after_in(
+        &self,
+        tenant: &str,
+        after: EntryId,
+        limit: usize,
+    ) -> memtape_store::Result<Vec<Entry>> {
+        self.inner.entries_after_in(tenant, after, limit)
+    }
     fn vectors(
         &self,
         tenant: &str,
@@ -865,6 +873,12 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
         .unwrap();
     assert_eq!(store.scan(&bob, &Filter::default()).unwrap(), later);
     assert!(store.entries_after(before, 10).unwrap().is_empty());
+    assert!(
+        store
+            .entries_after_in("acme", before, 10)
+            .unwrap()
+            .is_empty()
+    );
     // A dry run counts without waiting for the erasure.
     let dry = store.erase(&user(true)).unwrap();
     assert!(dry.receipt.is_none());
@@ -891,6 +905,13 @@ fn an_interrupted_erasure_is_finished_as_its_receipt_says<S: StepStore>(store: &
         .map(|e| e.id)
         .collect();
     assert_eq!(followed, vec![receipt_id, later[0].id]);
+    let followed_in: Vec<EntryId> = store
+        .entries_after_in("acme", before, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(followed_in, followed, "one tenant's followers wait alike");
     // The idempotency records were scrubbed by the last step.
     assert_eq!(
         store.claim_request("acme", "k", "fp", t(0)).unwrap(),

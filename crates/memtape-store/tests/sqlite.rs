@@ -188,3 +188,47 @@ fn readers_work_while_a_writer_appends() {
     assert!(reads > 1, "the reader never ran beside the writer");
     assert_eq!(store.scan(&scope(), &Filter::default()).unwrap().len(), 201);
 }
+
+/// Schema 7 indexes each tenant's entries (`entries_after_in`): a store of schema 6 gets
+/// the index filled from its entries when it is first opened for writing.
+#[test]
+fn a_store_of_schema_6_gets_its_tenants_entries_indexed_on_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = Scope::agent("u", "a").unwrap().with_session("s").unwrap();
+    {
+        let store = SqliteStore::create(dir.path()).unwrap();
+        store
+            .append(vec![
+                user("one"),
+                NewEntry::new(
+                    other.clone(),
+                    Payload::Message(Message::user("theirs")),
+                    DateTime::UNIX_EPOCH,
+                ),
+                user("two"),
+            ])
+            .unwrap();
+    }
+    {
+        // Back to schema 6: what version 7 adds is not there.
+        let conn = rusqlite::Connection::open(dir.path().join(SqliteStore::FILE_NAME)).unwrap();
+        conn.execute_batch(
+            "DROP TABLE tenant_entries; DROP TABLE tenants; PRAGMA user_version = 6;",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let ids = |tenant: &str| -> Vec<u64> {
+        store
+            .entries_after_in(tenant, EntryId(0), 10)
+            .unwrap()
+            .iter()
+            .map(|e| e.id.0)
+            .collect()
+    };
+    assert_eq!(ids("t"), [1, 3]);
+    assert_eq!(ids("u"), [2]);
+    store.append(vec![user("three")]).unwrap();
+    assert_eq!(ids("t"), [1, 3, 4]);
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+}
