@@ -149,12 +149,8 @@ pub fn run(config: &Config) -> Result<Report, Error> {
     }
     let build_s = start.elapsed().as_secs_f64();
     let index = if config.index {
-        let index = Index::open(
-            &scratch.path().join("index.db"),
-            None,
-            IndexConfig::default(),
-        )
-        .map_err(memtape::Error::from)?;
+        let index = Index::open(&scratch.path().join("index"), None, IndexConfig::default())
+            .map_err(memtape::Error::from)?;
         Some(index)
     } else {
         None

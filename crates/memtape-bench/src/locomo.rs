@@ -385,7 +385,7 @@ pub(crate) fn score(ranking: &[String], evidence: &[String]) -> Metrics {
 pub(crate) fn ingest(conv: &Conversation, config: &Config) -> Result<Ingested, Error> {
     let scratch = tempfile::tempdir()?;
     let index = Index::open(
-        &scratch.path().join("index.db"),
+        &scratch.path().join("index"),
         config.embedder.clone(),
         config.index,
     )
@@ -619,7 +619,7 @@ pub fn sweep(
         }
         for (variant, tally) in variants.iter().zip(&mut tallies[1..]) {
             let index = Index::open(
-                &ingested.scratch.path().join("index.db"),
+                &ingested.scratch.path().join("index"),
                 config.embedder.clone(),
                 *variant,
             )

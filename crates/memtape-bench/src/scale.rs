@@ -176,6 +176,24 @@ fn dir_mb(path: &Path, prefix: &str) -> f64 {
         / 1e6
 }
 
+/// The size of the files under `path`, folders included, in MB.
+fn tree_mb(path: &Path) -> f64 {
+    fn bytes(path: &Path) -> u64 {
+        std::fs::read_dir(path)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| match e.metadata() {
+                        Ok(m) if m.is_dir() => bytes(&e.path()),
+                        Ok(m) => m.len(),
+                        Err(_) => 0,
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    bytes(path) as f64 / 1e6
+}
+
 /// Runs the benchmark; `progress` hears what is happening.
 pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Error> {
     let vocabulary: Vec<String> = (0..VOCABULARY).map(word).collect();
@@ -188,12 +206,8 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
     for &n in &config.sizes {
         let scratch = tempfile::tempdir()?;
         let embedder: Arc<dyn Embedder> = model.clone();
-        let index = Index::open(
-            &scratch.path().join("index.db"),
-            Some(embedder),
-            config.index,
-        )
-        .map_err(memtape::Error::from)?;
+        let index = Index::open(&scratch.path().join("index"), Some(embedder), config.index)
+            .map_err(memtape::Error::from)?;
         let database = match &config.database {
             Some(admin) => {
                 let name = format!("memtape_scale_{n}_{:08x}", fastrand::u32(..));
@@ -305,7 +319,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             }
             .into(),
             ingest_entries_per_s: ingest,
-            index_mb: dir_mb(scratch.path(), "index.db"),
+            index_mb: tree_mb(&scratch.path().join("index")),
             tape_mb,
             rss_mb: rss_mb(),
             bm25_ms,

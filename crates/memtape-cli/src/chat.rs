@@ -171,7 +171,7 @@ pub fn chat(ctx: &Ctx, args: &ChatArgs, out: &mut impl Write) -> Result<()> {
     let llm: Arc<dyn Llm> = Arc::from(config.require_llm()?);
     let dir = ctx.data_dir()?;
     drop(crate::ctx::init(ctx)?);
-    let engine = if dir.join("index.db").exists() {
+    let engine = if memtape::Index::exists_in(&dir) {
         open_indexed(ctx, &Tuning::default())?
     } else {
         open(ctx)?

@@ -107,7 +107,7 @@ pub fn erase(ctx: &Ctx, a: &EraseArgs, out: &mut impl Write) -> Result<()> {
     // The search index applies the receipt as it is written, with the model it was built
     // with (a different --model is refused before anything is erased). Without an index
     // file there is nothing to apply it to.
-    let engine = if !a.dry_run && dir.join("index.db").exists() {
+    let engine = if !a.dry_run && memtape::Index::exists_in(&dir) {
         open_indexed(ctx, &Tuning::default())?
     } else {
         open(ctx)?
@@ -191,7 +191,7 @@ pub fn retention(ctx: &Ctx, a: &RetentionArgs, out: &mut impl Write) -> Result<(
             dry_run,
         } => {
             let dir = ctx.data_dir()?;
-            let engine = if !dry_run && dir.join("index.db").exists() {
+            let engine = if !dry_run && memtape::Index::exists_in(&dir) {
                 open_indexed(ctx, &Tuning::default())?
             } else {
                 open(ctx)?

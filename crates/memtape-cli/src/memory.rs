@@ -467,7 +467,7 @@ fn tool_as_of(
 /// through it; without one, memory search is a substring match.
 fn engine_for_search(ctx: &Ctx) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
-    if dir.join("index.db").exists() {
+    if memtape::Index::exists_in(&dir) {
         retrieval::open_indexed(ctx, &retrieval::Tuning::default())
     } else {
         open(ctx)

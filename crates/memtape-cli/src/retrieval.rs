@@ -149,6 +149,38 @@ fn in_range(text: &str, min: f32, max: f32) -> Result<f32, String> {
     Ok(value)
 }
 
+/// A size in bytes: a whole number with an optional binary unit (KiB, MiB, GiB, TiB; K, M,
+/// G and T mean the same), at least 1 MiB.
+fn memory_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (a whole number, then KiB, MiB or GiB)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        other => {
+            return Err(format!(
+                "{other:?} is not a unit of size (KiB, MiB, GiB or TiB)"
+            ));
+        }
+    };
+    let bytes = number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes < 1 << 20 {
+        return Err(format!(
+            "{text:?} is less than the least a search index needs, 1MiB"
+        ));
+    }
+    Ok(bytes)
+}
+
 fn share(text: &str) -> Result<f32, String> {
     in_range(text, 0.0, 1.0)
 }
@@ -189,6 +221,11 @@ const TUNING: &str = "Retrieval tuning";
 /// under their own heading in `--help`, after the everyday options, and left out of `-h`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct Tuning {
+    /// Memory the search index's loaded shards may take, one shard per tenant (e.g. 512MiB,
+    /// 2GiB; default 1GiB): past it the least recently used are evicted and load again
+    /// when a search needs them.
+    #[arg(long, value_name = "SIZE", value_parser = memory_size)]
+    pub index_memory: Option<u64>,
     /// How hybrid search fuses the BM25 and vector lists.
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_enum)]
     fusion: Option<FusionArg>,
@@ -459,8 +496,13 @@ fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<Dyn
     // its backlog before it listens.
     engine.set_index_on_write(!text_first);
     let embedder = embedder(ctx)?;
-    let index = Index::open(&dir.join("index.db"), embedder, tuning.index_config())?;
+    let index = Index::open(&Index::dir_in(&dir), embedder, tuning.index_config())?;
     index.set_vectors_behind(text_first);
+    // A server builds the shards of the tenants it serves, as they come.
+    index.set_lazy(text_first);
+    if let Some(bytes) = tuning.index_memory {
+        index.set_memory(bytes);
+    }
     // The first search after a big import catches up with many entries: show how far.
     let progress = Progress::spinner(ctx, "bringing the search index up to date");
     index.catch_up_with(engine.store(), &mut |done, total| {
@@ -577,7 +619,7 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
     let _unserved = match memtape::lock_unserved(&dir)? {
         Some(lock) => Some(lock),
         None => {
-            let path = dir.join("index.db");
+            let path = Index::dir_in(&dir);
             if path.exists()
                 && let Err(memtape::SearchError::EmbedderChanged { built, .. }) =
                     Index::open(&path, embedder.clone(), args.tuning.index_config())
@@ -595,7 +637,7 @@ pub fn reindex(ctx: &Ctx, args: &ReindexArgs, out: &mut impl Write) -> Result<()
     let progress = Progress::spinner(ctx, &format!("rebuilding the search index with {id}"));
     let started = std::time::Instant::now();
     let (index, added) = Index::rebuild_from(
-        &dir.join("index.db"),
+        &Index::dir_in(&dir),
         store,
         embedder,
         args.tuning.index_config(),
@@ -635,7 +677,26 @@ pub fn models(ctx: &Ctx, command: &ModelsCommand, out: &mut impl Write) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::hub_offline;
+    use super::{hub_offline, memory_size};
+
+    #[test]
+    fn index_memory_takes_binary_units_and_names_what_is_wrong() {
+        assert_eq!(memory_size("512MiB"), Ok(512 << 20));
+        assert_eq!(memory_size("2GiB"), Ok(2 << 30));
+        assert_eq!(memory_size("1g"), Ok(1 << 30));
+        assert_eq!(memory_size("1048576"), Ok(1 << 20));
+        for (bad, says) in [
+            ("", "not a size"),
+            ("MiB", "not a size"),
+            ("-1GiB", "not a size"),
+            ("12 parsecs", "not a unit"),
+            ("1KiB", "less than"),
+            ("99999999999TiB", "too large"),
+        ] {
+            let err = memory_size(bad).unwrap_err();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn hf_hub_offline_is_read_as_the_hub_client_reads_it() {

@@ -141,8 +141,11 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     ctx.models.embed_threads = Some(a.embed_threads as usize);
     let engine = open_indexed_text_first(&ctx, &a.tuning)?;
     let index = engine.index().map(|index| {
-        let mut line = format!("{} documents", index.len());
-        if index.embedder().is_some() && index.embedded() < index.covered() {
+        let mut line = format!(
+            "a shard per tenant, loaded when first searched or written, within {} MiB",
+            index.memory_budget() >> 20
+        );
+        if index.vectors_are_behind() {
             line += &format!(
                 "; vectors after entry {} are being embedded in the background (BM25 finds them now)",
                 index.embedded().0

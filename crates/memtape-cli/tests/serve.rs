@@ -166,8 +166,8 @@ fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
             &text,
         ]);
     }
-    // Indexed without a model, so the server's index is rebuilt for WordLlama: text first,
-    // before it listens, and the vectors behind.
+    // Indexed without a model, so the server's index is built for WordLlama: the tenant's
+    // shard when the first search needs it, text first, and the vectors behind.
     let s = Serving::start_with(&r, "wordllama", &[]);
     let search = |mode: &str| {
         let (status, body) = s.call(
@@ -190,7 +190,7 @@ fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
     }
     assert!(
         s.banner
-            .contains("30 documents; vectors after entry 0 are being embedded in the background"),
+            .contains("a shard per tenant, loaded when first searched or written, within 1024 MiB"),
         "{}",
         s.banner
     );

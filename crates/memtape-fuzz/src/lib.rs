@@ -322,7 +322,7 @@ pub fn search_query(data: &[u8]) {
     let search = SEARCH.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary folder: {e}"));
         let index = Index::open(
-            &dir.path().join("index.db"),
+            &dir.path().join("index"),
             Some(std::sync::Arc::new(Letters)),
             IndexConfig::default(),
         )

@@ -86,6 +86,26 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A shard file holds another tenant's documents than the one it was opened for.
+    #[error(
+        "the search index shard {path} holds tenant {found:?}, not {tenant:?}; move it away (it is rebuilt from the tape)"
+    )]
+    OtherTenant {
+        /// The shard file.
+        path: PathBuf,
+        /// The tenant it holds.
+        found: String,
+        /// The tenant it was opened for.
+        tenant: String,
+    },
+    /// A directory of the index could not be made or read.
+    #[error("search index directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// The tape was replaced while a catch-up was running.
     #[error("search index: the tape changed during a catch-up; run the search again")]
     TapeChanged,

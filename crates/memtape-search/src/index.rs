@@ -2,7 +2,7 @@
 //! vectors as blobs) and mirrored in memory for vector search and filters.
 //!
 //! The index records the tape it was built from and the last tape id it covers.
-//! [`Index::catch_up`] reads the tape after that id and indexes it in batches, committing
+//! [`Shard::catch_up`] reads the tape after that id and indexes it in batches, committing
 //! the documents and the new mark in one transaction; so after a crash the index is never
 //! ahead of the tape and never silently behind it: the next catch-up continues where the
 //! last commit stopped. Deleting the file loses nothing: the next catch-up reads the whole
@@ -17,6 +17,8 @@ mod catch_up;
 pub use catch_up::PendingVectors;
 mod file;
 mod rank;
+mod shards;
+pub use shards::{DEFAULT_MAX_SHARDS, DEFAULT_MEMORY, Index, ShardStats, ShardStatus};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,7 +26,6 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use chrono::{DateTime, Utc};
 use memtape_core::{EntryId, Kind, Role, Scope};
-use memtape_store::Store;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::vectors::{Quantized, Vectors};
@@ -231,7 +232,7 @@ struct Docs {
     /// The period the dates in a document's text name, by row (few documents have one).
     events: HashMap<u32, when::Period>,
     /// The vectors of the first rows: every document up to `embedded` has one, those
-    /// after it (indexed with vectors to follow, [`Index::set_vectors_behind`]) not yet.
+    /// after it (indexed with vectors to follow, [`Shard::set_vectors_behind`]) not yet.
     /// So a vector's row is its document's row, and vector search sees a prefix.
     vectors: Vectors,
     covered: EntryId,
@@ -367,10 +368,14 @@ impl Docs {
 /// Progress of a catch-up: `(done, total)` tape entries read so far of those to read.
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
 
-/// The search index. Cheap to share between threads: searches run concurrently, catch-ups
-/// one at a time (and one at a time across processes sharing the file).
-pub struct Index {
+/// One tenant's part of the search index: its own file, BM25 statistics and vectors,
+/// following only that tenant's entries ([`Store::entries_after_in`]). Cheap to share
+/// between threads: searches run concurrently, catch-ups one at a time (and one at a time
+/// across processes sharing the file).
+pub(crate) struct Shard {
     path: PathBuf,
+    /// The tenant whose entries it holds.
+    tenant: String,
     embedder: Option<Arc<dyn Embedder>>,
     config: IndexConfig,
     writer: Mutex<Connection>,
@@ -378,24 +383,24 @@ pub struct Index {
     /// needed, kept for reuse), so searches do not wait for each other.
     readers: Mutex<Vec<Connection>>,
     docs: RwLock<Docs>,
-    /// Set by [`Index::rebuild`]: the next catch-up rebuilds the file from the whole tape.
+    /// Set by [`Shard::rebuild`]: the next catch-up rebuilds the file from the whole tape.
     rebuild: Mutex<bool>,
-    /// The last failed catch-up, for operators (see [`Index::last_failure`]).
+    /// The last failed catch-up, for operators (see [`Shard::last_failure`]).
     failure: Mutex<Option<String>>,
-    /// Whether catch-ups leave embedding to [`Index::embed_step`]
-    /// ([`Index::set_vectors_behind`]).
+    /// Whether catch-ups leave embedding to [`Shard::embed_step`]
+    /// ([`Shard::set_vectors_behind`]).
     vectors_behind: std::sync::atomic::AtomicBool,
     /// The tape the last successful catch-up found the file bound to ("" before one):
-    /// while the store is still that tape and has nothing after [`Index::covered`], a
+    /// while the store is still that tape and has nothing after [`Shard::covered`], a
     /// catch-up has nothing to do and returns without taking the write lock.
     tape: Mutex<String>,
     /// The vectors of recent queries, by tenant and text: a query's vector depends on its
     /// text only (each text runs alone through the model), so a repeated query skips the
-    /// model.
-    query_vectors: Mutex<QueryVectors>,
+    /// model. Shared by every shard of an index.
+    query_vectors: Arc<Mutex<QueryVectors>>,
 }
 
-/// How many query vectors [`Index`] keeps.
+/// How many query vectors [`Shard`] keeps.
 const QUERY_VECTORS: usize = 1024;
 
 /// A cached query: its tenant and its text.
@@ -403,7 +408,7 @@ type QueryKey = (String, String);
 
 /// The vectors of the last [`QUERY_VECTORS`] distinct queries, oldest dropped first.
 #[derive(Debug, Default)]
-struct QueryVectors {
+pub(crate) struct QueryVectors {
     vectors: HashMap<QueryKey, Vec<f32>>,
     order: std::collections::VecDeque<QueryKey>,
 }
@@ -425,9 +430,9 @@ impl QueryVectors {
     }
 }
 
-impl std::fmt::Debug for Index {
+impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Index")
+        f.debug_struct("Shard")
             .field("path", &self.path)
             .field("embedder", &self.embedder_id())
             .field("config", &self.config)
@@ -448,55 +453,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Index {
-    /// Opens the index at `path`, creating it if missing. `embedder` must be the one the
-    /// index was built with (or `None` for a BM25-only index); otherwise this fails with
-    /// [`Error::EmbedderChanged`] and the index must be rebuilt. A file that is not a
-    /// database or is an index of another format is replaced by an empty index (with a
-    /// warning); the next catch-up fills it.
-    pub fn open(
-        path: &Path,
-        embedder: Option<Arc<dyn Embedder>>,
-        config: IndexConfig,
-    ) -> Result<Index> {
-        Index::open_as(path, embedder, config, false)
-    }
+/// What a shard is opened with: the same for every shard of one [`Index`].
+#[derive(Clone)]
+pub(crate) struct ShardSpec {
+    pub(crate) embedder: Option<Arc<dyn Embedder>>,
+    pub(crate) config: IndexConfig,
+    /// The vectors of recent queries, shared by every shard.
+    pub(crate) queries: Arc<Mutex<QueryVectors>>,
+}
 
-    /// Opens the index at `path` to be rebuilt: whatever model it was built with, the next
-    /// [`Index::catch_up`] reads the whole tape into it, in one transaction, so other
-    /// processes keep searching the old contents until the new ones are committed.
-    pub fn rebuild(
+impl Shard {
+    /// Opens the shard of `tenant` at `path`, creating it if missing (or, with `rebuild`,
+    /// to be rebuilt: whatever model it was built with, the next [`Shard::catch_up`] reads
+    /// the tenant's whole tape into it in one transaction, so other processes keep
+    /// searching the old contents until the new ones are committed). Without `rebuild`,
+    /// the spec's embedder must be the one the shard was built with, or this fails with
+    /// [`Error::EmbedderChanged`]. A file that is not a database or is an index of
+    /// another format is replaced by an empty one (with a warning); the next catch-up
+    /// fills it. A file kept for another tenant is refused ([`Error::OtherTenant`]).
+    pub(crate) fn open(
         path: &Path,
-        embedder: Option<Arc<dyn Embedder>>,
-        config: IndexConfig,
-    ) -> Result<Index> {
-        Index::open_as(path, embedder, config, true)
-    }
-
-    /// [`Index::rebuild`] followed by the catch-up that does the work, reporting progress.
-    /// Returns the index and how many documents it holds.
-    pub fn rebuild_from(
-        path: &Path,
-        store: &dyn Store,
-        embedder: Option<Arc<dyn Embedder>>,
-        config: IndexConfig,
-        progress: Progress<'_>,
-    ) -> Result<(Index, usize)> {
-        let index = Index::rebuild(path, embedder, config)?;
-        let added = index.catch_up_with(store, progress)?;
-        Ok((index, added))
-    }
-
-    fn open_as(
-        path: &Path,
-        embedder: Option<Arc<dyn Embedder>>,
-        config: IndexConfig,
+        tenant: &str,
+        spec: &ShardSpec,
         rebuild: bool,
-    ) -> Result<Index> {
+    ) -> Result<Shard> {
+        let embedder = spec.embedder.clone();
         let given = embedder
             .as_ref()
             .map_or(NO_EMBEDDER.to_owned(), |e| e.id().to_owned());
         let writer = file::open(path, &given)?;
+        file::bind_tenant(&writer, path, tenant)?;
         let dim = embedder.as_ref().map_or(0, |e| e.dim());
         let docs = if rebuild {
             // The mirror starts empty; the file keeps its old contents for other readers
@@ -514,10 +500,11 @@ impl Index {
             file::load(&writer, dim, path)?
         };
         let reader = open_reader(path)?;
-        Ok(Index {
+        Ok(Shard {
             path: path.to_owned(),
+            tenant: tenant.to_owned(),
             embedder,
-            config,
+            config: spec.config,
             writer: Mutex::new(writer),
             readers: Mutex::new(vec![reader]),
             docs: RwLock::new(docs),
@@ -525,28 +512,13 @@ impl Index {
             failure: Mutex::new(None),
             vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
-            query_vectors: Mutex::new(QueryVectors::default()),
+            query_vectors: spec.queries.clone(),
         })
-    }
-
-    /// The index file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The embedder, if the index has vectors.
-    pub fn embedder(&self) -> Option<Arc<dyn Embedder>> {
-        self.embedder.clone()
     }
 
     /// The embedder's id, or "none".
     pub fn embedder_id(&self) -> &str {
         self.embedder.as_ref().map_or(NO_EMBEDDER, |e| e.id())
-    }
-
-    /// The settings.
-    pub fn config(&self) -> IndexConfig {
-        self.config
     }
 
     /// The last tape id the index covers: every entry up to it is indexed (or has nothing
@@ -555,13 +527,13 @@ impl Index {
         self.read_docs().covered
     }
 
-    /// The last tape id whose document has its vector: [`Index::covered`] unless vectors
-    /// are behind ([`Index::set_vectors_behind`]).
+    /// The last tape id whose document has its vector: [`Shard::covered`] unless vectors
+    /// are behind ([`Shard::set_vectors_behind`]).
     pub fn embedded(&self) -> EntryId {
         self.read_docs().embedded
     }
 
-    /// Whether catch-ups index text only and leave vectors to [`Index::embed_step`]
+    /// Whether catch-ups index text only and leave vectors to [`Shard::embed_step`]
     /// (`true`), or embed as they go (`false`, the default). With vectors behind, a
     /// catch-up costs no embedding, so a search that catches up first stays fast under a
     /// stream of writes: every document is found by BM25 at once and by vector search
@@ -591,14 +563,23 @@ impl Index {
                 .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// About how many bytes the mirror of this shard holds in memory (what the index's
+    /// memory budget counts): each document's id, metadata, neighbours and vector, the
+    /// scopes and speakers, and a share for the maps that find them.
+    pub(crate) fn memory(&self) -> u64 {
+        let docs = self.read_docs();
+        let per_doc = std::mem::size_of::<u64>()
+            + std::mem::size_of::<DocMeta>()
+            + std::mem::size_of::<[Option<u32>; 2]>();
+        let scopes = docs.scopes.len() * 160;
+        let speakers = docs.speaker_rows.len() * 96;
+        let events = docs.events.len() * 48;
+        (docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events) as u64
+    }
+
     /// How many documents the index holds.
     pub fn len(&self) -> usize {
         self.read_docs().ids.len()
-    }
-
-    /// Whether the index holds no document.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The error of the last catch-up that failed since this index was opened (including

@@ -34,6 +34,9 @@ pub mod when;
 
 pub use embed::{EmbedError, Embedder};
 pub use error::Error;
-pub use index::{Index, IndexConfig, PendingVectors, Progress, Result};
+pub use index::{
+    DEFAULT_MAX_SHARDS, DEFAULT_MEMORY, Index, IndexConfig, PendingVectors, Progress, Result,
+    ShardStats, ShardStatus,
+};
 pub use request::{Fusion, Hit, MAX_QUERY_BYTES, Mode, Ranked, SearchFilter, SearchRequest};
 pub use vectors::dot;

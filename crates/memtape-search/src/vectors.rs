@@ -164,6 +164,11 @@ fn encode(v: &[i8], words: usize, out: &mut Vec<u64>) {
 }
 
 impl Vectors {
+    /// The bytes the vectors take in memory.
+    pub fn memory(&self) -> usize {
+        self.values.len() + self.scales.len() * 4 + self.codes.len() * 8
+    }
+
     /// An empty collection of `dim`-long vectors.
     pub fn new(dim: usize) -> Self {
         Vectors {

@@ -98,12 +98,13 @@ fn erase(store: &SqliteStore, target: EraseTarget, mode: EraseMode, receipt: Sco
         .unwrap();
 }
 
-/// Which files under `dir` hold any of `needles`.
+/// Which files under `dir` (and its folders: the index's shards) hold any of `needles`.
 fn holding(dir: &Path, needles: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
+            out.extend(holding(&path, needles));
             continue;
         }
         let bytes = std::fs::read(&path).unwrap();
@@ -120,7 +121,7 @@ fn holding(dir: &Path, needles: &[&str]) -> Vec<String> {
 fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
-    let index_path = dir.path().join("index.db");
+    let index_path = dir.path().join("index");
     let (ann, bob) = (session("ann"), session("bob"));
     let card = say(
         &store,
@@ -233,7 +234,7 @@ fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
     assert_eq!(files, Vec::<String>::new());
     // A fresh index over the same tape finds the same.
     drop((index, other));
-    std::fs::remove_file(&index_path).unwrap();
+    std::fs::remove_dir_all(&index_path).unwrap();
     let rebuilt = open(&index_path);
     rebuilt.catch_up(&store).unwrap();
     assert!(found(&rebuilt, "marimba", Mode::Bm25).contains(&bobs.0));

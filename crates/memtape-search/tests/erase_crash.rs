@@ -57,7 +57,7 @@ fn word(k: usize) -> String {
 }
 
 fn open_index(dir: &Path) -> Index {
-    Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap()
+    Index::open(&dir.join("index"), None, IndexConfig::plain()).unwrap()
 }
 
 /// Not a test: the child process's body, run only by `sigkill_while_erasing`.

@@ -85,7 +85,7 @@ fn remove_store(dir: &Path) {
 #[test]
 fn a_replaced_tape_gets_a_fresh_index_not_the_stale_one() {
     let dir = tempfile::tempdir().unwrap();
-    let index_path = dir.path().join("index.db");
+    let index_path = dir.path().join("index");
     let ann = session("ann", "s1");
     {
         let store = SqliteStore::create(dir.path()).unwrap();
@@ -123,9 +123,10 @@ fn a_corrupt_index_file_is_rebuilt_not_used() {
     let store = SqliteStore::create(dir.path()).unwrap();
     let ann = session("ann", "s1");
     say(&store, &ann, "a kayak on the lake");
-    let index_path = dir.path().join("index.db");
-    std::fs::write(&index_path, b"this is not a database, just garbage bytes").unwrap();
-    let index = Index::open(&index_path, None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
+    let shard = index.shard_path("acme");
+    std::fs::create_dir_all(shard.parent().unwrap()).unwrap();
+    std::fs::write(&shard, b"this is not a database, just garbage bytes").unwrap();
     index.catch_up(&store).unwrap();
     assert_eq!(bm25(&index, "kayak", SearchFilter::tenant("acme")), [1]);
 }
@@ -156,20 +157,24 @@ fn unplant_document(index_path: &Path, id: i64) {
 fn a_failed_catch_up_batch_files_no_document_under_another_scope() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(dir.path()).unwrap();
-    let index_path = dir.path().join("index.db");
+    let index_path = dir.path().join("index");
     let index = Index::open(&index_path, None, IndexConfig::plain()).unwrap();
     let ann = session("ann", "s1");
     let bob = session("bob", "s1");
-    // Entry 1 opens Ann's scope in the batch; entry 2 (Ann's too) then fails to insert.
+    // The tenant's shard file, made by indexing a third user's entry first.
+    say(&store, &session("cy", "s1"), "cy says hello");
+    index.catch_up(&store).unwrap();
+    let shard = index.shard_path("acme");
+    // Entry 2 opens Ann's scope in the batch; entry 3 (Ann's too) then fails to insert.
     say(&store, &ann, "ann owns a kayak");
     say(&store, &ann, "ann paddles daily");
-    plant_document(&index_path, 2);
+    plant_document(&shard, 3);
     assert!(
         index.catch_up(&store).is_err(),
         "the planted row makes the batch fail"
     );
-    assert_eq!(index.covered(), EntryId(0));
-    unplant_document(&index_path, 2);
+    assert_eq!(index.covered(), EntryId(1));
+    unplant_document(&shard, 3);
     // Bob's scope comes first in the next batch: it must not get Ann's scope row.
     say(&store, &bob, "bob owns a violin");
     let fresh = Index::open(&index_path, None, IndexConfig::plain()).unwrap();
@@ -180,8 +185,8 @@ fn a_failed_catch_up_batch_files_no_document_under_another_scope() {
             bm25(index, "kayak", SearchFilter::within(&bob)).is_empty(),
             "Ann's document was filed under Bob's scope"
         );
-        assert_eq!(bm25(index, "kayak", SearchFilter::within(&ann)), [1]);
-        assert_eq!(bm25(index, "violin", SearchFilter::within(&bob)), [3]);
+        assert_eq!(bm25(index, "kayak", SearchFilter::within(&ann)), [2]);
+        assert_eq!(bm25(index, "violin", SearchFilter::within(&bob)), [4]);
         assert!(bm25(index, "violin", SearchFilter::within(&ann)).is_empty());
     }
 }
@@ -214,7 +219,7 @@ fn a_failed_catch_up_is_recorded_and_the_next_one_recovers() {
     let store = SqliteStore::create(dir.path()).unwrap();
     let embedder = Arc::new(FailsOnPoison { armed: true.into() });
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(embedder),
         IndexConfig::plain(),
     )
@@ -241,7 +246,7 @@ fn a_failed_query_embedding_fails_that_hybrid_search_only() {
         armed: false.into(),
     });
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(embedder.clone()),
         IndexConfig::plain(),
     )
@@ -274,7 +279,7 @@ fn a_failed_query_embedding_fails_that_hybrid_search_only() {
 /// reindexing now and then; exits non-zero on the first failed search.
 fn child(dir: &Path, who: &str, rounds: usize, reindex: bool) {
     let store = SqliteStore::create(dir).unwrap();
-    let path = dir.join("index.db");
+    let path = dir.join("index");
     let scope = session(who, "s1");
     let mut failures = Vec::new();
     for round in 0..rounds {
@@ -348,14 +353,15 @@ fn concurrent_processes_catching_up_and_reindexing_never_fail_a_search() {
     // Every note of every process is found afterwards, once.
     let store = SqliteStore::open(dir.path()).unwrap();
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(Arc::new(Buckets)),
         IndexConfig::plain(),
     )
     .unwrap();
     index.catch_up(&store).unwrap();
-    assert_eq!(index.len(), 60);
     assert_eq!(bm25(&index, "note", SearchFilter::tenant("acme")).len(), 50);
+    // The search loaded the tenant's shard: it holds every document.
+    assert_eq!(index.len(), 60);
 }
 
 #[test]
@@ -373,7 +379,7 @@ fn catch_up_and_rebuild_report_progress_to_the_end() {
         })
         .collect();
     store.append(batch).unwrap();
-    let path = dir.path().join("index.db");
+    let path = dir.path().join("index");
     let index = Index::open(&path, None, IndexConfig::plain()).unwrap();
     let mut seen = Vec::new();
     assert_eq!(
@@ -408,17 +414,17 @@ fn an_index_from_before_the_tape_binding_is_rebuilt_not_refused() {
     let store = SqliteStore::create(dir.path()).unwrap();
     let ann = session("ann", "s1");
     say(&store, &ann, "a kayak on the lake");
-    let path = dir.path().join("index.db");
-    Index::open(&path, None, IndexConfig::plain())
-        .unwrap()
-        .catch_up(&store)
-        .unwrap();
+    let dir_path = dir.path().join("index");
+    let first = Index::open(&dir_path, None, IndexConfig::plain()).unwrap();
+    first.catch_up(&store).unwrap();
+    let path = first.shard_path("acme");
+    drop(first);
     // Mark the file as format 2, the format before the binding (and the CJK column).
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 2).unwrap();
     drop(conn);
     say(&store, &ann, "an otter swims by");
-    let index = Index::open(&path, None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir_path, None, IndexConfig::plain()).unwrap();
     index.catch_up(&store).unwrap();
     assert_eq!(bm25(&index, "kayak", SearchFilter::tenant("acme")), [1]);
     assert_eq!(bm25(&index, "otter", SearchFilter::tenant("acme")), [2]);
@@ -427,7 +433,7 @@ fn an_index_from_before_the_tape_binding_is_rebuilt_not_refused() {
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
     assert_eq!(
-        version, 7,
-        "rebuilt in the current format (7: rows deletable for erasure)"
+        version, 8,
+        "rebuilt in the current format (8: one tenant's shard)"
     );
 }

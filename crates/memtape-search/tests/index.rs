@@ -140,7 +140,7 @@ fn fixture() -> Fixture {
             t(3),
         )])
         .unwrap(); // 6
-    let index_path = dir.path().join("index.db");
+    let index_path = dir.path().join("index");
     Fixture {
         _dir: dir,
         store,
@@ -243,7 +243,7 @@ fn bm25_ranks_rare_words_and_stems_and_hybrid_fuses_both_lists() {
 fn a_search_that_catches_up_as_it_embeds_answers_as_a_catch_up_then_a_search() {
     let f = fixture();
     let overlapped = open(&f.index_path);
-    let sequential = open(&f.index_path.with_file_name("sequential.db"));
+    let sequential = open(&f.index_path.with_file_name("sequential"));
     let tenant = SearchFilter::tenant("acme");
     let compare = |query: &str| {
         for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
@@ -313,10 +313,9 @@ fn after_a_crash_the_index_catches_up_instead_of_lagging() {
         0,
         "catching up twice adds nothing"
     );
-    // What was committed survives a reopen, vectors included.
+    // What was committed survives a reopen, vectors included (the search loads the shard).
     drop(index);
     let index = open(&f.index_path);
-    assert_eq!(index.len(), 7);
     assert_eq!(
         ids(
             &index,
@@ -327,6 +326,7 @@ fn after_a_crash_the_index_catches_up_instead_of_lagging() {
         .len(),
         2
     );
+    assert_eq!(index.len(), 7);
 }
 
 #[test]
@@ -347,7 +347,7 @@ fn a_long_tape_is_indexed_in_batches_with_the_same_result() {
         })
         .collect();
     store.append(batch).unwrap();
-    let index = open(&dir.path().join("index.db"));
+    let index = open(&dir.path().join("index"));
     assert_eq!(index.catch_up(&store).unwrap(), 1000);
     assert_eq!(index.covered(), EntryId(1000));
     let hits = index
@@ -386,12 +386,22 @@ fn an_index_of_another_model_is_refused_until_rebuilt() {
 #[test]
 fn a_file_that_is_not_an_index_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("index.db");
+    let store = SqliteStore::create(dir.path()).unwrap();
+    say(&store, &session("ann", "s"), Message::user("a kayak"), 0);
+    // Where the index's folder should be, and where a tenant's shard should be.
+    let taken = dir.path().join("taken");
+    std::fs::write(&taken, b"precious").unwrap();
+    let err = Index::open(&taken, None, IndexConfig::plain()).unwrap_err();
+    assert!(matches!(err, Error::Dir { .. }), "{err}");
+    assert_eq!(std::fs::read(&taken).unwrap(), b"precious");
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
+    let path = index.shard_path("acme");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch("CREATE TABLE precious (x); INSERT INTO precious VALUES (1);")
         .unwrap();
     drop(conn);
-    let err = Index::open(&path, None, IndexConfig::plain()).unwrap_err();
+    let err = index.catch_up(&store).unwrap_err();
     assert!(matches!(err, Error::Unreadable { .. }), "{err}");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let n: i64 = conn
@@ -925,7 +935,7 @@ impl Embedder for Recording {
 fn recorded(dir: &Path, store: &SqliteStore) -> (Arc<Recording>, Index) {
     let model = Arc::new(Recording::default());
     let index = Index::open(
-        &dir.join("index.db"),
+        &dir.join("index"),
         Some(model.clone()),
         IndexConfig::default(),
     )
@@ -959,16 +969,30 @@ fn a_repeated_query_reuses_its_vector() {
     let again = search("a red kayak");
     assert_eq!(calls(), before + 1, "the second time from the cache");
     assert_eq!(format!("{first:?}"), format!("{again:?}"));
-    index
-        .search(&SearchRequest::new("a red kayak", SearchFilter::tenant("other")).limit(3))
+    // Another tenant with an entry (a tenant with none is answered without the model).
+    store
+        .append(vec![NewEntry::new(
+            Scope::agent("other", "bot")
+                .unwrap()
+                .with_session("s")
+                .unwrap(),
+            Payload::Message(Message::user("other words")),
+            t(0),
+        )])
         .unwrap();
-    assert_eq!(calls(), before + 2, "each tenant's queries are its own");
+    index
+        .search_caught_up(
+            &store,
+            &SearchRequest::new("a red kayak", SearchFilter::tenant("other")).limit(3),
+        )
+        .unwrap();
+    assert_eq!(calls(), before + 3, "each tenant's queries are its own");
     for i in 0..1024 {
         search(&format!("query number {i}"));
     }
-    assert_eq!(calls(), before + 1026);
+    assert_eq!(calls(), before + 1027);
     search("a red kayak");
-    assert_eq!(calls(), before + 1027, "dropped after 1,024 newer queries");
+    assert_eq!(calls(), before + 1028, "dropped after 1,024 newer queries");
 }
 
 /// Speaker-aware ranking (issue 16): a query that names a speaker favours what that
@@ -1170,6 +1194,8 @@ fn vectors_left_behind_are_found_by_bm25_at_once_and_by_vectors_once_embedded() 
 
     // Another process opened the file before the vectors came.
     let other = with(config, &dir.path().join("server.db"));
+    // Its search loads the tenant's shard, which has no vector yet either.
+    assert_eq!(ids(&other, &bm25), [2, 3]);
     assert_eq!(other.embedded(), EntryId(0));
     let mut steps = 0;
     while server.embed_step(&store).unwrap() {
@@ -1355,7 +1381,7 @@ fn a_second_index_and_a_rebuild_read_the_stores_vectors_instead_of_the_model() {
     // A rebuild (`memtape reindex`) with the same model runs it not once.
     let model = Arc::new(Recording::default());
     let (rebuilt, added) = Index::rebuild_from(
-        &other.path().join("index.db"),
+        &other.path().join("index"),
         &store,
         Some(model.clone()),
         IndexConfig::default(),
@@ -1368,7 +1394,7 @@ fn a_second_index_and_a_rebuild_read_the_stores_vectors_instead_of_the_model() {
     let with_context = Arc::new(Recording::default());
     let third = tempfile::tempdir().unwrap();
     let index = Index::open(
-        &third.path().join("index.db"),
+        &third.path().join("index"),
         Some(with_context.clone()),
         IndexConfig {
             embed_context: true,

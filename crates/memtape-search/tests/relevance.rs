@@ -86,7 +86,7 @@ fn cjk_text_is_found_by_its_substrings() {
         ],
     );
     for config in [IndexConfig::plain(), IndexConfig::default()] {
-        let index = Index::open(&dir.path().join("index.db"), None, config).unwrap();
+        let index = Index::open(&dir.path().join("index"), None, config).unwrap();
         index.catch_up(&store).unwrap();
         assert_eq!(ids(&index, "我喜欢", Mode::Bm25)[0], 1);
         assert_eq!(ids(&index, "喝茶", Mode::Bm25)[0], 1);
@@ -114,12 +114,8 @@ fn a_query_that_matches_nothing_returns_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_with(dir.path(), BILLING);
     for config in [IndexConfig::plain(), IndexConfig::default()] {
-        let index = Index::open(
-            &dir.path().join("index.db"),
-            Some(Arc::new(Buckets)),
-            config,
-        )
-        .unwrap();
+        let index =
+            Index::open(&dir.path().join("index"), Some(Arc::new(Buckets)), config).unwrap();
         index.catch_up(&store).unwrap();
         for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
             assert_eq!(
@@ -137,7 +133,7 @@ fn a_query_that_matches_nothing_returns_nothing() {
 fn every_hit_has_a_score_above_zero_even_on_a_tiny_index() {
     let dir = tempfile::tempdir().unwrap();
     let store = store_with(dir.path(), BILLING);
-    let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
     index.catch_up(&store).unwrap();
     // "invoice" is in half the documents: FTS5 gives it an IDF of almost nothing.
     let hits = found(&index, "invoice", Mode::Bm25);

@@ -296,8 +296,7 @@ fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBoo
                 }
                 // Vectors behind count too: a search may have indexed another process's
                 // append as text itself, and only a wake gets the embedder to it.
-                let embeds = index.embedder().is_some();
-                if last > index.covered() || (embeds && index.embedded() < index.covered()) {
+                if last > index.covered() || index.vectors_are_behind() {
                     let _ = indexer.try_send(Wake::Written);
                 }
             }

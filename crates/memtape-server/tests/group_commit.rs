@@ -100,18 +100,20 @@ fn a_search_finds_every_append_acknowledged_before_it_while_others_write() {
 fn the_background_indexer_catches_up_without_a_search() {
     let s = Server::start();
     let last = append_300(&s, |i| format!("message {i}"));
-    let path = s.dir.path().join("index.db");
+    let path = s.dir.path().join("index");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let index = memtape::Index::open(&path, None, memtape::IndexConfig::default()).unwrap();
-        if index.covered().0 >= last {
-            assert!(index.len() >= 300, "{} documents", index.len());
+        let status = index.shard_status("default").unwrap();
+        let covered = status.map_or(0, |s| s.covered.0);
+        if covered >= last {
+            let documents = status.map_or(0, |s| s.documents);
+            assert!(documents >= 300, "{documents} documents");
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the index covers {} of {last} after 20 s",
-            index.covered().0
+            "the index covers {covered} of {last} after 20 s"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -198,7 +200,7 @@ fn the_background_embedder_gives_way_while_a_request_is_in_flight() {
     let started = std::time::Instant::now();
     let last = append_300(&s, |i| format!("note {i} about the tide"));
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let embedded = open_index(&s, &embedder).embedded().0;
+    let embedded = embedded_in(&s, &embedder);
     // At most one short batch (16 entries) per second of patience, and one more under way.
     let seconds = started.elapsed().as_secs() + 1;
     assert!(
@@ -227,18 +229,26 @@ fn append_300(s: &Server, text: impl Fn(usize) -> String) -> u64 {
 /// The server's index file, opened as another process would.
 fn open_index(s: &Server, embedder: &Arc<dyn memtape::Embedder>) -> memtape::Index {
     memtape::Index::open(
-        &s.dir.path().join("index.db"),
+        &s.dir.path().join("index"),
         Some(embedder.clone()),
         memtape::IndexConfig::default(),
     )
     .unwrap()
 }
 
+/// How far the server's shard of the default tenant has its vectors, as its file says.
+fn embedded_in(s: &Server, embedder: &Arc<dyn memtape::Embedder>) -> u64 {
+    open_index(s, embedder)
+        .shard_status("default")
+        .unwrap()
+        .map_or(0, |status| status.embedded.0)
+}
+
 /// Waits (30 s at most) until the server's index holds vectors through entry `last`.
 fn wait_until_embedded(s: &Server, embedder: &Arc<dyn memtape::Embedder>, last: u64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let embedded = open_index(s, embedder).embedded().0;
+        let embedded = embedded_in(s, embedder);
         if embedded >= last {
             return;
         }

@@ -109,6 +109,14 @@ impl<S: Store> Engine<S> {
     /// Runs the write hooks: the search index first (unless it is left to a background
     /// indexer, [`Engine::set_index_on_write`]), then the others in the order added.
     pub(crate) fn after_write(&self, written: &[Entry]) {
+        // A background indexer that follows only the loaded shards still brings this
+        // process's own writes into their tenants' shards: a tenant written here is served
+        // here.
+        if let Some(index) = self.index.as_ref().filter(|_| !self.index_on_write) {
+            for entry in written {
+                index.want(entry.scope.tenant());
+            }
+        }
         let index = self
             .index
             .iter()

@@ -101,7 +101,7 @@ pub use memtape_core::{
 };
 pub use memtape_search::{
     EmbedError, Embedder, Error as SearchError, Fusion, Hit, Index, IndexConfig, MAX_QUERY_BYTES,
-    Mode, PendingVectors, Ranked, SearchFilter, SearchRequest,
+    Mode, PendingVectors, Ranked, SearchFilter, SearchRequest, ShardStats, ShardStatus,
 };
 pub use memtape_store::erase::entries_after_all;
 pub use memtape_store::{

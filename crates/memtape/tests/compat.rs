@@ -66,7 +66,7 @@ fn opens_reads_and_searches(version: &str) {
         .unwrap();
     assert_eq!(engine.store().scope_info(&u1).unwrap().unwrap().messages, 1);
 
-    let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
     let engine = engine.with_index(index).unwrap();
     let request = SearchRequest::new("charged twice", SearchFilter::tenant("default"))
         .mode(Mode::Bm25)
@@ -186,7 +186,7 @@ fn a_store_from_before_the_look_alike_rule_keeps_working() {
             .is_err()
     );
     // Its search index is rebuilt from the tape as any other.
-    let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
     let engine = engine.with_index(index).unwrap();
     let hits = engine
         .search(&SearchRequest::new("decomposed", SearchFilter::tenant("default")).mode(Mode::Bm25))

@@ -24,7 +24,7 @@ fn memory() -> Scope {
 }
 
 fn open(dir: &std::path::Path) -> Engine {
-    let index = Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.join("index"), None, IndexConfig::plain()).unwrap();
     Engine::init(dir).unwrap().with_index(index).unwrap()
 }
 

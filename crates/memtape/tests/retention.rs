@@ -16,7 +16,7 @@ use memtape::{
 
 /// An engine whose clock reads `day` days after 2026-01-01.
 fn open(dir: &std::path::Path, day: &Arc<AtomicI64>) -> Engine {
-    let index = Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.join("index"), None, IndexConfig::plain()).unwrap();
     let clock = Arc::clone(day);
     Engine::init(dir)
         .unwrap()

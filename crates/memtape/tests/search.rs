@@ -11,7 +11,7 @@ use memtape::{
 };
 
 fn engine(dir: &Path) -> Engine {
-    let index = Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.join("index"), None, IndexConfig::plain()).unwrap();
     Engine::init(dir).unwrap().with_index(index).unwrap()
 }
 
@@ -88,7 +88,7 @@ fn an_index_left_behind_by_a_crash_catches_up_when_attached() {
             memtape::NewEntry::new(chat(), memtape::Payload::Message(Message::user(t)), now)
         });
         store.append(entries.into()).unwrap();
-        let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+        let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
         assert_eq!(index.covered(), EntryId(1), "the index lags the tape");
     }
     let engine = engine(dir.path());
@@ -154,7 +154,7 @@ fn a_failed_write_hook_is_recorded_where_an_operator_can_read_it() {
         broken: AtomicBool::new(false),
     });
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(flaky.clone()),
         IndexConfig::plain(),
     )
@@ -208,7 +208,7 @@ impl Embedder for Buckets {
 fn memory_search_returns_nothing_for_a_query_that_matches_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(Arc::new(Buckets)),
         IndexConfig::default(),
     )
@@ -255,7 +255,7 @@ fn an_engine_that_indexes_behind_its_writes_attaches_an_index_with_text_only() {
         }
     }
     let index = Index::open(
-        &dir.path().join("index.db"),
+        &dir.path().join("index"),
         Some(Arc::new(Buckets)),
         IndexConfig::default(),
     )
@@ -298,7 +298,7 @@ fn a_search_answers_from_what_is_indexed_when_the_index_cannot_catch_up() {
     }
     let _unmount = Unmount(disk.path());
     let tape = tempfile::tempdir().unwrap();
-    let index = Index::open(&disk.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&disk.path().join("index"), None, IndexConfig::plain()).unwrap();
     let mut engine = Engine::init(tape.path())
         .unwrap()
         .with_index(index)

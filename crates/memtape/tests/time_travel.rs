@@ -26,7 +26,7 @@ fn agent() -> Scope {
 
 /// An engine whose clock reads `minute` minutes after 2026-03-01 10:00.
 fn open(dir: &std::path::Path, minute: &Arc<AtomicI64>) -> Engine {
-    let index = Index::open(&dir.join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.join("index"), None, IndexConfig::plain()).unwrap();
     let clock = Arc::clone(minute);
     Engine::init(dir)
         .unwrap()

@@ -526,7 +526,7 @@ fn qanot_memory_search_substring_covers_three_tiers_and_30_days() {
 #[test]
 fn qanot_memory_search_through_the_index_maps_hits_to_live_lines() {
     let dir = tempfile::tempdir().unwrap();
-    let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::plain()).unwrap();
+    let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
     let e = engine(dir.path()).with_index(index).unwrap();
     ok(
         &e,

@@ -17,7 +17,7 @@ use memtape_core::{Entry, EntryId, Kind, Role, Scope};
 use memtape_store::Store;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use super::{Added, AddedDoc, DocMeta, Docs, Index, Progress, file, lock};
+use super::{Added, AddedDoc, DocMeta, Docs, Progress, Shard, file, lock};
 use crate::text::cjk_bigrams;
 use crate::vectors::quantize;
 use crate::when;
@@ -110,8 +110,8 @@ enum Outcome {
     Restart,
 }
 
-impl Index {
-    /// Indexes every tape entry after [`Index::covered`], in batches: a reader thread
+impl Shard {
+    /// Indexes every tape entry after [`Shard::covered`], in batches: a reader thread
     /// pages through the tape into a bounded queue while this thread embeds and commits,
     /// so memory stays bounded however far behind the index is. Returns how many
     /// documents were added.
@@ -123,17 +123,10 @@ impl Index {
         self.catch_up_with(store, &mut |_, _| {})
     }
 
-    /// [`Index::catch_up`], calling `progress(done, total)` after each batch with the
+    /// [`Shard::catch_up`], calling `progress(done, total)` after each batch with the
     /// number of tape entries read so far and to read in all.
     pub fn catch_up_with(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
         self.catch_up_pages(store, usize::MAX, progress)
-    }
-
-    /// One step of a catch-up, for a background indexer that must be able to stop between
-    /// steps: indexes at most one batch of tape entries ([`Index::covered`] then tells how
-    /// far it got). Returns how many documents were added.
-    pub fn catch_up_step(&self, store: &dyn Store) -> Result<usize> {
-        self.catch_up_pages(store, 1, &mut |_, _| {})
     }
 
     fn catch_up_pages(
@@ -288,8 +281,10 @@ impl Index {
         let total = (last.0 - start.0) as usize;
         let mut added = 0;
         let mut restart = false;
+        // Whether the pages ended because `max_pages` were read, not the tenant's entries.
+        let mut stopped = false;
         let mut left = max_pages;
-        pages(store, start, |page| {
+        pages(store, &self.tenant, start, |page| {
             match self.commit_batch(store, conn, tape, &page)? {
                 Outcome::Done(n) => added += n,
                 Outcome::Restart => {
@@ -302,13 +297,42 @@ impl Index {
                 progress(done.min(total), total.max(done));
             }
             left -= 1;
-            Ok(left > 0)
+            stopped = left == 0;
+            Ok(!stopped)
         })?;
-        Ok(if restart {
-            Outcome::Restart
-        } else {
-            Outcome::Done(added)
-        })
+        if restart {
+            return Ok(Outcome::Restart);
+        }
+        if stopped {
+            return Ok(Outcome::Done(added));
+        }
+        // Every entry of the tenant up to `last` is read: the mark moves there, past other
+        // tenants' entries, so the next catch-up starts from the tape's end.
+        if self.covered() < last {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let meta = file::meta(&tx)?;
+            if meta.build != self.read_docs().build || meta.tape != tape {
+                return Ok(Outcome::Restart);
+            }
+            if meta.covered < last {
+                // Vectors stay caught up only if they were (nothing new to embed either way).
+                let embedded = if meta.embedded >= meta.covered {
+                    last
+                } else {
+                    meta.embedded
+                };
+                file::set_meta(&tx, "covered", &last.0.to_string())?;
+                file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
+                tx.commit()?;
+                let mut docs = self.write_docs();
+                let moved = docs.embedded >= docs.covered;
+                docs.covered = docs.covered.max(last);
+                if moved {
+                    docs.embedded = docs.covered;
+                }
+            }
+        }
+        Ok(Outcome::Done(added))
     }
 
     /// Writes one batch in its own IMMEDIATE transaction, skipping what another process
@@ -487,10 +511,11 @@ impl Index {
         let build = file::new_build(&tx)?;
         let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
         let mut fresh = Docs::empty(dim, build);
-        let total = store.last_id()?.0 as usize;
-        // Text only while vectors are behind ([`Index::set_vectors_behind`]).
+        let last = store.last_id()?;
+        let total = last.0 as usize;
+        // Text only while vectors are behind ([`Shard::set_vectors_behind`]).
         let embed = !self.vectors_behind();
-        pages(store, EntryId(0), |page| {
+        pages(store, &self.tenant, EntryId(0), |page| {
             let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, embed)?;
             fresh.extend(batch);
             if let Some(end) = page.last() {
@@ -499,6 +524,11 @@ impl Index {
             }
             Ok(true)
         })?;
+        // Every entry of the tenant up to the tape's end as it was at the start is read.
+        fresh.covered = fresh.covered.max(last);
+        if embed {
+            fresh.embedded = fresh.covered;
+        }
         file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
         // Each batch set the mirror's mark: the end with vectors, none without.
         file::set_meta(&tx, "embedded", &fresh.embedded.0.to_string())?;
@@ -608,9 +638,11 @@ impl Index {
 }
 
 /// Vectors embedded for a batch of documents, waiting to be stored
-/// ([`Index::embed_next`], [`Index::store_embedded`]).
+/// ([`Shard::embed_next`], [`Shard::store_embedded`]).
 #[derive(Debug)]
 pub struct PendingVectors {
+    /// The tenant whose shard the batch is for.
+    tenant: String,
     /// The embedded mark the batch starts after.
     from: EntryId,
     /// The build of the file the batch was read from.
@@ -618,9 +650,16 @@ pub struct PendingVectors {
     batch: Embedded,
 }
 
-impl Index {
+impl PendingVectors {
+    /// The tenant whose shard the batch is for.
+    pub(crate) fn tenant(&self) -> &str {
+        &self.tenant
+    }
+}
+
+impl Shard {
     /// One batch of the pass that embeds what catch-ups left behind
-    /// ([`Index::set_vectors_behind`]): embeds the documents after the embedded mark and
+    /// ([`Shard::set_vectors_behind`]): embeds the documents after the embedded mark and
     /// stores their vectors. The embedding runs without the write lock, so searches and
     /// catch-ups go on meanwhile; if another thread or process embedded the same documents
     /// first, this batch is dropped. Returns whether vectors are still behind.
@@ -635,7 +674,7 @@ impl Index {
         }
     }
 
-    /// The first half of [`Index::embed_step`], for a thread that embeds at a low
+    /// The first half of [`Shard::embed_step`], for a thread that embeds at a low
     /// priority: reads and embeds the next batch of documents without vectors, taking no
     /// lock but a moment's read of the in-memory marks, so a thread starved of CPU never
     /// holds up searches. The batch covers at most `entries` entries of the tape (at least
@@ -651,11 +690,16 @@ impl Index {
         };
         Ok(self
             .embed_after(store, from, until, entries.clamp(1, BATCH))?
-            .map(|batch| PendingVectors { from, build, batch }))
+            .map(|batch| PendingVectors {
+                tenant: self.tenant.clone(),
+                from,
+                build,
+                batch,
+            }))
     }
 
-    /// The second half of [`Index::embed_step`]: stores a batch from
-    /// [`Index::embed_next`] under the write lock, after mirroring what other processes
+    /// The second half of [`Shard::embed_step`]: stores a batch from
+    /// [`Shard::embed_next`] under the write lock, after mirroring what other processes
     /// committed; a batch that another thread or process embedded first is dropped.
     /// Returns whether vectors are still behind.
     pub fn store_embedded(&self, pending: PendingVectors) -> Result<bool> {
@@ -666,7 +710,7 @@ impl Index {
             .unwrap_or(true))
     }
 
-    /// One batch of [`Index::embed_step`] for a caller that holds the write lock (a
+    /// One batch of [`Shard::embed_step`] for a caller that holds the write lock (a
     /// catch-up filling the gap before it returns).
     fn embed_batch(&self, store: &dyn Store, conn: &mut Connection) -> Result<bool> {
         // Another process may have embedded meanwhile.
@@ -695,12 +739,16 @@ impl Index {
         if from >= until {
             return Ok(None);
         }
-        let mut entries = store.entries_after(from, limit)?;
+        let mut entries = store.entries_after_in(&self.tenant, from, limit)?;
+        let full = entries.len() == limit;
+        let beyond = entries.last().is_some_and(|e| e.id > until);
         entries.retain(|e| e.id <= until);
-        // An empty page means the tape was replaced under the index, which the next
-        // catch-up notices and rebuilds.
-        let Some(last) = entries.last().map(|e| e.id) else {
-            return Ok(None);
+        // A page that is not full, or that passes `until`, holds every entry of the tenant
+        // up to `until`: the mark moves there (other tenants' entries between have nothing
+        // to embed here).
+        let last = match entries.last() {
+            Some(e) if full && !beyond => e.id,
+            _ => until,
         };
         let docs = new_docs(store, &entries)?;
         let vectors = self.embed_docs(store, &docs)?.unwrap_or_default();
@@ -832,10 +880,11 @@ fn new_docs(store: &dyn Store, entries: &[Entry]) -> Result<Vec<NewDoc>> {
     Ok(docs)
 }
 
-/// Pages through the tape after `start` on a reader thread, feeding `f` one page at a time
+/// Pages through `tenant`'s entries after `start` on a reader thread, feeding `f` one page at a time
 /// through a bounded queue (two pages), until the tape ends or `f` returns `false`.
 fn pages(
     store: &dyn Store,
+    tenant: &str,
     start: EntryId,
     mut f: impl FnMut(Vec<Entry>) -> Result<bool>,
 ) -> Result<()> {
@@ -844,7 +893,9 @@ fn pages(
         s.spawn(move || {
             let mut after = start;
             loop {
-                let page = store.entries_after(after, BATCH).map_err(Error::from);
+                let page = store
+                    .entries_after_in(tenant, after, BATCH)
+                    .map_err(Error::from);
                 let stop = match &page {
                     Ok(p) => p.is_empty(),
                     Err(_) => true,

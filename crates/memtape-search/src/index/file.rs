@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::DateTime;
 use memtape_core::{EntryId, Scope};
-use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::{AddedDoc, DocMeta, Docs};
 use crate::vectors::Quantized;
@@ -27,8 +27,8 @@ const APPLICATION_ID: i64 = 0x6d74_6169;
 /// speaker of each message and the period its dates name; version 6 embeds a message's
 /// own words without its speaker's name; version 7 lets rows be deleted from the
 /// contentless FTS5 table (`contentless_delete`) with nothing of them left in its pages
-/// (`secure-delete`), for erasure.
-pub(crate) const FORMAT_VERSION: i64 = 7;
+/// (`secure-delete`), for erasure; version 8 is one tenant's shard (its `tenant` in meta).
+pub(crate) const FORMAT_VERSION: i64 = 8;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -104,6 +104,38 @@ pub(crate) fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> 
         "INSERT INTO meta VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [key, value],
     )?;
+    Ok(())
+}
+
+/// Binds a shard file to `tenant` (recorded in its meta the first time), or refuses a
+/// file bound to another tenant: a shard is one tenant's, whatever its file is named.
+pub(crate) fn bind_tenant(conn: &Connection, path: &Path, tenant: &str) -> Result<()> {
+    let read = |conn: &Connection| -> Result<Option<String>> {
+        Ok(conn
+            .query_row("SELECT value FROM meta WHERE key = 'tenant'", [], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    };
+    let found = match read(conn)? {
+        Some(found) => found,
+        None => {
+            let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+            let found = read(&tx)?;
+            if found.is_none() {
+                set_meta(&tx, "tenant", tenant)?;
+            }
+            tx.commit()?;
+            found.unwrap_or_else(|| tenant.to_owned())
+        }
+    };
+    if found != tenant {
+        return Err(Error::OtherTenant {
+            path: path.to_owned(),
+            found,
+            tenant: tenant.to_owned(),
+        });
+    }
     Ok(())
 }
 

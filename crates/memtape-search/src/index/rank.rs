@@ -7,13 +7,13 @@ use memtape_core::EntryId;
 use memtape_store::Store;
 
 use super::bm25::{self, Postings};
-use super::{Docs, Index, ONE_BIT_HITS, lock};
+use super::{Docs, ONE_BIT_HITS, Shard, lock};
 use crate::fusion::{self, List};
 use crate::text::terms;
 use crate::when::{self, Period};
 use crate::{Error, Hit, Mode, Result, SearchRequest};
 
-impl Index {
+impl Shard {
     /// Embeds `texts` with the index's embedder, checking the shape of the answer.
     pub(super) fn embed(&self, texts: &[&str]) -> Result<Option<Vec<Vec<f32>>>> {
         let Some(embedder) = &self.embedder else {
@@ -36,20 +36,20 @@ impl Index {
         Ok(Some(out))
     }
 
-    /// Runs a search. The index answers from what it covers; call [`Index::catch_up`]
-    /// first to include the latest appends, or search with [`Index::search_caught_up`].
+    /// Runs a search. The index answers from what it covers; call [`Shard::catch_up`]
+    /// first to include the latest appends, or search with [`Shard::search_caught_up`].
     pub fn search(&self, request: &SearchRequest) -> Result<Vec<Hit>> {
         self.search_after(request, || Ok(()))
     }
 
-    /// Catches up with `store` ([`Index::catch_up`]), then runs a search. A hybrid search
+    /// Catches up with `store` ([`Shard::catch_up`]), then runs a search. A hybrid search
     /// embeds its query while the index catches up, so under a stream of appends the two
     /// costs overlap instead of adding up.
     pub fn search_caught_up(&self, store: &dyn Store, request: &SearchRequest) -> Result<Vec<Hit>> {
         self.search_after(request, || self.catch_up(store).map(|_| ()))
     }
 
-    /// [`Index::search_caught_up`] that answers from what the index holds when it cannot
+    /// [`Shard::search_caught_up`] that answers from what the index holds when it cannot
     /// catch up (its file cannot be written: a full or read-only disk), saying why: the
     /// second value is `None` when the index covered the whole tape.
     pub fn search_fresh(
@@ -138,7 +138,7 @@ impl Index {
         })
     }
 
-    /// The rest of [`Index::search`], over the mirror, with the query's vector and BM25
+    /// The rest of [`Shard::search`], over the mirror, with the query's vector and BM25
     /// matches (if any).
     fn rank(
         &self,

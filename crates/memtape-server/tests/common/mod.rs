@@ -97,12 +97,8 @@ impl Server {
         configure: impl FnOnce(&AppState),
     ) -> Self {
         let engine = Engine::init(dir.path()).unwrap();
-        let index = Index::open(
-            &dir.path().join("index.db"),
-            embedder,
-            IndexConfig::default(),
-        )
-        .unwrap();
+        let index =
+            Index::open(&dir.path().join("index"), embedder, IndexConfig::default()).unwrap();
         let engine = engine.with_index(index).unwrap();
         let keys = KeyStore::open(dir.path());
         let state = AppState::with_model(engine, keys, limits, true, model);
