@@ -1,7 +1,12 @@
 //! The scale benchmark: synthetic tapes of 10k, 100k, 1M (and 10M) entries, indexed as the
 //! engine indexes every append, then BM25, vector and hybrid query latency at each size; on
 //! the embedded SQLite store, or with a database address on PostgreSQL (a new database per
-//! size, dropped after it).
+//! size, dropped after it). With `tenants` above 1 the entries are spread over that many
+//! tenants with Zipf-skewed sizes (as real tenants are: a few large, a long tail), each
+//! query searches one tenant (busy tenants more often), and a second index on the same
+//! tape, with nothing loaded, stands for a server that has just joined: its first search of
+//! each of a sample of tenants loads that tenant's shard cold, counting the texts the model
+//! had to embed (none when the vectors kept in the store serve).
 //!
 //! Texts are sentences of 8–30 made-up words drawn from a Zipf distribution over a 20,000
 //! word vocabulary (like natural text: a few very common words, a long tail). Queries are
@@ -43,6 +48,10 @@ pub struct Config {
     /// A PostgreSQL cluster (an address whose role may create databases): the tape goes
     /// there instead of SQLite.
     pub database: Option<String>,
+    /// How many tenants the entries are spread over (1: one tenant, `bench`).
+    pub tenants: usize,
+    /// The memory budget of the index's loaded shards (`None`: the library's default).
+    pub index_memory: Option<u64>,
 }
 
 /// The numbers for one size.
@@ -69,6 +78,33 @@ pub struct SizeReport {
     /// How many of the exact top 10 the vector search returned (mean over queries); 1.0
     /// when the search is exact.
     pub vector_recall_10: f64,
+    /// How many tenants the entries are spread over.
+    pub tenants: usize,
+    /// The largest tenant's entries.
+    pub largest_tenant: usize,
+    /// Shards loaded and evicted while the queries were timed (after a warm-up pass).
+    pub timed_shard_loads: u64,
+    /// Shards evicted then.
+    pub timed_shard_evictions: u64,
+    /// A server that has just joined (a second index on the same tape, nothing loaded):
+    /// its first hybrid search of each sampled tenant.
+    pub cold: ColdReport,
+}
+
+/// The first searches of a server that has just joined.
+#[derive(Debug, Serialize)]
+pub struct ColdReport {
+    /// How many tenants were searched cold.
+    pub tenants: usize,
+    /// First hybrid search latency, shard load included, ms (p50, p95, max).
+    pub first_search_ms: [f64; 3],
+    /// The largest sampled tenant's entries and its first search, ms.
+    pub largest: (usize, f64),
+    /// Texts the model embedded for documents during those searches (0 when every vector
+    /// came from the store).
+    pub documents_embedded: usize,
+    /// Texts the model embedded for the queries themselves (one per search).
+    pub queries_embedded: usize,
 }
 
 /// The report.
@@ -127,6 +163,29 @@ impl Embedder for WordVectors {
                 v
             })
             .collect())
+    }
+}
+
+/// Counts the texts an embedder embeds (the cold searches check that only queries are).
+struct Counting {
+    inner: Arc<dyn Embedder>,
+    texts: std::sync::atomic::AtomicUsize,
+}
+
+impl Embedder for Counting {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memtape::EmbedError> {
+        self.texts
+            .fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
+        self.inner.embed(texts)
+    }
+    fn min_similarity(&self) -> f32 {
+        self.inner.min_similarity()
     }
 }
 
@@ -194,6 +253,87 @@ fn tree_mb(path: &Path) -> f64 {
     bytes(path) as f64 / 1e6
 }
 
+/// The engine's index (the benchmark always attaches one).
+fn engine_index(engine: &Engine<DynStore>) -> Result<&Index, Error> {
+    engine
+        .index()
+        .ok_or(Error::Engine(memtape::Error::NoIndex))
+}
+
+/// A server that has just joined: a second store handle and a second index on the same
+/// tape, in a directory of its own, with nothing loaded (lazy, as `memtape serve` is). Its
+/// first hybrid search of each of up to 20 tenants (the queries' first, and the largest)
+/// loads that tenant's shard from the tape and the vectors kept in the store.
+fn cold_searches(
+    config: &Config,
+    model: &Arc<dyn Embedder>,
+    tape_dir: &Path,
+    database: Option<&str>,
+    queries: &[(String, SearchFilter)],
+    sizes_of: &[usize],
+    tenant_name: &dyn Fn(usize) -> String,
+) -> Result<ColdReport, Error> {
+    let counting = Arc::new(Counting {
+        inner: model.clone(),
+        texts: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let dir = tempfile::tempdir()?;
+    let index = Index::open(
+        &dir.path().join("index"),
+        Some(counting.clone() as Arc<dyn Embedder>),
+        config.index,
+    )
+    .map_err(memtape::Error::from)?;
+    index.set_lazy(true);
+    if let Some(bytes) = config.index_memory {
+        index.set_memory(bytes);
+    }
+    let store: DynStore = match database {
+        Some(url) => Box::new(
+            memtape_postgres::PostgresStore::connect(url).map_err(memtape::Error::from)?,
+        ),
+        None => Box::new(memtape::SqliteStore::open(tape_dir).map_err(memtape::Error::from)?),
+    };
+    let engine = Engine::with_store(store).with_index(index)?;
+    // The largest tenant, then the tenants the queries ask about, each once.
+    let largest = (0..sizes_of.len()).max_by_key(|k| sizes_of[*k]).unwrap_or(0);
+    let mut picked: Vec<(String, SearchFilter)> = Vec::new();
+    let first = queries.first().map(|(q, _)| q.clone()).unwrap_or_default();
+    picked.push((first, SearchFilter::tenant(tenant_name(largest))));
+    for (q, filter) in queries {
+        if picked.len() >= 20 {
+            break;
+        }
+        if picked.iter().all(|(_, f)| f.tenant != filter.tenant) {
+            picked.push((q.clone(), filter.clone()));
+        }
+    }
+    let before = counting.texts.load(std::sync::atomic::Ordering::SeqCst);
+    let mut ms = Vec::new();
+    for (q, filter) in &picked {
+        let request = SearchRequest::new(q.clone(), filter.clone())
+            .mode(Mode::Hybrid)
+            .limit(10);
+        let started = Instant::now();
+        std::hint::black_box(engine.search(&request)?);
+        ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let texts = counting.texts.load(std::sync::atomic::Ordering::SeqCst) - before;
+    let largest_ms = ms.first().copied().unwrap_or(0.0);
+    let max = ms.iter().copied().fold(0.0, f64::max);
+    Ok(ColdReport {
+        tenants: picked.len(),
+        first_search_ms: [
+            quantile(&mut ms.clone(), 0.5),
+            quantile(&mut ms.clone(), 0.95),
+            max,
+        ],
+        largest: (sizes_of[largest], largest_ms),
+        documents_embedded: texts.saturating_sub(picked.len()),
+        queries_embedded: texts.min(picked.len()),
+    })
+}
+
 /// Runs the benchmark; `progress` hears what is happening.
 pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Error> {
     let vocabulary: Vec<String> = (0..VOCABULARY).map(word).collect();
@@ -226,22 +366,45 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             ),
         };
         let engine = Engine::with_store(store).with_index(index)?;
+        if let Some(bytes) = config.index_memory {
+            engine_index(&engine)?.set_memory(bytes);
+        }
         let mut rng = fastrand::Rng::with_seed(n as u64);
         let started = Instant::now();
-        let base = Scope::agent("bench", "agent").map_err(memtape::Error::from)?;
+        let tenants = config.tenants.max(1);
+        let tenant_zipf = Zipf::new(tenants);
+        let tenant_name = |k: usize| {
+            if tenants == 1 {
+                "bench".to_owned()
+            } else {
+                format!("t{k}")
+            }
+        };
+        let bases: Vec<Scope> = (0..tenants)
+            .map(|k| Scope::agent(tenant_name(k), "agent"))
+            .collect::<Result<_, _>>()
+            .map_err(memtape::Error::from)?;
+        let mut sizes_of = vec![0usize; tenants];
         let now = chrono::Utc::now();
         let mut done = 0;
         while done < n {
             let batch: Vec<NewEntry> = (done..(done + 1000).min(n))
-                .map(|i| {
+                .map(|_| {
                     let len = rng.usize(8..=30);
                     let text: Vec<&str> = (0..len)
                         .map(|_| vocabulary[zipf.sample(&mut rng)].as_str())
                         .collect();
-                    let session = base
+                    let k = if tenants == 1 {
+                        0
+                    } else {
+                        tenant_zipf.sample(&mut rng)
+                    };
+                    let nth = sizes_of[k];
+                    sizes_of[k] += 1;
+                    let session = bases[k]
                         .clone()
-                        .with_user(format!("user{}", i % 10))
-                        .and_then(|s| s.with_session(format!("s{}", i / ENTRIES_PER_SESSION)));
+                        .with_user(format!("user{}", nth % 10))
+                        .and_then(|s| s.with_session(format!("s{}", nth / ENTRIES_PER_SESSION)));
                     session.map(|s| {
                         NewEntry::new(s, Payload::Message(Message::user(text.join(" "))), now)
                     })
@@ -258,19 +421,26 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             }
         }
         let ingest = n as f64 / started.elapsed().as_secs_f64();
-        let queries: Vec<String> = (0..QUERIES)
+        // Each query searches one tenant that has entries, busy tenants more often.
+        let queries: Vec<(String, SearchFilter)> = (0..QUERIES)
             .map(|_| {
                 let len = rng.usize(2..=5);
-                (0..len)
+                let text = (0..len)
                     .map(|_| vocabulary[rng.usize(100..10_000)].as_str())
                     .collect::<Vec<_>>()
-                    .join(" ")
+                    .join(" ");
+                let k = loop {
+                    let k = tenant_zipf.sample(&mut rng);
+                    if sizes_of[k] > 0 {
+                        break k;
+                    }
+                };
+                (text, SearchFilter::tenant(tenant_name(k)))
             })
             .collect();
-        let filter = SearchFilter::tenant("bench");
-        let time = |mode: Mode| -> Result<[f64; 2], Error> {
+        let run_all = |mode: Mode| -> Result<Vec<f64>, Error> {
             let mut ms = Vec::new();
-            for q in &queries {
+            for (q, filter) in &queries {
                 let request = SearchRequest::new(q.clone(), filter.clone())
                     .mode(mode)
                     .limit(10);
@@ -278,14 +448,23 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
                 std::hint::black_box(engine.search(&request)?);
                 ms.push(started.elapsed().as_secs_f64() * 1000.0);
             }
+            Ok(ms)
+        };
+        // A warm-up pass loads the shards the queries need (and repeats no query's vector:
+        // each mode's queries below are embedded again only where the cache has them).
+        run_all(Mode::Bm25)?;
+        let before = engine_index(&engine)?.shard_stats();
+        let time = |mode: Mode| -> Result<[f64; 2], Error> {
+            let mut ms = run_all(mode)?;
             Ok([quantile(&mut ms.clone(), 0.5), quantile(&mut ms, 0.95)])
         };
         let bm25_ms = time(Mode::Bm25)?;
         let vector_ms = time(Mode::Vector)?;
         let hybrid_ms = time(Mode::Hybrid)?;
+        let after = engine_index(&engine)?.shard_stats();
         // The quality price of the one-bit scan: overlap with an exact search's top 10.
         let mut overlap = 0.0;
-        for q in queries.iter().take(50) {
+        for (q, filter) in queries.iter().take(50) {
             let request = SearchRequest::new(q.clone(), filter.clone())
                 .mode(Mode::Vector)
                 .limit(10);
@@ -301,6 +480,16 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             overlap += hits as f64 / exact.len().max(1) as f64;
         }
         let vector_recall_10 = overlap / 50.0;
+        let rss = rss_mb();
+        let cold = cold_searches(
+            config,
+            &model,
+            scratch.path(),
+            database.as_ref().map(|(_, _, url)| url.as_str()),
+            &queries,
+            &sizes_of,
+            &tenant_name,
+        )?;
         let tape_mb = match &database {
             Some((_, _, url)) => {
                 memtape_postgres::PostgresStore::connect_read_only(url)
@@ -321,11 +510,16 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             ingest_entries_per_s: ingest,
             index_mb: tree_mb(&scratch.path().join("index")),
             tape_mb,
-            rss_mb: rss_mb(),
+            rss_mb: rss,
             bm25_ms,
             vector_ms,
             hybrid_ms,
             vector_recall_10,
+            tenants,
+            largest_tenant: sizes_of.iter().copied().max().unwrap_or(0),
+            timed_shard_loads: after.loads - before.loads,
+            timed_shard_evictions: after.evictions - before.evictions,
+            cold,
         };
         progress(&format!("{report:?}"));
         sizes.push(report);

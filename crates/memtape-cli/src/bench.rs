@@ -163,6 +163,10 @@ pub struct ScaleArgs {
     /// new database per size, dropped after it). Default: the embedded SQLite store.
     #[arg(long, value_name = "URL")]
     database: Option<String>,
+    /// Spread the entries over this many tenants, their sizes skewed (Zipf), each query
+    /// searching one tenant.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    tenants: u32,
     #[command(flatten)]
     tuning: Tuning,
     #[command(flatten)]
@@ -289,6 +293,8 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 index: a.tuning.index_config(),
                 embedder,
                 database: a.database.clone(),
+                tenants: a.tenants as usize,
+                index_memory: a.tuning.index_memory,
             };
             let progress = Progress::spinner(&ctx, "scale: building the first tape");
             let report = memtape_bench::scale::run(&config, &mut |line| {
