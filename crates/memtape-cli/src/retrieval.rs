@@ -469,17 +469,27 @@ pub struct FetchArgs {
 
 /// Opens the store with its search index, caught up with the tape.
 pub fn open_indexed(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<DynStore>> {
-    open_index(ctx, tuning, false)
+    open_index(ctx, tuning, false, &mut |e| e)
 }
 
 /// [`open_indexed`] for a server, whose background indexer embeds: the index is caught up
 /// with the tape's text, and vectors left behind (after a crash under load, say) wait for
-/// the indexer instead of holding up the start.
-pub fn open_indexed_text_first(ctx: &Ctx, tuning: &Tuning) -> Result<Engine<DynStore>> {
-    open_index(ctx, tuning, true)
+/// the indexer instead of holding up the start. The embedder goes to the index through
+/// `wrap` (the server counts its calls).
+pub fn open_indexed_text_first(
+    ctx: &Ctx,
+    tuning: &Tuning,
+    wrap: &mut dyn FnMut(Arc<dyn Embedder>) -> Arc<dyn Embedder>,
+) -> Result<Engine<DynStore>> {
+    open_index(ctx, tuning, true, wrap)
 }
 
-fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<DynStore>> {
+fn open_index(
+    ctx: &Ctx,
+    tuning: &Tuning,
+    text_first: bool,
+    wrap: &mut dyn FnMut(Arc<dyn Embedder>) -> Arc<dyn Embedder>,
+) -> Result<Engine<DynStore>> {
     let dir = ctx.data_dir()?;
     let mut engine = crate::ctx::open(ctx)?;
     if ctx.uses_database() {
@@ -495,7 +505,7 @@ fn open_index(ctx: &Ctx, tuning: &Tuning, text_first: bool) -> Result<Engine<Dyn
     // Attaching the index follows the engine's setting: a server's index must not embed
     // its backlog before it listens.
     engine.set_index_on_write(!text_first);
-    let embedder = embedder(ctx)?;
+    let embedder = embedder(ctx)?.map(wrap);
     let index = Index::open(&Index::dir_in(&dir), embedder, tuning.index_config())?;
     index.set_vectors_behind(text_first);
     // A server builds the shards of the tenants it serves, as they come.

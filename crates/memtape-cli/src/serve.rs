@@ -139,7 +139,13 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     // are made through the environment, which must not change under other threads).
     let mut ctx = ctx.clone();
     ctx.models.embed_threads = Some(a.embed_threads as usize);
-    let engine = open_indexed_text_first(&ctx, &a.tuning)?;
+    // The embedder's calls are counted for `/metrics`.
+    let mut embed_counts = None;
+    let engine = open_indexed_text_first(&ctx, &a.tuning, &mut |embedder| {
+        let (counted, counts) = memtape_server::count_embedder(embedder);
+        embed_counts = Some(counts);
+        counted
+    })?;
     let index = engine.index().map(|index| {
         let mut line = format!(
             "a shard per tenant, loaded when first searched or written, within {} MiB",
@@ -166,6 +172,9 @@ pub fn serve(ctx: &Ctx, a: &ServeArgs, out: &mut impl Write) -> Result<()> {
     let (model, model_line) = config.server_model()?;
     let state = AppState::with_model(engine, keys, limits, loopback, model);
     state.set_data_dir(dir.clone());
+    if let Some(counts) = embed_counts {
+        state.set_embed_counts(counts);
+    }
     state.set_retention_config(config.retention);
     state.set_mcp_erase_own_session(config.mcp.erase_own_session);
     state.set_attachments_config(config.attachments.clone());

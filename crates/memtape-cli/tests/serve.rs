@@ -194,6 +194,24 @@ fn serve_listens_before_it_embeds_a_backlog_and_embeds_it_behind() {
         "{}",
         s.banner
     );
+    // `/metrics` counts the embedder's calls (serve hands the server its counts), and its
+    // queue is empty once the backlog is embedded.
+    let metrics = ureq::get(&format!("{}/metrics", s.base))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+    };
+    assert!(value("memtape_embedding_texts_total") >= 30.0, "{metrics}");
+    assert!(value("memtape_embedding_calls_total{outcome=\"ok\"}") >= 1.0);
+    assert_eq!(value("memtape_embedder_queue"), 0.0, "{metrics}");
+    assert_eq!(value("memtape_index_lag_entries"), 0.0, "{metrics}");
     let (code, rest) = s.terminate();
     assert_eq!(code, Some(0), "{rest}");
 }

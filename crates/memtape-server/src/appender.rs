@@ -20,6 +20,7 @@ use memtape::{Captured, DynStore, Engine, Entry, NewEntry};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, Result};
+use crate::metrics::AppendMetrics;
 
 /// At most this many requests go into one transaction.
 const MAX_JOBS: usize = 256;
@@ -47,10 +48,11 @@ pub struct Appender {
 }
 
 impl Appender {
-    /// Starts the writer thread over `engine`.
-    pub fn start(engine: Arc<Engine<DynStore>>) -> Self {
+    /// Starts the writer thread over `engine`; each committed transaction is counted in
+    /// `metrics`.
+    pub fn start(engine: Arc<Engine<DynStore>>, metrics: AppendMetrics) -> Self {
         let (jobs, queue) = sync_channel::<Job>(MAX_JOBS * 4);
-        let writer = std::thread::spawn(move || write_loop(&engine, &queue));
+        let writer = std::thread::spawn(move || write_loop(&engine, &queue, &metrics));
         Appender {
             jobs: Some(jobs),
             writer: Some(writer),
@@ -105,7 +107,7 @@ impl Drop for Appender {
     }
 }
 
-fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>) {
+fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>, metrics: &AppendMetrics) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         let mut entries = batch[0].entries.len();
@@ -118,14 +120,14 @@ fn write_loop(engine: &Engine<DynStore>, queue: &Receiver<Job>) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        write(engine, batch);
+        write(engine, batch, metrics);
     }
 }
 
 /// Writes `batch` in one transaction with the WAL's captures of its user messages, or each
 /// job alone (and its captures after) if that fails, so one bad request never fails the
 /// others. A failed transaction stored nothing, so writing alone never stores twice.
-fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
+fn write(engine: &Engine<DynStore>, batch: Vec<Job>, metrics: &AppendMetrics) {
     let all: Vec<NewEntry> = batch.iter().flat_map(|j| j.entries.clone()).collect();
     let found: Vec<Vec<WalMatch>> = batch
         .iter()
@@ -141,6 +143,7 @@ fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
         .collect();
     match engine.append_capturing(all, found) {
         Ok((mut stored, mut captured)) => {
+            metrics.committed(stored.len());
             for job in batch.into_iter().rev() {
                 let at = stored.len() - job.entries.len();
                 let (mine, captures) = (stored.split_off(at), captured.split_off(at));
@@ -161,6 +164,9 @@ fn write(engine: &Engine<DynStore>, batch: Vec<Job>) {
             let result = engine
                 .append_entries(job.entries.clone())
                 .map_err(ApiError::from);
+            if let Ok(stored) = &result {
+                metrics.committed(stored.len());
+            }
             (job, result)
         })
         .collect();

@@ -27,7 +27,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     }
 }
 
-fn caller(state: &AppState, header: Option<&axum::http::HeaderValue>) -> Result<Caller, ApiError> {
+pub(crate) fn caller(
+    state: &AppState,
+    header: Option<&axum::http::HeaderValue>,
+) -> Result<Caller, ApiError> {
     let enabled = state.keys().enabled().map_err(key_file_error)?;
     if !enabled {
         if !state.loopback() {

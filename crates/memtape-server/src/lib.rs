@@ -13,6 +13,7 @@ pub mod idempotency;
 mod indexer;
 pub mod keys;
 pub mod mcp;
+mod metrics;
 mod rest;
 mod state;
 mod ui;
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
 use utoipa::OpenApi;
 
+pub use crate::metrics::{EmbedCounts, ModelUse, count_embedder};
 pub use auth::DEFAULT_TENANT;
 pub use error::{ApiError, Result};
 pub use guard::Sites;
@@ -236,6 +238,12 @@ fn router(
                 )
             }),
         )
+        // Prometheus' text, not JSON: outside `/v1` and the OpenAPI document, with access of
+        // its own (no key on loopback, an admin key elsewhere).
+        .route(
+            crate::metrics::METRICS_PATH,
+            get(crate::metrics::serve_metrics),
+        )
         .merge(ui::router())
         .merge(api)
         // Inside the body limit: a body announced over it is refused before it is read.
@@ -257,6 +265,11 @@ fn router(
         ))
         // Around it all: MateClaw's paths answer every failure in MateClaw's envelope.
         .layer(axum::middleware::from_fn(rest::mateclaw_compat::envelope))
+        // Outside everything: every answer is counted as the client got it.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::count_requests,
+        ))
         .with_state(state)
 }
 
@@ -403,6 +416,23 @@ async fn recapture(state: state::WeakState, stop: impl Future<Output = ()>) {
     }
 }
 
+/// How often the metrics' histogram samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Until `stop`: the metrics' upkeep, so samples do not pile up between scrapes (or on a
+/// server nobody scrapes).
+async fn metrics_upkeep(state: state::WeakState, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(METRICS_UPKEEP) => {}
+            () = &mut stop => return,
+        }
+        let Some(state) = state.upgrade() else { return };
+        state.metrics().upkeep();
+    }
+}
+
 /// Serves `app(state)` on `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for the requests in flight. Returns once they are done (or the
 /// grace ran out); the caller then drops the state, which closes the store.
@@ -429,6 +459,7 @@ pub async fn serve(
     let header_timeout = state.limits().header_timeout;
     tokio::spawn(schedules(state.downgrade(), stopped(stop_rx.clone())));
     tokio::spawn(recapture(state.downgrade(), stopped(stop_rx.clone())));
+    tokio::spawn(metrics_upkeep(state.downgrade(), stopped(stop_rx.clone())));
     let mcp = mcp::mcp_service_until(state.clone(), stopped(stop_rx.clone()));
     let weak = state.downgrade();
     let app = router(state, mcp);

@@ -553,7 +553,10 @@ impl Memtape {
                 let config = self.state.attachments_config().clone();
                 let state = self.state.clone();
                 // A prompt of the past is built without the model.
-                let llm = state.model().ok().filter(|_| request.as_of.is_none());
+                let llm = state
+                    .model(crate::metrics::ModelUse::Compaction)
+                    .ok()
+                    .filter(|_| request.as_of.is_none());
                 let call = async move {
                     state
                         .run(move |engine| {

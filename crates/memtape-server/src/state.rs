@@ -17,6 +17,7 @@ use crate::appender::Appender;
 use crate::error::{ApiError, Result};
 use crate::indexer::Indexer;
 use crate::keys::KeyStore;
+use crate::metrics::{Metrics, ModelUse};
 
 /// What a key may do. Each role includes the ones before it.
 #[derive(
@@ -154,6 +155,11 @@ struct Inner {
     loopback: bool,
     memory_changed: broadcast::Sender<Scope>,
     background: Option<Arc<Background<DynStore>>>,
+    /// The model as configured, uncounted: each use is counted under its own kind
+    /// ([`AppState::model`]).
+    llm: Option<Arc<dyn Llm>>,
+    /// What `/metrics` reports.
+    metrics: Arc<Metrics>,
     /// The emergence scheduler's lock, once this server holds it: of all the servers on
     /// one store (several on one PostgreSQL database), only its holder runs the schedule,
     /// so a slot runs once. It passes to another server when this one stops or dies.
@@ -246,6 +252,15 @@ impl WriteHook for OnMemoryChange {
     }
 }
 
+/// The write hook that counts every entry written to the tape (`/metrics`).
+struct CountWritten(::metrics::Counter);
+
+impl WriteHook for CountWritten {
+    fn written(&self, _store: &dyn Store, entries: &[Entry]) {
+        self.0.increment(entries.len() as u64);
+    }
+}
+
 /// A handle on the state that does not keep it (and so the engine) alive: for background
 /// tasks that must end when the server does.
 #[derive(Clone)]
@@ -281,12 +296,16 @@ impl AppState {
         model: Option<ModelSetup>,
     ) -> Self {
         let mut engine = engine.boxed();
+        let metrics = Arc::new(Metrics::new());
         let (memory_changed, _) = broadcast::channel(CHANGES_QUEUED);
         engine.add_write_hook(OnMemoryChange(memory_changed.clone()));
+        engine.add_write_hook(CountWritten(metrics.written()));
         let (engine, indexer) = Indexer::start(engine);
+        let llm = model.as_ref().map(|m| Arc::clone(&m.llm));
         let background = model.map(|m| {
+            let llm = metrics.count_model(m.llm, ModelUse::Consolidation);
             Arc::new(
-                Background::new(engine.clone(), m.llm, m.lifecycle).on_done(|session, outcome| {
+                Background::new(engine.clone(), llm, m.lifecycle).on_done(|session, outcome| {
                     match outcome {
                         Ok(done) if done.through.is_some() => tracing::info!(
                             %session, messages = done.messages, dropped = done.dropped,
@@ -300,7 +319,7 @@ impl AppState {
         });
         AppState {
             inner: Arc::new(Inner {
-                appender: Appender::start(engine.clone()),
+                appender: Appender::start(engine.clone(), metrics.appends()),
                 indexer,
                 engine,
                 permits: Arc::new(Semaphore::new(limits.engine_calls.max(1))),
@@ -309,6 +328,8 @@ impl AppState {
                 loopback,
                 memory_changed,
                 background,
+                llm,
+                metrics,
                 scheduler: Arc::default(),
                 uncaptured: std::sync::Mutex::default(),
                 mcp_sessions: Arc::default(),
@@ -483,12 +504,13 @@ impl AppState {
         }
     }
 
-    /// The model, or 503 naming how to configure one.
-    pub fn model(&self) -> Result<Arc<dyn Llm>> {
+    /// The model, its calls counted as `kind` (`/metrics`), or 503 naming how to
+    /// configure one.
+    pub fn model(&self, kind: ModelUse) -> Result<Arc<dyn Llm>> {
         self.inner
-            .background
+            .llm
             .as_ref()
-            .map(|b| Arc::clone(b.llm()))
+            .map(|llm| self.inner.metrics.count_model(Arc::clone(llm), kind))
             .ok_or_else(|| {
                 ApiError::new(
                     axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -511,6 +533,7 @@ impl AppState {
         };
         let engine = self.inner.engine.clone();
         let session = session.clone();
+        let state = self.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = background.nudge(&session) {
                 tracing::warn!(%session, error = %e, "could not check whether to consolidate");
@@ -520,7 +543,10 @@ impl AppState {
                 return;
             }
             let trigger = source.trigger();
-            match engine.extract(&session, background.llm().as_ref(), config, trigger) {
+            let Ok(llm) = state.model(ModelUse::Extraction) else {
+                return;
+            };
+            match engine.extract(&session, llm.as_ref(), config, trigger) {
                 Ok(run) if run.skipped.is_none() => tracing::info!(
                     %session, changed = ?run.changed, dropped = run.dropped, reason = %run.reason,
                     "extracted"
@@ -547,6 +573,9 @@ impl AppState {
         };
         let engine = self.inner.engine.clone();
         let scheduler = self.inner.scheduler.clone();
+        let Ok(llm) = self.model(ModelUse::Emergence) else {
+            return;
+        };
         let done = tokio::task::spawn_blocking(move || {
             let Some(_held) = hold_scheduler(&scheduler, &engine, SCHEDULER_LOCK) else {
                 return;
@@ -560,8 +589,7 @@ impl AppState {
                 }
             };
             for scope in due {
-                let llm = background.llm().as_ref();
-                match engine.emerge(&scope, llm, config, None, memtape::Wait::Try) {
+                match engine.emerge(&scope, llm.as_ref(), config, None, memtape::Wait::Try) {
                     Ok(run) => tracing::info!(
                         %scope, skipped = ?run.skipped, changed = ?run.changed,
                         dropped = run.dropped, "emergence"
@@ -588,6 +616,18 @@ impl AppState {
     /// The names and origins served besides the server's own.
     pub fn sites(&self) -> &crate::guard::Sites {
         &self.inner.limits.sites
+    }
+
+    /// What `/metrics` reports.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Reports the embedding calls `counts` counts on `/metrics`: `counts` is what
+    /// [`crate::count_embedder`] returned for the embedder given to the index. Once,
+    /// before serving.
+    pub fn set_embed_counts(&self, counts: Arc<crate::EmbedCounts>) {
+        self.inner.metrics.set_embed_counts(counts);
     }
 
     /// Whether the server listens only on loopback.

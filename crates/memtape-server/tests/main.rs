@@ -14,6 +14,7 @@ mod isolation;
 mod lifecycle;
 mod mateclaw_compat;
 mod mcp;
+mod metrics;
 mod openapi;
 mod postgres;
 mod rest;

@@ -1128,7 +1128,7 @@ pub async fn emergence(
     if body.days.is_some_and(|d| !(1..=366).contains(&d)) {
         return Err(ApiError::bad_request("days must be from 1 to 366"));
     }
-    let llm = state.model()?;
+    let llm = state.model(crate::metrics::ModelUse::Emergence)?;
     let config = state.lifecycle().emergence.clone();
     let run = state
         .run(move |engine| {

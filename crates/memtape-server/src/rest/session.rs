@@ -18,6 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::{existing, session};
 use crate::error::{ApiError, ErrorBody, Result};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::metrics::ModelUse;
 use crate::state::{AppState, Caller, Role as KeyRole};
 use crate::wire::{ChatMessage, EntryWire, ScopeParams};
 
@@ -174,7 +175,7 @@ pub async fn consolidation(
 ) -> Result<Json<ConsolidationWire>> {
     caller.require(KeyRole::Write)?;
     let scope = session(&caller, &p, &name)?;
-    let llm = state.model()?;
+    let llm = state.model(ModelUse::Consolidation)?;
     let options = state.lifecycle().consolidation(body.all);
     let done = state
         .run(move |engine| {
@@ -249,7 +250,7 @@ pub async fn extraction(
 ) -> Result<Json<MemoryRunWire>> {
     caller.require(KeyRole::Write)?;
     let scope = session(&caller, &ScopeParams::new(p.agent, p.user), &name)?;
-    let llm = state.model()?;
+    let llm = state.model(ModelUse::Extraction)?;
     let config = state.lifecycle().extraction.clone();
     let trigger = p
         .source
@@ -316,7 +317,7 @@ pub async fn new_session(
     let scope_params = ScopeParams::new(p.agent.clone(), p.user.clone());
     let scope = session(&caller, &scope_params, &name)?;
     let days = p.retention_days.unwrap_or(memtape::DEFAULT_RETENTION_DAYS);
-    let llm = state.model().ok();
+    let llm = state.model(ModelUse::Consolidation).ok();
     let options = state.lifecycle().consolidation(true);
     let out = state
         .run(move |engine| {
@@ -619,7 +620,10 @@ pub async fn context(
         as_of: body.as_of,
     };
     // A prompt of the past is built without the model: nothing is summarized anew by it.
-    let llm = state.model().ok().filter(|_| request.as_of.is_none());
+    let llm = state
+        .model(ModelUse::Compaction)
+        .ok()
+        .filter(|_| request.as_of.is_none());
     let built = state
         .run(move |engine| {
             // With a message the prompt can open a session that has nothing on its tape

@@ -96,12 +96,26 @@ impl Server {
         model: Option<memtape_server::ModelSetup>,
         configure: impl FnOnce(&AppState),
     ) -> Self {
+        Self::start_full(dir, limits, embedder, model, true, configure)
+    }
+
+    /// A server over the store in `dir`, on 127.0.0.1 all the same, whose state is told
+    /// it listens only on loopback or not (`loopback`: what `memtape serve` derives from
+    /// its address), its state set up by `configure` before it serves.
+    pub fn start_full(
+        dir: tempfile::TempDir,
+        limits: Limits,
+        embedder: Option<std::sync::Arc<dyn memtape::Embedder>>,
+        model: Option<memtape_server::ModelSetup>,
+        loopback: bool,
+        configure: impl FnOnce(&AppState),
+    ) -> Self {
         let engine = Engine::init(dir.path()).unwrap();
         let index =
             Index::open(&dir.path().join("index"), embedder, IndexConfig::default()).unwrap();
         let engine = engine.with_index(index).unwrap();
         let keys = KeyStore::open(dir.path());
-        let state = AppState::with_model(engine, keys, limits, true, model);
+        let state = AppState::with_model(engine, keys, limits, loopback, model);
         state.set_data_dir(dir.path().to_owned());
         configure(&state);
         let runtime = tokio::runtime::Builder::new_multi_thread()
