@@ -35,6 +35,7 @@ mod conn;
 mod schema;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 
 use std::collections::HashMap;
 
