@@ -56,13 +56,20 @@ impl Scratch {
         &self.name
     }
 
-    /// A connection to the database (through the store's TLS connector, named
-    /// `memtape-test`), for tests that look under the store.
+    /// A connection to the database (see [`client`]).
     pub fn client(&self) -> Client {
-        crate::conn::Target::parse(&self.url, false)
-            .and_then(|t| t.named("memtape-test").open())
-            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", crate::shown(&self.url)))
+        client(&self.url)
     }
+}
+
+/// A connection to the database at `url`, for tests that look under the store: through the
+/// store's TLS connector (the address's `sslmode` and `sslrootcert` hold), named
+/// `memtape-test` in `pg_stat_activity` (not `memtape`, the store's own name, which tests
+/// count). Panics naming the database (never its password) when it cannot connect.
+pub fn client(url: &str) -> Client {
+    crate::conn::Target::parse(url, false)
+        .and_then(|t| t.named("memtape-test").open())
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", crate::shown(url)))
 }
 
 impl Default for Scratch {
