@@ -57,7 +57,19 @@ impl Target {
                 source: why.into(),
             }
         })?;
-        config.ssl_mode(tls.ssl_mode);
+        // Over a Unix socket nothing is encrypted whatever the mode, as in libpq (the
+        // server answers no to TLS there, which the client would take as a refusal).
+        let unix_only = config.get_hostaddrs().is_empty()
+            && !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| !matches!(h, postgres::config::Host::Tcp(_)));
+        config.ssl_mode(if unix_only {
+            postgres::config::SslMode::Disable
+        } else {
+            tls.ssl_mode
+        });
         Ok(Target {
             config,
             tls,
@@ -390,5 +402,10 @@ mod tests {
         assert!(t.tls.connector.is_none());
         let t = Target::parse("postgres://u@h/db", false).unwrap();
         assert_eq!(t.config.get_ssl_mode(), postgres::config::SslMode::Prefer);
+        // A Unix socket is never encrypted, as in libpq; a TCP host beside it keeps the mode.
+        let t = Target::parse("host=/run/postgresql user=u sslmode=verify-full", false).unwrap();
+        assert_eq!(t.config.get_ssl_mode(), postgres::config::SslMode::Disable);
+        let t = Target::parse("host=/run/postgresql,h user=u sslmode=require", false).unwrap();
+        assert_eq!(t.config.get_ssl_mode(), postgres::config::SslMode::Require);
     }
 }

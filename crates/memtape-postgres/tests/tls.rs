@@ -5,8 +5,9 @@
 //! back through the store, waits for writes and takes a lock (the pool, the listener and
 //! the lock connections); a second CA made here is refused under verify-ca, verify-full and
 //! require with a root file; a host name the certificate does not hold is refused by
-//! verify-full and accepted by verify-ca; `sslmode=disable` is refused by the server; an
-//! unknown mode and a missing root file are errors naming them.
+//! verify-full and accepted by verify-ca; `sslmode=disable` is refused by the server; the
+//! cluster's Unix socket connects unencrypted under any mode (as libpq does); an unknown
+//! mode and a missing root file are errors naming them.
 //!
 //! Like the other tests of this crate, these need PostgreSQL's server (`scripts/postgres`
 //! installs it as root when missing) and fail, never skip, without it.
@@ -289,6 +290,29 @@ fn a_host_name_the_certificate_does_not_hold_fails_verify_full_only() {
     );
     let err = PostgresStore::connect(&wrong).unwrap_err().to_string();
     assert!(err.contains("UnknownIssuer"), "{err}");
+}
+
+/// libpq never encrypts over a Unix socket, whatever the mode (the server would refuse
+/// TLS there); neither does the store.
+#[test]
+fn a_unix_socket_connects_under_any_mode_as_in_libpq() {
+    let c = cluster();
+    let db = Scratch::on(&c.url(
+        "127.0.0.1",
+        &format!("sslmode=verify-full&sslrootcert={}", encoded(&c.ca)),
+    ));
+    for mode in ["require", "verify-full"] {
+        let url = format!(
+            "host={} port={} user=postgres dbname={} sslmode={mode} sslrootcert='{}'",
+            c.dir,
+            c.port,
+            db.name(),
+            c.ca.display()
+        );
+        let store = PostgresStore::connect(&url).unwrap();
+        round_trip(&store, mode);
+        assert!(!encrypted(&mut memtape_postgres::testing::client(&url)));
+    }
 }
 
 #[test]
