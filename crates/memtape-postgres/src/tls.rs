@@ -9,8 +9,9 @@
 //! certificates; `verify-full` checks the chain and that the certificate names the host.
 //! As in libpq, a root certificate file given to `prefer` or `require` makes them check
 //! the chain too, `sslrootcert=system` takes the platform's roots and needs
-//! `verify-full`, and a Unix socket is never encrypted (`conn.rs` sees to it). Without `sslrootcert`, the verify modes trust the platform's store
-//! (where libpq would look for `~/.postgresql/root.crt`).
+//! `verify-full`, and a Unix socket is never encrypted (`conn.rs` sees to it). Without
+//! `sslrootcert`, the verify modes trust the platform's store (where libpq would look for
+//! `~/.postgresql/root.crt`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
