@@ -1,16 +1,19 @@
-//! TLS to PostgreSQL against a real server: a private cluster of this test's own, started
-//! by `scripts/postgres` with `MEMTAPE_PG_TLS=only` (a self-signed CA, a certificate for
-//! localhost and 127.0.0.1, TCP connections without TLS refused by the server), so every
-//! connection that works here is encrypted. Each mode that should connect appends and reads
-//! back through the store, waits for writes and takes a lock (the pool, the listener and
-//! the lock connections); a second CA made here is refused under verify-ca, verify-full and
-//! require with a root file; a host name the certificate does not hold is refused by
-//! verify-full and accepted by verify-ca; `sslmode=disable` is refused by the server; the
-//! cluster's Unix socket connects unencrypted under any mode (as libpq does); an unknown
-//! mode and a missing root file are errors naming them.
+//! TLS to PostgreSQL against real servers. A private cluster of this test's own, started by
+//! `scripts/postgres` with `MEMTAPE_PG_TLS=only` (a self-signed CA, a certificate for
+//! localhost and 127.0.0.1, TCP connections without TLS refused by the server): each mode
+//! that should connect appends and reads back through the store, waits for writes and takes
+//! a lock (the pool's, the listener's and a lock's connections), encrypted; CAs made here
+//! that did not sign the server's certificate are refused under verify-ca, verify-full, and
+//! require or prefer given a root file; a host name the certificate does not hold is
+//! refused by verify-full and accepted by verify-ca; `sslmode=disable` is refused by the
+//! server; the cluster's Unix socket connects unencrypted under any mode, as libpq does. The
+//! tests' usual cluster, without TLS (`MEMTAPE_TEST_DATABASE_URL`), is refused under
+//! require and the verify modes and reached unencrypted under prefer. An unknown mode and
+//! a missing root file are errors naming them.
 //!
 //! Like the other tests of this crate, these need PostgreSQL's server (`scripts/postgres`
-//! installs it as root when missing) and fail, never skip, without it.
+//! installs it as root when missing) and the usual cluster, and fail, never skip, without
+//! them.
 
 #![allow(clippy::unwrap_used)] // Test helpers panic on failure by design.
 
@@ -290,6 +293,47 @@ fn a_host_name_the_certificate_does_not_hold_fails_verify_full_only() {
     );
     let err = PostgresStore::connect(&wrong).unwrap_err().to_string();
     assert!(err.contains("UnknownIssuer"), "{err}");
+}
+
+/// `err` and its causes, as the CLI prints them.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
+/// Against a server without TLS (the tests' usual cluster), require and the verify modes
+/// are refused, never quietly unencrypted; prefer, the default, connects without TLS.
+#[test]
+fn a_server_without_tls_is_refused_under_require_and_the_verify_modes() {
+    let c = cluster();
+    let plain = memtape_postgres::testing::admin_url();
+    let with = |options: &str| {
+        format!(
+            "{plain}{}{options}",
+            if plain.contains('?') { '&' } else { '?' }
+        )
+    };
+    for options in [
+        "sslmode=require".to_owned(),
+        format!("sslmode=verify-ca&sslrootcert={}", encoded(&c.ca)),
+        format!("sslmode=verify-full&sslrootcert={}", encoded(&c.ca)),
+    ] {
+        let err = PostgresStore::connect(&with(&options)).unwrap_err();
+        let text = chain(&err);
+        assert!(
+            text.contains("server does not support TLS"),
+            "{options}: {text}"
+        );
+    }
+    let db = Scratch::on(&with("sslmode=prefer"));
+    let store = PostgresStore::connect(db.url()).unwrap();
+    round_trip(&store, "unencrypted, as prefer allows");
+    assert!(!encrypted(&mut db.client()));
 }
 
 /// libpq never encrypts over a Unix socket, whatever the mode (the server would refuse
