@@ -97,6 +97,7 @@ impl Target {
     /// The store's error for a failure of the client or the server. When the server said
     /// why, its own words are the source: the client's error alone reads "db error", and a
     /// log that prints the error's text would not show the reason.
+    ///
     /// A server certificate this side refused is said so, with the mode and the roots it
     /// was checked against.
     pub(crate) fn err(&self, source: postgres::Error) -> Error {
