@@ -22,6 +22,15 @@
 //! cannot be updated, deleted or truncated (triggers refuse it, whoever connects), and
 //! every read is confined to a scope or a tenant, as in SQLite.
 //!
+//! # TLS
+//!
+//! Every connection goes through one rustls connector, set up from libpq's `sslmode`
+//! (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`) and
+//! `sslrootcert` (a PEM file of root certificates, or `system`) in the address, with
+//! libpq's meanings; without `sslrootcert` the verify modes trust the platform's roots.
+//! A managed database is reached with
+//! `postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=/path/ca.pem`.
+//!
 //! ```no_run
 //! use memtape_postgres::PostgresStore;
 //! use memtape_store::Store;
@@ -35,6 +44,7 @@ mod conn;
 mod schema;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 
 use std::collections::HashMap;
 
@@ -164,8 +174,10 @@ impl PostgresStore {
     }
 
     /// Connects to the database at `url` (a `postgres://` URL or a libpq key=value
-    /// string), creating memtape's tables or migrating them when needed. A database whose
-    /// schema is newer than this build is refused untouched.
+    /// string, with `sslmode` and `sslrootcert` as libpq reads them), creating memtape's
+    /// tables or migrating them when needed. A database whose schema is newer than this
+    /// build is refused untouched; a server certificate the mode refuses is an error
+    /// saying so.
     pub fn connect(url: &str) -> Result<Self> {
         Self::open(Target::parse(url, false)?)
     }

@@ -5,7 +5,7 @@
 //! A test that needs PostgreSQL and finds no cluster fails, saying how to start one: it is
 //! never skipped.
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 /// The variable naming the cluster tests create their databases on.
 pub const URL_VAR: &str = "MEMTAPE_TEST_DATABASE_URL";
@@ -32,7 +32,14 @@ pub fn admin_url() -> String {
 impl Scratch {
     /// Creates a new empty database, or panics naming what failed.
     pub fn new() -> Self {
-        let admin = admin_url();
+        Self::on(&admin_url())
+    }
+
+    /// Creates a new empty database on the cluster `admin` reaches (its `sslmode` and
+    /// `sslrootcert` carry over to the new database's address), or panics naming what
+    /// failed.
+    pub fn on(admin: &str) -> Self {
+        let admin = admin.to_owned();
         let name = format!("memtape_test_{:016x}", fastrand::u64(..));
         let url = crate::create_database(&admin, &name)
             .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
@@ -44,11 +51,25 @@ impl Scratch {
         &self.url
     }
 
-    /// A connection to the database, for tests that look under the store.
-    pub fn client(&self) -> Client {
-        Client::connect(&self.url, NoTls)
-            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.url))
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
+
+    /// A connection to the database (see [`client`]).
+    pub fn client(&self) -> Client {
+        client(&self.url)
+    }
+}
+
+/// A connection to the database at `url`, for tests that look under the store: through the
+/// store's TLS connector (the address's `sslmode` and `sslrootcert` hold), named
+/// `memtape-test` in `pg_stat_activity` (not `memtape`, the store's own name, which tests
+/// count). Panics naming the database (never its password) when it cannot connect.
+pub fn client(url: &str) -> Client {
+    crate::conn::Target::parse(url, false)
+        .and_then(|t| t.named("memtape-test").open())
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", crate::shown(url)))
 }
 
 impl Default for Scratch {

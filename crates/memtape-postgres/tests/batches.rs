@@ -110,7 +110,7 @@ fn count_inserts(db: &Scratch) -> impl Fn() -> (i64, i64) {
         .unwrap();
     let url = db.url().to_owned();
     move || {
-        let mut raw = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut raw = memtape_postgres::testing::client(&url);
         let count = |raw: &mut postgres::Client, seq: &str| -> i64 {
             let r = raw
                 .query_one(&format!("SELECT last_value, is_called FROM {seq}"), &[])
