@@ -255,9 +255,7 @@ fn tree_mb(path: &Path) -> f64 {
 
 /// The engine's index (the benchmark always attaches one).
 fn engine_index(engine: &Engine<DynStore>) -> Result<&Index, Error> {
-    engine
-        .index()
-        .ok_or(Error::Engine(memtape::Error::NoIndex))
+    engine.index().ok_or(Error::Engine(memtape::Error::NoIndex))
 }
 
 /// A server that has just joined: a second store handle and a second index on the same
@@ -289,14 +287,16 @@ fn cold_searches(
         index.set_memory(bytes);
     }
     let store: DynStore = match database {
-        Some(url) => Box::new(
-            memtape_postgres::PostgresStore::connect(url).map_err(memtape::Error::from)?,
-        ),
+        Some(url) => {
+            Box::new(memtape_postgres::PostgresStore::connect(url).map_err(memtape::Error::from)?)
+        }
         None => Box::new(memtape::SqliteStore::open(tape_dir).map_err(memtape::Error::from)?),
     };
     let engine = Engine::with_store(store).with_index(index)?;
     // The largest tenant, then the tenants the queries ask about, each once.
-    let largest = (0..sizes_of.len()).max_by_key(|k| sizes_of[*k]).unwrap_or(0);
+    let largest = (0..sizes_of.len())
+        .max_by_key(|k| sizes_of[*k])
+        .unwrap_or(0);
     let mut picked: Vec<(String, SearchFilter)> = Vec::new();
     let first = queries.first().map(|(q, _)| q.clone()).unwrap_or_default();
     picked.push((first, SearchFilter::tenant(tenant_name(largest))));

@@ -252,7 +252,10 @@ fn requests_appends_and_group_commits_are_counted_by_route_template() {
     // One tenant was written and searched: its shard, and only it, is in memory.
     assert_eq!(m.value("memtape_index_shards_loaded", &[]), Some(1.0));
     assert_eq!(m.value("memtape_index_shard_loads_total", &[]), Some(1.0));
-    assert_eq!(m.value("memtape_index_shard_evictions_total", &[]), Some(0.0));
+    assert_eq!(
+        m.value("memtape_index_shard_evictions_total", &[]),
+        Some(0.0)
+    );
     assert!(m.value("memtape_index_shard_memory_bytes", &[]).unwrap() > 0.0);
     // Each append counted once, under its route's template.
     let appended = [
