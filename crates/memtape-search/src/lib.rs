@@ -1,7 +1,7 @@
 //! memtape-search: retrieval over the tape. BM25 (SQLite FTS5) and vector search over
 //! local embeddings, fused, with filters by scope, kind, role and time. The index is a
-//! projection of the tape: it records the last tape id it covers, catches up from there,
-//! and can be deleted and rebuilt at any time.
+//! projection of the tape, one shard per tenant: it records the last tape id it covers,
+//! catches up from there, and can be deleted and rebuilt at any time.
 //!
 //! ```
 //! use memtape_core::{Message, NewEntry, Payload, Scope};
@@ -15,7 +15,7 @@
 //!     store.append(vec![NewEntry::new(session.clone(), Payload::Message(Message::user(text)), now)])?;
 //! }
 //! let dir = tempfile::tempdir()?;
-//! let index = Index::open(&dir.path().join("index.db"), None, IndexConfig::default())?;
+//! let index = Index::open(&dir.path().join("index"), None, IndexConfig::default())?;
 //! index.catch_up(&store)?;
 //! let request = SearchRequest::new("puppies", SearchFilter::within(&session)).mode(Mode::Bm25);
 //! let hits = index.search(&request)?;
