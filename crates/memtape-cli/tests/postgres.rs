@@ -1,12 +1,13 @@
 //! memtape on PostgreSQL, through the real binary: `--database` and `MEMTAPE_DATABASE_URL`,
 //! `memtape migrate` both ways with byte-identical exports, and two `memtape serve`
 //! processes on one database, one killed with SIGKILL under load, the survivor holding and
-//! finding every acknowledged append. Each test gets a database of its own on the cluster
+//! finding every acknowledged append; two servers each serving its own tenant, one taking
+//! over the other's after a kill. Each test gets a database of its own on the cluster
 //! that MEMTAPE_TEST_DATABASE_URL names (scripts/test starts one; without it these fail).
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::Run;
 use crate::common::serving::Serving;
@@ -280,6 +281,98 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
     ]);
     assert!(found(&b, "crosswordomega"));
     let b = Arc::try_unwrap(b).ok().unwrap();
+    let (code, _) = b.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// Issue 36: two servers on one database, each serving its own tenant (as a load balancer
+/// hashing on the tenant sends them), hold only that tenant's shard; when one is killed,
+/// the other answers its tenant at once, loading the shard cold from the tape and the
+/// vectors the first server kept in the database, without its model embedding a document.
+#[test]
+fn two_servers_serve_their_own_tenants_and_one_takes_over_the_others_after_a_kill() {
+    let db = Scratch::new();
+    let url = db.url().to_owned();
+    let (ra, rb) = (Run::new_empty(), Run::new_empty());
+    let acme = ra
+        .ok(&["keys", "create", "--tenant", "acme"])
+        .trim()
+        .to_owned();
+    let globex = ra
+        .ok(&["keys", "create", "--tenant", "globex"])
+        .trim()
+        .to_owned();
+    // Every node has the same keys (keys.json is per node).
+    std::fs::create_dir_all(rb.dir.path().join("data")).unwrap();
+    std::fs::copy(
+        ra.dir.path().join("data/keys.json"),
+        rb.dir.path().join("data/keys.json"),
+    )
+    .unwrap();
+    let a = Serving::start_with(&ra, "wordllama", &["--database", &url]);
+    let b = Serving::start_with(&rb, "wordllama", &["--database", &url]);
+    let write = |s: &Serving, key: &str, text: &str| {
+        let (status, body) = s.call(
+            "POST",
+            "/v1/sessions/notes/messages",
+            Some(json!({"role": "user", "content": text})),
+            Some(key),
+        );
+        assert_eq!(status, 201, "{body}");
+    };
+    for i in 0..20 {
+        write(&a, &acme, &format!("acme harbour ferry note {i}"));
+        write(&b, &globex, &format!("globex mountain train note {i}"));
+    }
+    let search = |s: &Serving, key: &str, q: &str| -> usize {
+        let (status, body) = s.call(
+            "GET",
+            &format!("/v1/search?q={q}&limit=50"),
+            None,
+            Some(key),
+        );
+        assert_eq!(status, 200, "{body}");
+        body["hits"].as_array().unwrap().len()
+    };
+    assert_eq!(search(&a, &acme, "harbour+ferry"), 20);
+    assert_eq!(search(&b, &globex, "mountain+train"), 20);
+    // Each server holds its own tenant's shard only, and has embedded its own entries.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.metric("memtape_embedder_queue") > 0.0 || b.metric("memtape_embedder_queue") > 0.0 {
+        assert!(Instant::now() < deadline, "the embedders never caught up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(a.metric("memtape_index_shards_loaded"), 1.0);
+    assert_eq!(b.metric("memtape_index_shards_loaded"), 1.0);
+
+    // A dies; its tenant's requests go to B, which has never loaded acme's shard.
+    let pid = a.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(a.terminate_killed(), None);
+    let texts = b.metric("memtape_embedding_texts_total");
+    let (status, body) = b.call(
+        "GET",
+        "/v1/search?q=harbour+ferry&mode=vector&limit=50",
+        None,
+        Some(&acme),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["hits"].as_array().unwrap().len(), 20, "{body}");
+    assert_eq!(
+        b.metric("memtape_embedding_texts_total") - texts,
+        1.0,
+        "B's model embedded the query and no document: the vectors came from the database"
+    );
+    assert_eq!(b.metric("memtape_index_shards_loaded"), 2.0);
+    // Nothing of one tenant reaches the other.
+    assert_eq!(search(&b, &globex, "harbour+ferry&mode=bm25"), 0);
+    assert_eq!(search(&b, &acme, "mountain+train&mode=bm25"), 0);
     let (code, _) = b.terminate();
     assert_eq!(code, Some(0));
 }

@@ -445,6 +445,7 @@ fn open_reader(path: &Path) -> Result<Connection> {
     reader.busy_timeout(file::BUSY_TIMEOUT)?;
     memtape_store::plan_once(&reader)?;
     reader.pragma_update(None, "mmap_size", file::MMAP_SIZE)?;
+    reader.pragma_update(None, "cache_size", file::CACHE_KIB)?;
     bm25::prepare_reader(&reader)?;
     Ok(reader)
 }
@@ -563,9 +564,10 @@ impl Shard {
                 .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// About how many bytes the mirror of this shard holds in memory (what the index's
-    /// memory budget counts): each document's id, metadata, neighbours and vector, the
-    /// scopes and speakers, and a share for the maps that find them.
+    /// About how many bytes this shard holds in memory (what the index's memory budget
+    /// counts): its mirror (each document's id, metadata, neighbours and vector, the scopes
+    /// and speakers, and a share for the maps that find them), its connections' page
+    /// caches, and its file, which readers map into memory.
     pub(crate) fn memory(&self) -> u64 {
         let docs = self.read_docs();
         let per_doc = std::mem::size_of::<u64>()
@@ -574,7 +576,14 @@ impl Shard {
         let scopes = docs.scopes.len() * 160;
         let speakers = docs.speaker_rows.len() * 96;
         let events = docs.events.len() * 48;
-        (docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events) as u64
+        let mirror = docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events;
+        drop(docs);
+        // Its connections' page caches, and the file itself: readers map it into memory,
+        // and what a search touches stays resident.
+        let connections =
+            (1 + lock(&self.readers).len()) as u64 * file::CACHE_KIB.unsigned_abs() * 1024;
+        let file = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        mirror as u64 + connections + file.min(file::MMAP_SIZE as u64)
     }
 
     /// How many documents the index holds.

@@ -108,6 +108,20 @@ impl Serving {
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// The value of the unlabelled metric `name` in the server's `/metrics` (loopback needs
+    /// no key), or a panic showing what was there.
+    pub fn metric(&self, name: &str) -> f64 {
+        let mut response = self
+            .agent
+            .get(format!("{}/metrics", self.base))
+            .call()
+            .unwrap();
+        let text = response.body_mut().read_to_string().unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    }
+
     /// Sends SIGTERM and waits; returns the exit code and the rest of stdout.
     pub fn terminate(mut self) -> (Option<i32>, String) {
         let pid = self.child.id().to_string();

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::mpsc::sync_channel;
 
 use chrono::{DateTime, Utc};
@@ -17,11 +18,11 @@ use memtape_core::{Entry, EntryId, Kind, Role, Scope};
 use memtape_store::Store;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use super::{Added, AddedDoc, DocMeta, Docs, Progress, Shard, file, lock};
+use super::{Added, AddedDoc, DocMeta, Docs, IndexConfig, Progress, Shard, file, lock};
 use crate::text::cjk_bigrams;
 use crate::vectors::quantize;
 use crate::when;
-use crate::{Error, Result};
+use crate::{Embedder, Error, Result};
 
 /// How many tape entries one catch-up batch reads, embeds and commits.
 const BATCH: usize = 256;
@@ -786,12 +787,7 @@ impl Shard {
         Ok(Some(batch.more || batch.last < meta.covered))
     }
 
-    /// The vectors of `docs` (their speakers' own words, each with its context when the
-    /// config says so), quantized; `None` without an embedder. Vectors kept in the store
-    /// ([`Store::vectors`]) are read, not made again; the model embeds the rest, and
-    /// their vectors are handed to the store for the next index that needs them. The store
-    /// is a cache here: when it cannot be read or written (a read-only store, an older
-    /// schema) the model embeds everything, as it did before there was one.
+    /// The vectors of `docs`, quantized ([`vectors_for`]); `None` without an embedder.
     fn embed_docs(
         &self,
         store: &dyn Store,
@@ -800,77 +796,108 @@ impl Shard {
         let Some(embedder) = &self.embedder else {
             return Ok(None);
         };
-        let key = self.vector_key();
-        let dim = embedder.dim();
-        let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
-        let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
-        for d in docs {
-            by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
-        }
-        for (tenant, ids) in by_tenant {
-            match store.vectors(tenant, &key, &ids) {
-                Ok(found) => {
-                    for (id, bytes) in found {
-                        match crate::vectors::Quantized::from_bytes(&bytes, dim) {
-                            Some(v) => {
-                                kept.insert(id, v);
-                            }
-                            None => tracing::warn!(
-                                "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
-                                self.path.display()
-                            ),
+        vectors_for(&**embedder, self.config, &self.path, store, docs).map(Some)
+    }
+}
+
+/// The key the store keeps an index's vectors under: the embedder's id, marked when each
+/// message is embedded with its context (another text, so another vector).
+fn vector_key(embedder: &dyn Embedder, config: IndexConfig) -> String {
+    if config.embed_context {
+        format!("{}+context", embedder.id())
+    } else {
+        embedder.id().to_owned()
+    }
+}
+
+/// The vectors of `docs` (their speakers' own words, each with its context when `config`
+/// says so), quantized. Vectors kept in the store ([`Store::vectors`]) are read, not made
+/// again; the model embeds the rest in one call, and their vectors are handed to the store
+/// for the next index that needs them. The store is a cache here: when it cannot be read
+/// or written (a read-only store, an older schema) the model embeds everything, as it did
+/// before there was one. `label` names the index in log lines.
+fn vectors_for(
+    embedder: &dyn Embedder,
+    config: IndexConfig,
+    label: &Path,
+    store: &dyn Store,
+    docs: &[NewDoc],
+) -> Result<Vec<crate::vectors::Quantized>> {
+    let key = vector_key(embedder, config);
+    let dim = embedder.dim();
+    let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
+    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
+    for d in docs {
+        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
+    }
+    for (tenant, ids) in by_tenant {
+        match store.vectors(tenant, &key, &ids) {
+            Ok(found) => {
+                for (id, bytes) in found {
+                    match crate::vectors::Quantized::from_bytes(&bytes, dim) {
+                        Some(v) => {
+                            kept.insert(id, v);
                         }
+                        None => tracing::warn!(
+                            "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
+                            label.display()
+                        ),
                     }
                 }
-                Err(e) => tracing::debug!(
-                    "search index {}: no stored vectors ({e}); embedding",
-                    self.path.display()
-                ),
             }
+            Err(e) => tracing::debug!(
+                "search index {}: no stored vectors ({e}); embedding",
+                label.display()
+            ),
         }
-        let missing: Vec<&NewDoc> = docs.iter().filter(|d| !kept.contains_key(&d.id)).collect();
-        let inputs: Vec<Cow<'_, str>> = missing
-            .iter()
-            .map(|d| d.vector_text(self.config.embed_context))
-            .collect();
-        let made = self
-            .embed(&inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>())?
-            .unwrap_or_default();
-        // `embed` checked that there is one vector per text.
-        let made: Vec<crate::vectors::Quantized> = made.iter().map(|v| quantize(v)).collect();
-        let new: Vec<memtape_store::NewVector> = missing
-            .iter()
-            .zip(&made)
-            .map(|(d, q)| memtape_store::NewVector {
-                id: d.id,
-                erased_by: d.erased_by,
-                bytes: q.to_bytes(),
-            })
-            .collect();
-        if let Err(e) = store.put_vectors(&key, &new) {
-            tracing::debug!(
-                "search index {}: vectors not kept in the store ({e})",
-                self.path.display()
-            );
-        }
-        let mut made = made.into_iter();
-        Ok(Some(
-            docs.iter()
-                .filter_map(|d| kept.remove(&d.id).or_else(|| made.next()))
-                .collect(),
-        ))
     }
+    let missing: Vec<&NewDoc> = docs.iter().filter(|d| !kept.contains_key(&d.id)).collect();
+    let inputs: Vec<Cow<'_, str>> = missing
+        .iter()
+        .map(|d| d.vector_text(config.embed_context))
+        .collect();
+    let made = super::rank::checked_embed(
+        embedder,
+        &inputs.iter().map(|t| t.as_ref()).collect::<Vec<_>>(),
+    )?;
+    // `checked_embed` made one vector per text.
+    let made: Vec<crate::vectors::Quantized> = made.iter().map(|v| quantize(v)).collect();
+    let new: Vec<memtape_store::NewVector> = missing
+        .iter()
+        .zip(&made)
+        .map(|(d, q)| memtape_store::NewVector {
+            id: d.id,
+            erased_by: d.erased_by,
+            bytes: q.to_bytes(),
+        })
+        .collect();
+    if let Err(e) = store.put_vectors(&key, &new) {
+        tracing::debug!(
+            "search index {}: vectors not kept in the store ({e})",
+            label.display()
+        );
+    }
+    let mut made = made.into_iter();
+    Ok(docs
+        .iter()
+        .filter_map(|d| kept.remove(&d.id).or_else(|| made.next()))
+        .collect())
+}
 
-    /// The key the store keeps this index's vectors under: the embedder's id, marked when
-    /// each message is embedded with its context (another text, so another vector).
-    pub(super) fn vector_key(&self) -> String {
-        let id = self.embedder_id();
-        if self.config.embed_context {
-            format!("{id}+context")
-        } else {
-            id.to_owned()
-        }
-    }
+/// Embeds what `entries` make that the store keeps no vector for, in one call, and hands
+/// the vectors to the store, where the shards that index these entries next read them: a
+/// catch-up that feeds many shards from one page of the tape runs the model once and
+/// writes the store once, not once per shard. Entries erased whole make nothing.
+pub(crate) fn keep_vectors(
+    embedder: &dyn Embedder,
+    config: IndexConfig,
+    label: &Path,
+    store: &dyn Store,
+    entries: &[Entry],
+) -> Result<()> {
+    let docs = new_docs(store, entries)?;
+    vectors_for(embedder, config, label, store, &docs)?;
+    Ok(())
 }
 
 /// The documents `entries` make, each with its context.

@@ -29,6 +29,8 @@ const APPLICATION_ID: i64 = 0x6d74_6169;
 /// contentless FTS5 table (`contentless_delete`) with nothing of them left in its pages
 /// (`secure-delete`), for erasure; version 8 is one tenant's shard (its `tenant` in meta).
 pub(crate) const FORMAT_VERSION: i64 = 8;
+/// Each connection's page cache, in KiB as SQLite's `cache_size` takes it (negative).
+pub(crate) const CACHE_KIB: i64 = -512;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -219,6 +221,12 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
     }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Many shards are open at once: each keeps a small page cache and a short log (checked
+    // into the file every 256 pages, the log's file cut back to 1 MiB), so neither memory
+    // nor disk grows with the number of shards beyond that.
+    conn.pragma_update(None, "cache_size", CACHE_KIB)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 256)?;
+    conn.pragma_update(None, "journal_size_limit", 1 << 20)?;
     // What a write frees (an erased document's rows) is zeroed, not left in free space.
     conn.pragma_update(None, "secure_delete", "ON")?;
     if tables == 0 {

@@ -11,7 +11,7 @@ use super::{Docs, ONE_BIT_HITS, Shard, lock};
 use crate::fusion::{self, List};
 use crate::text::terms;
 use crate::when::{self, Period};
-use crate::{Error, Hit, Mode, Result, SearchRequest};
+use crate::{Embedder, Error, Hit, Mode, Result, SearchRequest};
 
 impl Shard {
     /// Embeds `texts` with the index's embedder, checking the shape of the answer.
@@ -19,21 +19,7 @@ impl Shard {
         let Some(embedder) = &self.embedder else {
             return Ok(None);
         };
-        if texts.is_empty() {
-            return Ok(Some(Vec::new()));
-        }
-        let out = embedder.embed(texts).map_err(Error::Embed)?;
-        let dim = embedder.dim();
-        if out.len() != texts.len() || out.iter().any(|v| v.len() != dim) {
-            return Err(Error::BadEmbedding {
-                embedder: embedder.id().to_owned(),
-                want: texts.len(),
-                got: out.len(),
-                len: out.iter().map(Vec::len).find(|l| *l != dim).unwrap_or(dim),
-                dim,
-            });
-        }
-        Ok(Some(out))
+        checked_embed(&**embedder, texts).map(Some)
     }
 
     /// Runs a search. The index answers from what it covers; call [`Shard::catch_up`]
@@ -513,4 +499,23 @@ fn spread(
         hit.score = base.get(row).copied().unwrap_or(0.0) + weight * from_neighbours;
     }
     all.into_iter().collect()
+}
+
+/// `embedder`'s vectors of `texts`, checked: one per text, each of the model's dimension.
+pub(super) fn checked_embed(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out = embedder.embed(texts).map_err(Error::Embed)?;
+    let dim = embedder.dim();
+    if out.len() != texts.len() || out.iter().any(|v| v.len() != dim) {
+        return Err(Error::BadEmbedding {
+            embedder: embedder.id().to_owned(),
+            want: texts.len(),
+            got: out.len(),
+            len: out.iter().map(Vec::len).find(|l| *l != dim).unwrap_or(dim),
+            dim,
+        });
+    }
+    Ok(out)
 }

@@ -571,9 +571,12 @@ impl Index {
         store: &dyn Store,
         request: &SearchRequest,
     ) -> Result<(Vec<Hit>, Option<String>)> {
-        match self.shard_for(Some(store), &request.filter.tenant)? {
-            Some(shard) => shard.search_fresh(store, request),
-            None => Ok((self.search_nothing(request)?, None)),
+        match self.shard_for(Some(store), &request.filter.tenant) {
+            Ok(Some(shard)) => shard.search_fresh(store, request),
+            Ok(None) => Ok((self.search_nothing(request)?, None)),
+            // A shard that cannot be opened or made (a full or read-only disk) holds
+            // nothing to answer from: the answer is empty, and says why.
+            Err(e) => Ok((self.search_nothing(request)?, Some(e.to_string()))),
         }
     }
 
@@ -727,6 +730,25 @@ impl Index {
                 if follows {
                     tenants.push(tenant);
                 }
+            }
+            // The page's documents are embedded in one call first (their vectors go to the
+            // store), so each shard below reads its vectors instead of running the model.
+            if let Some(embedder) = &self.spec.embedder
+                && !self.vectors_behind.load(Ordering::SeqCst)
+                && !tenants.is_empty()
+            {
+                let followed: Vec<memtape_core::Entry> = page
+                    .iter()
+                    .filter(|e| tenants.contains(&e.scope.tenant()))
+                    .cloned()
+                    .collect();
+                super::catch_up::keep_vectors(
+                    &**embedder,
+                    self.spec.config,
+                    &self.dir,
+                    store,
+                    &followed,
+                )?;
             }
             for tenant in tenants {
                 added += self.shard(tenant, false)?.catch_up(store)?;
