@@ -444,7 +444,6 @@ fn open_reader(path: &Path) -> Result<Connection> {
     let reader = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     reader.busy_timeout(file::BUSY_TIMEOUT)?;
     memtape_store::plan_once(&reader)?;
-    reader.pragma_update(None, "mmap_size", file::MMAP_SIZE)?;
     reader.pragma_update(None, "cache_size", file::CACHE_KIB)?;
     bm25::prepare_reader(&reader)?;
     Ok(reader)
@@ -566,8 +565,8 @@ impl Shard {
 
     /// About how many bytes this shard holds in memory (what the index's memory budget
     /// counts): its mirror (each document's id, metadata, neighbours and vector, the scopes
-    /// and speakers, and a share for the maps that find them), its connections' page
-    /// caches, and its file, which readers map into memory.
+    /// and speakers, and a share for the maps that find them) and its connections' page
+    /// caches.
     pub(crate) fn memory(&self) -> u64 {
         let docs = self.read_docs();
         let per_doc = std::mem::size_of::<u64>()
@@ -578,12 +577,11 @@ impl Shard {
         let events = docs.events.len() * 48;
         let mirror = docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events;
         drop(docs);
-        // Its connections' page caches, and the file itself: readers map it into memory,
-        // and what a search touches stays resident.
+        // And its connections' page caches (a shard's file is read through them, not mapped
+        // into memory: the kernel's file cache holds the rest, outside the process).
         let connections =
             (1 + lock(&self.readers).len()) as u64 * file::CACHE_KIB.unsigned_abs() * 1024;
-        let file = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        mirror as u64 + connections + file.min(file::MMAP_SIZE as u64)
+        mirror as u64 + connections
     }
 
     /// How many documents the index holds.

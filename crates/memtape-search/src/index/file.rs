@@ -34,9 +34,6 @@ pub(crate) const CACHE_KIB: i64 = -512;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// How much of the index file readers map into memory: a BM25 query reads a document
-/// length for every match, and mapped pages skip SQLite's page cache and a copy per read.
-pub(crate) const MMAP_SIZE: i64 = 1 << 30;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -221,11 +218,10 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
     }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // Many shards are open at once: each keeps a small page cache and a short log (checked
-    // into the file every 256 pages, the log's file cut back to 1 MiB), so neither memory
-    // nor disk grows with the number of shards beyond that.
+    // Many shards are open at once: each keeps a small page cache, and its log's file is
+    // cut back to 1 MiB after each checkpoint, so neither memory nor disk grows much with
+    // the number of shards.
     conn.pragma_update(None, "cache_size", CACHE_KIB)?;
-    conn.pragma_update(None, "wal_autocheckpoint", 256)?;
     conn.pragma_update(None, "journal_size_limit", 1 << 20)?;
     // What a write frees (an erased document's rows) is zeroed, not left in free space.
     conn.pragma_update(None, "secure_delete", "ON")?;
