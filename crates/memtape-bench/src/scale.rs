@@ -369,6 +369,11 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         if let Some(bytes) = config.index_memory {
             engine_index(&engine)?.set_memory(bytes);
         }
+        if config.tenants > 1 {
+            // As a server's: every entry's vector is made as it is appended (and kept in
+            // the store), a tenant's shard when a search first needs it.
+            engine_index(&engine)?.set_lazy(true);
+        }
         let mut rng = fastrand::Rng::with_seed(n as u64);
         let started = Instant::now();
         let tenants = config.tenants.max(1);

@@ -34,7 +34,6 @@ pub(crate) const CACHE_KIB: i64 = -512;
 /// How long a connection waits for another process's catch-up before giving up.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(300);
 
-
 pub(super) const SCHEMA: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE scopes (

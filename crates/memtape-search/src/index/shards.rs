@@ -731,23 +731,19 @@ impl Index {
                     tenants.push(tenant);
                 }
             }
-            // The page's documents are embedded in one call first (their vectors go to the
-            // store), so each shard below reads its vectors instead of running the model.
+            // The whole page's documents are embedded in one call first and their vectors
+            // kept in the store: each shard below reads its vectors instead of running the
+            // model, and a shard not loaded now finds them when it is (lazily, the vectors
+            // of every tenant are made as the tape grows; the shards only when needed).
             if let Some(embedder) = &self.spec.embedder
                 && !self.vectors_behind.load(Ordering::SeqCst)
-                && !tenants.is_empty()
             {
-                let followed: Vec<memtape_core::Entry> = page
-                    .iter()
-                    .filter(|e| tenants.contains(&e.scope.tenant()))
-                    .cloned()
-                    .collect();
                 super::catch_up::keep_vectors(
                     &**embedder,
                     self.spec.config,
                     &self.dir,
                     store,
-                    &followed,
+                    &page,
                 )?;
             }
             for tenant in tenants {
