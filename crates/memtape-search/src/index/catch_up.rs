@@ -93,6 +93,18 @@ impl NewDoc {
     }
 }
 
+/// Where a batch's vectors come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Vectors {
+    /// The store's kept ones, the model for the rest ([`vectors_for`]).
+    Make,
+    /// The store's kept ones only: the batch gets vectors if the store has every one
+    /// (reading them costs no model call), else none, and they are left behind.
+    Kept,
+    /// None: left behind.
+    Behind,
+}
+
 /// A batch of vectors embedded for documents left without them.
 #[derive(Debug)]
 struct Embedded {
@@ -372,17 +384,24 @@ impl Shard {
         let mut count = 0;
         // Vectors go in with the text only while none are behind: the documents with
         // vectors stay a prefix of the file's documents.
-        let embed = !self.vectors_behind() && meta.embedded >= meta.covered;
+        // While vectors are behind, the ones the store keeps still come in with the text
+        // (a shard loaded cold on a server answers vector searches at once).
+        let mode = match (meta.embedded >= meta.covered, self.vectors_behind()) {
+            (true, false) => Vectors::Make,
+            (true, true) => Vectors::Kept,
+            (false, _) => Vectors::Behind,
+        };
         let mut erased = false;
         if let Some(last) = fresh.last().map(|e| e.id) {
-            let batch = self.write_batch(store, &tx, &docs, &pending, fresh, embed)?;
+            let batch = self.write_batch(store, &tx, &docs, &pending, fresh, mode)?;
+            let with_vectors = batch.embedded >= last;
             count = batch.docs.len();
             pending.append(batch);
             erased = self.apply_erasures(store, &tx, &docs, &pending, fresh, last)?;
             file::set_meta(&tx, "covered", &last.0.to_string())?;
             // Written either way: a file without the key counts everything covered as
             // embedded.
-            let embedded = if embed { last } else { meta.embedded };
+            let embedded = if with_vectors { last } else { meta.embedded };
             file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
         }
         drop(docs);
@@ -477,8 +496,12 @@ impl Shard {
         }
         // What comes after this batch is indexed from the store as it is now.
         let again: Vec<Entry> = affected.into_values().filter(|e| e.id <= last).collect();
-        let embed = self.embedder.is_some();
-        self.write_batch(store, tx, base, pending, &again, embed)?;
+        let mode = if self.embedder.is_some() {
+            Vectors::Make
+        } else {
+            Vectors::Behind
+        };
+        self.write_batch(store, tx, base, pending, &again, mode)?;
         // FTS5's secure-delete takes a deleted row's terms out of its doclists but can
         // leave their bytes in the leaf that held them; merging every segment into one
         // writes every leaf anew (and `secure_delete` zeroes the pages it frees). Its cost
@@ -516,8 +539,17 @@ impl Shard {
         let total = last.0 as usize;
         // Text only while vectors are behind ([`Shard::set_vectors_behind`]).
         let embed = !self.vectors_behind();
+        // Vectors stay a prefix of the documents: once a batch is left without them, so
+        // are the batches after it.
+        let mut prefix = true;
         pages(store, &self.tenant, EntryId(0), |page| {
-            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, embed)?;
+            let mode = match (embed, prefix) {
+                (true, _) => Vectors::Make,
+                (false, true) => Vectors::Kept,
+                (false, false) => Vectors::Behind,
+            };
+            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, mode)?;
+            prefix &= batch.embedded >= batch.covered;
             fresh.extend(batch);
             if let Some(end) = page.last() {
                 let done = end.id.0 as usize;
@@ -527,7 +559,7 @@ impl Shard {
         })?;
         // Every entry of the tenant up to the tape's end as it was at the start is read.
         fresh.covered = fresh.covered.max(last);
-        if embed {
+        if embed || prefix {
             fresh.embedded = fresh.covered;
         }
         file::set_meta(&tx, "covered", &fresh.covered.0.to_string())?;
@@ -548,18 +580,21 @@ impl Shard {
         base: &Docs,
         pending: &Added,
         entries: &[Entry],
-        embed: bool,
+        mode: Vectors,
     ) -> Result<Added> {
         let docs = new_docs(store, entries)?;
-        let vectors = if embed {
-            self.embed_docs(store, &docs)?
-        } else {
-            None
+        let vectors = match (mode, &self.embedder) {
+            (Vectors::Make, _) => self.embed_docs(store, &docs)?,
+            (Vectors::Kept, Some(embedder)) => {
+                kept_vectors(&**embedder, self.config, &self.path, store, &docs)
+            }
+            _ => None,
         };
         let covered = entries.last().map_or(base.covered, |e| e.id);
+        let with_vectors = mode == Vectors::Make || vectors.is_some();
         let mut out = Added {
             covered,
-            embedded: if embed { covered } else { EntryId(0) },
+            embedded: if with_vectors { covered } else { EntryId(0) },
             ..Added::default()
         };
         let mut rows: HashMap<&Scope, u32> = pending
@@ -808,6 +843,36 @@ fn vector_key(embedder: &dyn Embedder, config: IndexConfig) -> String {
     } else {
         embedder.id().to_owned()
     }
+}
+
+/// The vectors the store keeps for every one of `docs`, or `None` when it lacks any (or
+/// cannot be read): no model call.
+fn kept_vectors(
+    embedder: &dyn Embedder,
+    config: IndexConfig,
+    label: &Path,
+    store: &dyn Store,
+    docs: &[NewDoc],
+) -> Option<Vec<crate::vectors::Quantized>> {
+    let key = vector_key(embedder, config);
+    let dim = embedder.dim();
+    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
+    for d in docs {
+        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
+    }
+    let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
+    for (tenant, ids) in by_tenant {
+        let found = store
+            .vectors(tenant, &key, &ids)
+            .map_err(|e| {
+                tracing::debug!("search index {}: no stored vectors ({e})", label.display())
+            })
+            .ok()?;
+        for (id, bytes) in found {
+            kept.insert(id, crate::vectors::Quantized::from_bytes(&bytes, dim)?);
+        }
+    }
+    docs.iter().map(|d| kept.remove(&d.id)).collect()
 }
 
 /// The vectors of `docs` (their speakers' own words, each with its context when `config`
