@@ -845,6 +845,52 @@ fn vector_key(embedder: &dyn Embedder, config: IndexConfig) -> String {
     }
 }
 
+/// The vectors the store keeps for `docs` (read per tenant, as every read), and whether
+/// the store could be read whole: a store that cannot be read (read only, an older schema)
+/// or a stored vector of the wrong length is logged and counts as none.
+fn stored_vectors(
+    key: &str,
+    dim: usize,
+    label: &Path,
+    store: &dyn Store,
+    docs: &[NewDoc],
+) -> (HashMap<EntryId, crate::vectors::Quantized>, bool) {
+    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
+    for d in docs {
+        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
+    }
+    let mut kept = HashMap::new();
+    let mut whole = true;
+    for (tenant, ids) in by_tenant {
+        match store.vectors(tenant, key, &ids) {
+            Ok(found) => {
+                for (id, bytes) in found {
+                    match crate::vectors::Quantized::from_bytes(&bytes, dim) {
+                        Some(v) => {
+                            kept.insert(id, v);
+                        }
+                        None => {
+                            whole = false;
+                            tracing::warn!(
+                                "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
+                                label.display()
+                            );
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                whole = false;
+                tracing::debug!(
+                    "search index {}: no stored vectors ({e}); embedding",
+                    label.display()
+                );
+            }
+        }
+    }
+    (kept, whole)
+}
+
 /// The vectors the store keeps for every one of `docs`, or `None` when it lacks any (or
 /// cannot be read): no model call.
 fn kept_vectors(
@@ -855,22 +901,9 @@ fn kept_vectors(
     docs: &[NewDoc],
 ) -> Option<Vec<crate::vectors::Quantized>> {
     let key = vector_key(embedder, config);
-    let dim = embedder.dim();
-    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
-    for d in docs {
-        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
-    }
-    let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
-    for (tenant, ids) in by_tenant {
-        let found = store
-            .vectors(tenant, &key, &ids)
-            .map_err(|e| {
-                tracing::debug!("search index {}: no stored vectors ({e})", label.display())
-            })
-            .ok()?;
-        for (id, bytes) in found {
-            kept.insert(id, crate::vectors::Quantized::from_bytes(&bytes, dim)?);
-        }
+    let (mut kept, whole) = stored_vectors(&key, embedder.dim(), label, store, docs);
+    if !whole {
+        return None;
     }
     docs.iter().map(|d| kept.remove(&d.id)).collect()
 }
@@ -889,33 +922,7 @@ fn vectors_for(
     docs: &[NewDoc],
 ) -> Result<Vec<crate::vectors::Quantized>> {
     let key = vector_key(embedder, config);
-    let dim = embedder.dim();
-    let mut kept: HashMap<EntryId, crate::vectors::Quantized> = HashMap::new();
-    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
-    for d in docs {
-        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
-    }
-    for (tenant, ids) in by_tenant {
-        match store.vectors(tenant, &key, &ids) {
-            Ok(found) => {
-                for (id, bytes) in found {
-                    match crate::vectors::Quantized::from_bytes(&bytes, dim) {
-                        Some(v) => {
-                            kept.insert(id, v);
-                        }
-                        None => tracing::warn!(
-                            "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
-                            label.display()
-                        ),
-                    }
-                }
-            }
-            Err(e) => tracing::debug!(
-                "search index {}: no stored vectors ({e}); embedding",
-                label.display()
-            ),
-        }
-    }
+    let (mut kept, _) = stored_vectors(&key, embedder.dim(), label, store, docs);
     let missing: Vec<&NewDoc> = docs.iter().filter(|d| !kept.contains_key(&d.id)).collect();
     let inputs: Vec<Cow<'_, str>> = missing
         .iter()
