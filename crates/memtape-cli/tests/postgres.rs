@@ -222,14 +222,7 @@ fn two_servers_on_one_database_and_the_survivor_of_a_sigkill_keeps_every_acknowl
         })
         .collect();
     std::thread::sleep(Duration::from_millis(400));
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    a.kill();
     // B goes on a little after A died.
     std::thread::sleep(Duration::from_millis(200));
     stop_b.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -346,14 +339,7 @@ fn two_servers_serve_their_own_tenants_and_one_takes_over_the_others_after_a_kil
     assert_eq!(b.metric("memtape_index_shards_loaded"), 1.0);
 
     // A dies; its tenant's requests go to B, which has never loaded acme's shard.
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    a.kill();
     assert_eq!(a.terminate_killed(), None);
     let texts = b.metric("memtape_embedding_texts_total");
     let (status, body) = b.call(

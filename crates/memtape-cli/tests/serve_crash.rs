@@ -6,7 +6,6 @@
 //! is on the tape twice. 3 trials in the suite; `MEMTAPE_SERVE_CRASH_TRIALS=N` for more (the
 //! figures of a 200-trial run are in docs/benchmarks.md).
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -91,14 +90,7 @@ fn every_acknowledged_append_survives_sigkill() {
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(50 + 97 * (trial as u64 % 5)));
-        let pid = s.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        s.kill();
         let unanswered: Vec<_> = clients
             .into_iter()
             .filter_map(|c| c.join().unwrap())

@@ -122,6 +122,19 @@ impl Serving {
             .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
     }
 
+    /// Sends SIGKILL (the process dies at once, mid-write; [`Serving::terminate_killed`]
+    /// then waits for it).
+    pub fn kill(&self) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
     /// Sends SIGTERM and waits; returns the exit code and the rest of stdout.
     pub fn terminate(mut self) -> (Option<i32>, String) {
         let pid = self.child.id().to_string();

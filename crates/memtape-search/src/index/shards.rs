@@ -702,11 +702,25 @@ impl Index {
         let total = target.0.saturating_sub(after.0) as usize;
         let start = after;
         let wanted = lock(&self.wanted).clone();
+        // Whether the last page read reached the tape's end (it was not full).
+        let mut ended = false;
         for _ in 0..max_pages {
             let page = store.entries_after(after, ROUTE_BATCH)?;
+            ended = page.len() < ROUTE_BATCH;
             let Some(last) = page.last().map(|e| e.id) else {
                 break;
             };
+            // The tenants whose erasure receipts are on this page.
+            let erasing: HashSet<&str> = page
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        BuiltinEvent::from_payload(&e.payload),
+                        Ok(Some(BuiltinEvent::Erased(_)))
+                    )
+                })
+                .map(|e| e.scope.tenant())
+                .collect();
             let mut tenants: Vec<&str> = Vec::new();
             let mut seen = HashSet::new();
             for entry in &page {
@@ -714,19 +728,10 @@ impl Index {
                 if !seen.insert(tenant) {
                     continue;
                 }
-                let erasure = || {
-                    page.iter().any(|e| {
-                        e.scope.tenant() == tenant
-                            && matches!(
-                                BuiltinEvent::from_payload(&e.payload),
-                                Ok(Some(BuiltinEvent::Erased(_)))
-                            )
-                    })
-                };
                 let follows = !lazy
                     || wanted.contains(tenant)
                     || self.loaded(tenant).is_some()
-                    || (erasure() && self.has_file(tenant));
+                    || (erasing.contains(tenant) && self.has_file(tenant));
                 if follows {
                     tenants.push(tenant);
                 }
@@ -754,7 +759,7 @@ impl Index {
             let done = (after.0 - start.0) as usize;
             progress(done.min(total), total.max(done));
         }
-        if after >= target || store.entries_after(after, 1)?.is_empty() {
+        if after >= target || ended {
             self.set_routed(target.max(after))?;
             // Their shards are loaded now, and follow as loaded ones do.
             lock(&self.wanted).retain(|t| !wanted.contains(t));
