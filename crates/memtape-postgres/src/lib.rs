@@ -887,6 +887,53 @@ impl Store for PostgresStore {
         self.read(|c, t| Ok(load_scope(c, t, scope)?.map(|(_, info)| info)))
     }
 
+    fn previous_messages(&self, wanted: &[(Scope, EntryId)]) -> Result<Vec<Option<Entry>>> {
+        let mut out: Vec<Option<Entry>> = vec![None; wanted.len()];
+        if wanted.is_empty() {
+            return Ok(out);
+        }
+        // One round trip for every scope: each wanted scope's row, then its last
+        // conversational entry before the id, on the index by (scope_id, id).
+        let mut keys: [Vec<&str>; 5] = Default::default();
+        for (scope, _) in wanted {
+            for (column, value) in keys.iter_mut().zip(scope_key(scope)) {
+                column.push(value);
+            }
+        }
+        let before: Vec<i64> = wanted.iter().map(|(_, id)| sql_id(*id)).collect();
+        let kinds: Vec<String> = Kind::conversational()
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        let sql = format!(
+            r#"SELECT w.i, e.{columns}
+               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                    WITH ORDINALITY AS w(tenant, agent, usr, session, node, before, i)
+               JOIN memtape_scopes s ON s.tenant = w.tenant AND s.agent = w.agent
+                    AND s."user" = w.usr AND s.session = w.session AND s.node = w.node
+               CROSS JOIN LATERAL (
+                   SELECT {ENTRY_COLUMNS} FROM memtape_entries x
+                   WHERE x.scope_id = s.scope_id AND x.id < w.before AND x.kind = ANY($7)
+                   ORDER BY x.id DESC LIMIT 1
+               ) e"#,
+            columns = ENTRY_COLUMNS.replace(", ", ", e.")
+        );
+        self.read(|c, t| {
+            let [tenants, agents, users, sessions, nodes] = &keys;
+            for row in c.query(
+                t,
+                &sql,
+                &[tenants, agents, users, sessions, nodes, &before, &kinds],
+            )? {
+                let i: i64 = row.get(0);
+                let Some(slot) = usize::try_from(i - 1).ok().filter(|i| *i < wanted.len()) else {
+                    continue;
+                };
+                out[slot] = Some(entry_in(&wanted[slot].0, &row, 1)?);
+            }
+            Ok(out)
+        })
+    }
+
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
         self.read(|c, t| {
             let sql = format!(
@@ -1090,6 +1137,30 @@ impl Store for PostgresStore {
                    AND v.embedder_id = (SELECT embedder_id FROM memtape_embedders WHERE name = $3)
                  ORDER BY v.entry",
                 &[&tenant, &wanted, &embedder],
+            )?
+            .iter()
+            .map(|r| (unsql(r.get(0)), r.get(1)))
+            .collect())
+        })
+    }
+
+    fn vectors_of(
+        &self,
+        embedder: &str,
+        wanted: &[(&str, EntryId)],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let tenants: Vec<&str> = wanted.iter().map(|(t, _)| *t).collect();
+        let ids: Vec<i64> = wanted.iter().map(|(_, id)| sql_id(*id)).collect();
+        self.read(|c, t| {
+            // One round trip for every tenant: each id counts only with its own tenant.
+            Ok(c.query(
+                t,
+                "SELECT v.entry, v.vec FROM unnest($1::text[], $2::bigint[]) AS w(tenant, id)
+                 JOIN memtape_entries e ON e.id = w.id AND e.tenant = w.tenant
+                 JOIN memtape_vectors v ON v.entry = e.id
+                 WHERE v.embedder_id = (SELECT embedder_id FROM memtape_embedders WHERE name = $3)
+                 ORDER BY v.entry",
+                &[&tenants, &ids, &embedder],
             )?
             .iter()
             .map(|r| (unsql(r.get(0)), r.get(1)))

@@ -208,6 +208,81 @@ fn a_lazy_index_builds_only_the_shard_asked_for_from_kept_vectors() {
     assert!(!joined.shard_path("nobody").exists());
 }
 
+/// The index follows the tape a page at a time and makes each page into documents once
+/// for every shard it feeds (contexts read once, vectors made once): shards fed so, in
+/// pieces, across pages whose sessions run on from page to page, hold what shards rebuilt
+/// from the tape tenant by tenant hold: the same scores for every search, context and
+/// vectors included, and the model ran once per document.
+#[test]
+fn shards_fed_page_by_page_hold_what_a_rebuild_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let model = Arc::new(Counted::default());
+    // The context field counts in BM25 and in the vectors.
+    let config = IndexConfig {
+        embed_context: true,
+        ..IndexConfig::default()
+    };
+    assert!(config.context_weight > 0.0);
+    let index = Index::open(
+        &dir.path().join("index"),
+        Some(model.clone() as Arc<dyn Embedder>),
+        config,
+    )
+    .unwrap();
+    let tenants = ["acme", "globex", "initech"];
+    let mut n = 0;
+    for round in 0..3 {
+        // More than one page (1,024 entries) per round, sessions interleaved.
+        let mut batch = Vec::new();
+        for _ in 0..1_100 {
+            let tenant = tenants[n % 3];
+            let scope = Scope::agent(tenant, "bot")
+                .unwrap()
+                .with_session(format!("s{}", n % 7))
+                .unwrap();
+            let text = format!("{tenant} round {round} word{} and word{}", n % 13, n % 17);
+            batch.push(NewEntry::new(
+                scope,
+                Payload::Message(Message::user(text)),
+                t(n as i64),
+            ));
+            n += 1;
+        }
+        store.append(batch).unwrap();
+        index.catch_up(&store).unwrap();
+    }
+    assert_eq!(
+        model.0.load(Ordering::SeqCst),
+        n,
+        "each document embedded once"
+    );
+    let rebuilt_dir = tempfile::tempdir().unwrap();
+    let rebuilt = Index::rebuild(
+        &rebuilt_dir.path().join("index"),
+        Some(Arc::new(Counted::default()) as Arc<dyn Embedder>),
+        config,
+    )
+    .unwrap();
+    rebuilt.catch_up(&store).unwrap();
+    for tenant in tenants {
+        for query in ["word3 word5", "round 1 word12", "acme word16"] {
+            for mode in [Mode::Bm25, Mode::Vector, Mode::Hybrid] {
+                let request = SearchRequest::new(query, SearchFilter::tenant(tenant))
+                    .mode(mode)
+                    .limit(30);
+                let ours = index.search(&request).unwrap();
+                let theirs = rebuilt.search(&request).unwrap();
+                assert_eq!(ours.len(), 30, "{tenant} {query} {mode:?}");
+                let scores = |hits: &[memtape_search::Hit]| -> Vec<(u64, f32)> {
+                    hits.iter().map(|h| (h.id.0, h.score)).collect()
+                };
+                assert_eq!(scores(&ours), scores(&theirs), "{tenant} {query} {mode:?}");
+            }
+        }
+    }
+}
+
 /// An erasure's receipt reaches a tenant's shard file even when the shard is not loaded
 /// (a lazy index): no byte of the erased text is left in any file.
 #[test]

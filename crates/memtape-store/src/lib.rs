@@ -27,7 +27,7 @@ mod sqlite;
 pub mod vectors;
 
 use chrono::{DateTime, Utc};
-use memtape_core::{Entry, EntryId, Filter, NewEntry, Scope};
+use memtape_core::{Entry, EntryId, Filter, Kind, NewEntry, Order, Scope};
 
 pub use erase::{EraseMode, EraseOutcome, EraseRequest, EraseTarget};
 pub use error::Error;
@@ -171,6 +171,24 @@ pub trait Store: Send + Sync {
         Ok(out)
     }
 
+    /// For each `(scope, before)`, the last conversational entry of exactly `scope` with an
+    /// id below `before` (`None` when there is none), in the order asked: the message a
+    /// projection shows beside the next one (the search index's context field). One read
+    /// for many scopes, where the store can answer in one round trip.
+    fn previous_messages(&self, wanted: &[(Scope, EntryId)]) -> Result<Vec<Option<Entry>>> {
+        let filter = |before| Filter {
+            before: Some(before),
+            kinds: Kind::conversational().collect(),
+            order: Order::Desc,
+            limit: Some(1),
+            ..Default::default()
+        };
+        wanted
+            .iter()
+            .map(|(scope, before)| Ok(self.scan(scope, &filter(*before))?.into_iter().next()))
+            .collect()
+    }
+
     /// Every scope of `tenant` that has entries.
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>>;
 
@@ -220,6 +238,25 @@ pub trait Store: Send + Sync {
         embedder: &str,
         ids: &[EntryId],
     ) -> Result<Vec<(EntryId, Vec<u8>)>>;
+
+    /// [`Store::vectors`] for entries of several tenants at once: each wanted id with the
+    /// tenant it must belong to (an id of another tenant is left out), in id order.
+    fn vectors_of(
+        &self,
+        embedder: &str,
+        wanted: &[(&str, EntryId)],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let mut by_tenant: std::collections::BTreeMap<&str, Vec<EntryId>> = Default::default();
+        for (tenant, id) in wanted {
+            by_tenant.entry(tenant).or_default().push(*id);
+        }
+        let mut out = Vec::new();
+        for (tenant, ids) in by_tenant {
+            out.extend(self.vectors(tenant, embedder, &ids)?);
+        }
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out)
+    }
 
     /// Keeps vectors beside the tape, each under its entry and `embedder` (the embedder's
     /// id, naming its model and what of an entry it embeds): whichever process embeds an
@@ -314,6 +351,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn get_many(&self, tenant: &str, ids: &[EntryId]) -> Result<Vec<Entry>> {
         (**self).get_many(tenant, ids)
     }
+    fn previous_messages(&self, wanted: &[(Scope, EntryId)]) -> Result<Vec<Option<Entry>>> {
+        (**self).previous_messages(wanted)
+    }
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {
         (**self).scopes(tenant)
     }
@@ -342,6 +382,13 @@ impl<S: Store + ?Sized> Store for Box<S> {
         ids: &[EntryId],
     ) -> Result<Vec<(EntryId, Vec<u8>)>> {
         (**self).vectors(tenant, embedder, ids)
+    }
+    fn vectors_of(
+        &self,
+        embedder: &str,
+        wanted: &[(&str, EntryId)],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        (**self).vectors_of(embedder, wanted)
     }
     fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
         (**self).put_vectors(embedder, vectors)

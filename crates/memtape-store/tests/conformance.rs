@@ -783,7 +783,74 @@ fn vectors_are_kept_once_per_entry_and_embedder_and_read_within_the_tenant() {
             let err = store.put_vectors(embedder, &[v]).unwrap_err().to_string();
             assert!(err.contains(says), "{err}");
         }
+        // Read for several tenants at once, each id only with its own tenant.
+        assert_eq!(
+            store
+                .vectors_of("m@1", &[("zeta", z1), ("acme", a2), ("acme", a1)])
+                .unwrap(),
+            vec![(a1, vec![1; 388]), (a2, vec![2; 388]), (z1, vec![9; 388])]
+        );
+        assert_eq!(
+            store
+                .vectors_of("m@1", &[("acme", z1), ("zeta", a1), ("nobody", a2)])
+                .unwrap(),
+            Vec::new(),
+            "no id is read through another tenant"
+        );
+        assert!(store.vectors_of("m@1", &[]).unwrap().is_empty());
+        assert!(store.vectors_of("m@9", &[("acme", a1)]).unwrap().is_empty());
         // The tape is untouched by all of this.
         assert_eq!(store.get("acme", a1).unwrap().unwrap(), a[0]);
+    });
+}
+
+#[test]
+fn previous_messages_finds_each_scopes_last_message_before_an_id() {
+    each_store(|store| {
+        let (s1, s2) = (session("s1"), session("s2"));
+        let theirs = Scope::agent("zeta", "bot")
+            .unwrap()
+            .with_session("s1")
+            .unwrap();
+        let first = store
+            .append(vec![
+                msg(&s1, Message::user("one"), 0),
+                event(&s1, "memory.long_term", serde_json::json!({"n": 1})),
+                msg(&s2, Message::user("elsewhere"), 1),
+                msg(&theirs, Message::user("zeta's"), 2),
+                msg(&s1, Message::assistant("two"), 3),
+            ])
+            .unwrap();
+        let ids: Vec<EntryId> = first.iter().map(|e| e.id).collect();
+        let end = EntryId(ids[4].0 + 1);
+        let got = store
+            .previous_messages(&[
+                (s1.clone(), end),
+                (s1.clone(), ids[4]),
+                (s1.clone(), ids[0]),
+                (s2.clone(), end),
+                (theirs.clone(), end),
+                (session("never"), end),
+                (s1.clone(), EntryId(u64::MAX >> 1)),
+            ])
+            .unwrap();
+        let got: Vec<Option<EntryId>> = got.iter().map(|e| e.as_ref().map(|e| e.id)).collect();
+        assert_eq!(
+            got,
+            [
+                Some(ids[4]),
+                // Not the event between: only conversational entries.
+                Some(ids[0]),
+                None,
+                Some(ids[2]),
+                Some(ids[3]),
+                None,
+                Some(ids[4]),
+            ]
+        );
+        // The entry is whole, with its own scope.
+        let found = store.previous_messages(&[(theirs.clone(), end)]).unwrap();
+        assert_eq!(found[0].as_ref(), Some(&first[3]));
+        assert!(store.previous_messages(&[]).unwrap().is_empty());
     });
 }

@@ -8,7 +8,7 @@
 //! and then reload, because the file's build id changed.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::sync_channel;
 
@@ -28,6 +28,7 @@ use crate::{Embedder, Error, Result};
 const BATCH: usize = 256;
 
 /// A document about to be written.
+#[derive(Debug)]
 struct NewDoc {
     id: EntryId,
     scope: Scope,
@@ -298,7 +299,7 @@ impl Shard {
         let mut stopped = false;
         let mut left = max_pages;
         pages(store, &self.tenant, start, |page| {
-            match self.commit_batch(store, conn, tape, &page)? {
+            match self.commit_batch(store, conn, tape, &page, None)? {
                 Outcome::Done(n) => added += n,
                 Outcome::Restart => {
                     restart = true;
@@ -321,31 +322,84 @@ impl Shard {
         }
         // Every entry of the tenant up to `last` is read: the mark moves there, past other
         // tenants' entries, so the next catch-up starts from the tape's end.
-        if self.covered() < last {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let meta = file::meta(&tx)?;
-            if meta.build != self.read_docs().build || meta.tape != tape {
-                return Ok(Outcome::Restart);
+        if let Outcome::Restart = self.advance(conn, tape, last)? {
+            return Ok(Outcome::Restart);
+        }
+        Ok(Outcome::Done(added))
+    }
+
+    /// Moves the covered mark to `last` once every entry of the tenant up to it is in the
+    /// file (the entries between are other tenants'), so the next catch-up starts there.
+    fn advance(&self, conn: &mut Connection, tape: &str, last: EntryId) -> Result<Outcome> {
+        if self.covered() >= last {
+            return Ok(Outcome::Done(0));
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let meta = file::meta(&tx)?;
+        if meta.build != self.read_docs().build || meta.tape != tape {
+            return Ok(Outcome::Restart);
+        }
+        if meta.covered < last {
+            // Vectors stay caught up only if they were (nothing new to embed either way).
+            let embedded = if meta.embedded >= meta.covered {
+                last
+            } else {
+                meta.embedded
+            };
+            file::set_meta(&tx, "covered", &last.0.to_string())?;
+            file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
+            tx.commit()?;
+            let mut docs = self.write_docs();
+            let moved = docs.embedded >= docs.covered;
+            docs.covered = docs.covered.max(last);
+            if moved {
+                docs.embedded = docs.covered;
             }
-            if meta.covered < last {
-                // Vectors stay caught up only if they were (nothing new to embed either way).
-                let embedded = if meta.embedded >= meta.covered {
-                    last
-                } else {
-                    meta.embedded
+        }
+        Ok(Outcome::Done(0))
+    }
+
+    /// Indexes this tenant's part of a page of the tape that the index prepared once for
+    /// every shard it feeds ([`prepare_page`]): its documents and vectors are taken as
+    /// they are, not read and made again. A shard that is not at the page's start (it
+    /// fell behind, another process rebuilt it, its vectors are behind) catches up from
+    /// the store instead. Returns how many documents were added.
+    pub(crate) fn take_part(
+        &self,
+        store: &dyn Store,
+        tape: &str,
+        page: &PageSpan,
+        part: PagePart,
+    ) -> Result<usize> {
+        let mut conn = lock(&self.writer);
+        if *lock(&self.tape) == tape && !*lock(&self.rebuild) {
+            self.sync(&mut conn)?;
+            let (covered, embedded) = {
+                let docs = self.read_docs();
+                (docs.covered, docs.embedded)
+            };
+            if covered >= page.last {
+                return Ok(0);
+            }
+            let vectors_current =
+                embedded >= covered || self.vectors_behind() || self.embedder.is_none();
+            if covered >= page.start && vectors_current {
+                let prepared = Batch {
+                    docs: part.docs,
+                    vectors: part.vectors,
+                    last: part.entries.last().map(|e| e.id),
                 };
-                file::set_meta(&tx, "covered", &last.0.to_string())?;
-                file::set_meta(&tx, "embedded", &embedded.0.to_string())?;
-                tx.commit()?;
-                let mut docs = self.write_docs();
-                let moved = docs.embedded >= docs.covered;
-                docs.covered = docs.covered.max(last);
-                if moved {
-                    docs.embedded = docs.covered;
+                let outcome =
+                    self.commit_batch(store, &mut conn, tape, &part.entries, Some(prepared))?;
+                if let Outcome::Done(added) = outcome
+                    && let Outcome::Done(_) = self.advance(&mut conn, tape, page.last)?
+                {
+                    return Ok(added);
                 }
             }
         }
-        Ok(Outcome::Done(added))
+        drop(conn);
+        self.catch_up(store)
     }
 
     /// Writes one batch in its own IMMEDIATE transaction, skipping what another process
@@ -356,6 +410,7 @@ impl Shard {
         conn: &mut Connection,
         tape: &str,
         entries: &[Entry],
+        prepared: Option<Batch>,
     ) -> Result<Outcome> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let meta = file::meta(&tx)?;
@@ -393,7 +448,12 @@ impl Shard {
         };
         let mut erased = false;
         if let Some(last) = fresh.last().map(|e| e.id) {
-            let batch = self.write_batch(store, &tx, &docs, &pending, fresh, mode)?;
+            // What another process covered meanwhile is left out of prepared documents too.
+            let made = match prepared {
+                Some(p) => p.after(meta.covered),
+                None => Batch::read(store, fresh)?,
+            };
+            let batch = self.write_batch(store, &tx, &docs, &pending, made, mode)?;
             let with_vectors = batch.embedded >= last;
             count = batch.docs.len();
             pending.append(batch);
@@ -501,7 +561,7 @@ impl Shard {
         } else {
             Vectors::Behind
         };
-        self.write_batch(store, tx, base, pending, &again, mode)?;
+        self.write_batch(store, tx, base, pending, Batch::read(store, &again)?, mode)?;
         // FTS5's secure-delete takes a deleted row's terms out of its doclists but can
         // leave their bytes in the leaf that held them; merging every segment into one
         // writes every leaf anew (and `secure_delete` zeroes the pages it frees). Its cost
@@ -548,7 +608,8 @@ impl Shard {
                 (false, true) => Vectors::Kept,
                 (false, false) => Vectors::Behind,
             };
-            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), &page, mode)?;
+            let made = Batch::read(store, &page)?;
+            let batch = self.write_batch(store, &tx, &fresh, &Added::default(), made, mode)?;
             prefix &= batch.embedded >= batch.covered;
             fresh.extend(batch);
             if let Some(end) = page.last() {
@@ -579,18 +640,23 @@ impl Shard {
         tx: &Transaction<'_>,
         base: &Docs,
         pending: &Added,
-        entries: &[Entry],
+        batch: Batch,
         mode: Vectors,
     ) -> Result<Added> {
-        let docs = new_docs(store, entries)?;
-        let vectors = match (mode, &self.embedder) {
-            (Vectors::Make, _) => self.embed_docs(store, &docs)?,
-            (Vectors::Kept, Some(embedder)) => {
+        let Batch {
+            docs,
+            vectors: given,
+            last,
+        } = batch;
+        let vectors = match (mode, &self.embedder, given) {
+            (Vectors::Make | Vectors::Kept, Some(_), Some(given)) => Some(given),
+            (Vectors::Make, _, _) => self.embed_docs(store, &docs)?,
+            (Vectors::Kept, Some(embedder), _) => {
                 kept_vectors(&**embedder, self.config, &self.path, store, &docs)
             }
             _ => None,
         };
-        let covered = entries.last().map_or(base.covered, |e| e.id);
+        let covered = last.unwrap_or(base.covered);
         let with_vectors = mode == Vectors::Make || vectors.is_some();
         let mut out = Added {
             covered,
@@ -845,7 +911,7 @@ fn vector_key(embedder: &dyn Embedder, config: IndexConfig) -> String {
     }
 }
 
-/// The vectors the store keeps for `docs` (read per tenant, as every read), and whether
+/// The vectors the store keeps for `docs` (each id read with its own tenant), and whether
 /// the store could be read whole: a store that cannot be read (read only, an older schema)
 /// or a stored vector of the wrong length is logged and counts as none.
 fn stored_vectors(
@@ -855,37 +921,32 @@ fn stored_vectors(
     store: &dyn Store,
     docs: &[NewDoc],
 ) -> (HashMap<EntryId, crate::vectors::Quantized>, bool) {
-    let mut by_tenant: HashMap<&str, Vec<EntryId>> = HashMap::new();
-    for d in docs {
-        by_tenant.entry(d.scope.tenant()).or_default().push(d.id);
-    }
+    let wanted: Vec<(&str, EntryId)> = docs.iter().map(|d| (d.scope.tenant(), d.id)).collect();
     let mut kept = HashMap::new();
     let mut whole = true;
-    for (tenant, ids) in by_tenant {
-        match store.vectors(tenant, key, &ids) {
-            Ok(found) => {
-                for (id, bytes) in found {
-                    match crate::vectors::Quantized::from_bytes(&bytes, dim) {
-                        Some(v) => {
-                            kept.insert(id, v);
-                        }
-                        None => {
-                            whole = false;
-                            tracing::warn!(
-                                "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
-                                label.display()
-                            );
-                        }
+    match store.vectors_of(key, &wanted) {
+        Ok(found) => {
+            for (id, bytes) in found {
+                match crate::vectors::Quantized::from_bytes(&bytes, dim) {
+                    Some(v) => {
+                        kept.insert(id, v);
+                    }
+                    None => {
+                        whole = false;
+                        tracing::warn!(
+                            "search index {}: the stored vector of entry {id} is not a {dim}-dimension vector of {key}; embedding it again",
+                            label.display()
+                        );
                     }
                 }
             }
-            Err(e) => {
-                whole = false;
-                tracing::debug!(
-                    "search index {}: no stored vectors ({e}); embedding",
-                    label.display()
-                );
-            }
+        }
+        Err(e) => {
+            whole = false;
+            tracing::debug!(
+                "search index {}: no stored vectors ({e}); embedding",
+                label.display()
+            );
         }
     }
     (kept, whole)
@@ -956,20 +1017,94 @@ fn vectors_for(
         .collect())
 }
 
-/// Embeds what `entries` make that the store keeps no vector for, in one call, and hands
-/// the vectors to the store, where the shards that index these entries next read them: a
-/// catch-up that feeds many shards from one page of the tape runs the model once and
-/// writes the store once, not once per shard. Entries erased whole make nothing.
-pub(crate) fn keep_vectors(
-    embedder: &dyn Embedder,
+/// Where a page of the tape starts and ends: the routed mark before it, and its last
+/// entry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageSpan {
+    /// The mark the page starts after.
+    pub start: EntryId,
+    /// Its last entry's id.
+    pub last: EntryId,
+}
+
+/// One tenant's part of a prepared page ([`prepare_page`]).
+#[derive(Debug, Default)]
+pub(crate) struct PagePart {
+    entries: Vec<Entry>,
+    docs: Vec<NewDoc>,
+    /// One per document, when the page's vectors were made.
+    vectors: Option<Vec<crate::vectors::Quantized>>,
+}
+
+/// A batch about to be written: the documents its entries make and, when they were made
+/// before (a prepared page, [`prepare_page`]), their vectors.
+struct Batch {
+    docs: Vec<NewDoc>,
+    /// One per document, when made before.
+    vectors: Option<Vec<crate::vectors::Quantized>>,
+    /// The batch's last entry (`None` for none).
+    last: Option<EntryId>,
+}
+
+impl Batch {
+    /// The documents `entries` make, each with its context; no vectors yet.
+    fn read(store: &dyn Store, entries: &[Entry]) -> Result<Batch> {
+        Ok(Batch {
+            docs: new_docs(store, entries)?,
+            vectors: None,
+            last: entries.last().map(|e| e.id),
+        })
+    }
+
+    /// Those after `covered` (what another process wrote meanwhile is left out).
+    fn after(mut self, covered: EntryId) -> Batch {
+        let first = self.docs.partition_point(|d| d.id <= covered);
+        self.docs.drain(..first);
+        if let Some(v) = &mut self.vectors {
+            v.drain(..first);
+        }
+        self
+    }
+}
+
+/// Makes a page of the tape into documents once, for every shard it feeds: their
+/// contexts are read in one go, and (with `embedder`) their vectors are read from the
+/// store or made in one model call, then handed to the store, where a shard not loaded
+/// now finds them when it is. Returns the parts of the tenants `follows` accepts, by
+/// tenant. Entries erased whole make nothing.
+pub(crate) fn prepare_page(
+    embedder: Option<&dyn Embedder>,
     config: IndexConfig,
     label: &Path,
     store: &dyn Store,
     entries: &[Entry],
-) -> Result<()> {
+    follows: impl Fn(&str) -> bool,
+) -> Result<HashMap<String, PagePart>> {
     let docs = new_docs(store, entries)?;
-    vectors_for(embedder, config, label, store, &docs)?;
-    Ok(())
+    let mut vectors = match embedder {
+        Some(embedder) => Some(vectors_for(embedder, config, label, store, &docs)?.into_iter()),
+        None => None,
+    };
+    let mut parts: HashMap<String, PagePart> = HashMap::new();
+    for entry in entries.iter().filter(|e| follows(e.scope.tenant())) {
+        parts
+            .entry(entry.scope.tenant().to_owned())
+            .or_default()
+            .entries
+            .push(entry.clone());
+    }
+    for doc in docs {
+        // `vectors_for` made one vector per document, in order.
+        let vector = vectors.as_mut().and_then(|v| v.next());
+        let Some(part) = parts.get_mut(doc.scope.tenant()) else {
+            continue;
+        };
+        if let Some(v) = vector {
+            part.vectors.get_or_insert_with(Vec::new).push(v);
+        }
+        part.docs.push(doc);
+    }
+    Ok(parts)
 }
 
 /// The documents `entries` make, each with its context.
@@ -1020,12 +1155,30 @@ fn pages(
 
 /// Fills in each conversational document's context: the text of the conversational
 /// entry before it in its scope, from this batch or, for a batch's first message of a
-/// scope, from the tape. So an index rebuilt from scratch and one caught up in pieces
-/// hold the same documents.
+/// scope, from the tape (one read for all those scopes, [`Store::previous_messages`]).
+/// So an index rebuilt from scratch and one caught up in pieces hold the same documents.
 fn add_context(store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Result<()> {
-    let mut last: HashMap<Scope, String> = HashMap::new();
+    let conversational = || entries.iter().filter(|e| e.kind().is_conversational());
+    // The first message of each scope in the batch that is a document looks back on the
+    // tape (one without text leaves its successor no context either way).
+    let has_doc: HashSet<EntryId> = docs.iter().map(|d| d.id).collect();
+    let mut seen: HashSet<&Scope> = HashSet::new();
+    let firsts: Vec<(Scope, EntryId)> = conversational()
+        .filter(|e| seen.insert(&e.scope))
+        .filter(|e| has_doc.contains(&e.id))
+        .map(|e| (e.scope.clone(), e.id))
+        .collect();
+    let before = store.previous_messages(&firsts)?;
+    let mut last: HashMap<Scope, String> = firsts
+        .into_iter()
+        .zip(before)
+        .map(|((scope, _), prev)| {
+            let text = prev.and_then(|p| p.payload.search_text());
+            (scope, text.unwrap_or_default())
+        })
+        .collect();
     let mut doc_iter = docs.iter_mut().peekable();
-    for entry in entries.iter().filter(|e| e.kind().is_conversational()) {
+    for entry in conversational() {
         // Documents come in entry order; an entry without text has none.
         let mut own = None;
         while let Some(doc) = doc_iter.next_if(|d| d.id <= entry.id) {
@@ -1035,10 +1188,7 @@ fn add_context(store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Res
         }
         let text = match own {
             Some(doc) => {
-                doc.context = match last.get(&entry.scope) {
-                    Some(prev) => prev.clone(),
-                    None => previous_text(store, entry)?,
-                };
+                doc.context = last.get(&entry.scope).cloned().unwrap_or_default();
                 doc.text.clone()
             }
             None => String::new(),
@@ -1046,24 +1196,4 @@ fn add_context(store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Res
         last.insert(entry.scope.clone(), text);
     }
     Ok(())
-}
-
-/// The text of the conversational entry before `entry` in its scope, read from the tape
-/// ("" when there is none).
-fn previous_text(store: &dyn Store, entry: &Entry) -> Result<String> {
-    let filter = memtape_core::Filter {
-        before: Some(entry.id),
-        kinds: Kind::ALL
-            .into_iter()
-            .filter(|k| k.is_conversational())
-            .collect(),
-        order: memtape_core::Order::Desc,
-        limit: Some(1),
-        ..Default::default()
-    };
-    let prev = store.scan(&entry.scope, &filter)?;
-    Ok(prev
-        .first()
-        .and_then(|p| p.payload.search_text())
-        .unwrap_or_default())
 }

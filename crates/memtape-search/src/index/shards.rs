@@ -24,6 +24,7 @@ use memtape_store::Store;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
+use super::catch_up::PageSpan;
 use super::{NO_EMBEDDER, PendingVectors, Progress, QueryVectors, Shard, ShardSpec, lock};
 use crate::{Embedder, Error, Hit, IndexConfig, Result, SearchRequest};
 
@@ -633,12 +634,12 @@ impl Index {
     }
 
     /// Checks the tape the index was built from: the shards of another tape (the store was
-    /// replaced or reset) are thrown away, never read as this one's.
-    fn bind_tape(&self, store: &dyn Store) -> Result<()> {
+    /// replaced or reset) are thrown away, never read as this one's. Returns the tape's id.
+    fn bind_tape(&self, store: &dyn Store) -> Result<String> {
         let tape = store.tape_id()?;
         let meta = lock(&self.meta);
         match get_meta(&meta, "tape")? {
-            Some(bound) if bound == tape => return Ok(()),
+            Some(bound) if bound == tape => return Ok(tape),
             Some(bound) => {
                 tracing::warn!(
                     "search index {}: built from another tape ({bound}); its shards are rebuilt from this one",
@@ -663,7 +664,8 @@ impl Index {
             }
             None => {}
         }
-        set_meta(&meta, "tape", &tape)
+        set_meta(&meta, "tape", &tape)?;
+        Ok(tape)
     }
 
     /// Follows the tape after the routed mark, at most `max_pages` batches.
@@ -683,7 +685,7 @@ impl Index {
             }
             return Ok(added);
         }
-        self.bind_tape(store)?;
+        let tape = self.bind_tape(store)?;
         if std::mem::take(&mut *lock(&self.rebuild)) {
             return self.rebuild_all(store, target, progress);
         }
@@ -736,23 +738,31 @@ impl Index {
                     tenants.push(tenant);
                 }
             }
-            // The whole page's documents are embedded in one call first and their vectors
-            // kept in the store: each shard below reads its vectors instead of running the
-            // model, and a shard not loaded now finds them when it is (lazily, the vectors
-            // of every tenant are made as the tape grows; the shards only when needed).
-            if let Some(embedder) = &self.spec.embedder
-                && !self.vectors_behind.load(Ordering::SeqCst)
-            {
-                super::catch_up::keep_vectors(
-                    &**embedder,
-                    self.spec.config,
-                    &self.dir,
-                    store,
-                    &page,
-                )?;
-            }
+            // The page is made into documents once, its vectors embedded in one call (or
+            // read from the store) and kept there: each shard below takes its part as it
+            // is, and a shard not loaded now finds the vectors in the store when it is
+            // (lazily, the vectors of every tenant are made as the tape grows; the shards
+            // only when needed).
+            let embedder = self
+                .spec
+                .embedder
+                .as_deref()
+                .filter(|_| !self.vectors_behind.load(Ordering::SeqCst));
+            let followed: HashSet<&str> = tenants.iter().copied().collect();
+            let mut parts = super::catch_up::prepare_page(
+                embedder,
+                self.spec.config,
+                &self.dir,
+                store,
+                &page,
+                |tenant| followed.contains(tenant),
+            )?;
+            let span = PageSpan { start: after, last };
             for tenant in tenants {
-                added += self.shard(tenant, false)?.catch_up(store)?;
+                let part = parts.remove(tenant).unwrap_or_default();
+                added += self
+                    .shard(tenant, false)?
+                    .take_part(store, &tape, &span, part)?;
             }
             after = last;
             self.set_routed(after)?;
