@@ -151,6 +151,9 @@ fn in_range(text: &str, min: f32, max: f32) -> Result<f32, String> {
 
 /// A size in bytes: a whole number with an optional binary unit (KiB, MiB, GiB, TiB; K, M,
 /// G and T mean the same), at least 1 MiB.
+/// How long a server's search waits for a cold shard by default, in milliseconds.
+const DEFAULT_COLD_WAIT_MS: u64 = 1_000;
+
 fn memory_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -226,6 +229,12 @@ pub struct Tuning {
     /// when a search needs them.
     #[arg(long, value_name = "SIZE", value_parser = memory_size)]
     pub index_memory: Option<u64>,
+    /// How long a server's search waits, in milliseconds, for a tenant's index shard that
+    /// is still being built (a tenant it has not served before) before answering from
+    /// what the shard holds so far, saying so (`index_behind`); the shard is built on in
+    /// the background (0 to 600000; default 1000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub index_cold_wait: Option<u64>,
     /// How hybrid search fuses the BM25 and vector lists.
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_enum)]
     fusion: Option<FusionArg>,
@@ -508,8 +517,13 @@ fn open_index(
     let embedder = embedder(ctx)?.map(wrap);
     let index = Index::open(&Index::dir_in(&dir), embedder, tuning.index_config())?;
     index.set_vectors_behind(text_first);
-    // A server builds the shards of the tenants it serves, as they come.
+    // A server builds the shards of the tenants it serves, as they come, and a search
+    // waits a bounded time for a cold one (the rest is built in the background).
     index.set_lazy(text_first);
+    if text_first {
+        let wait = tuning.index_cold_wait.unwrap_or(DEFAULT_COLD_WAIT_MS);
+        index.set_cold_wait(Some(std::time::Duration::from_millis(wait)));
+    }
     if let Some(bytes) = tuning.index_memory {
         index.set_memory(bytes);
     }

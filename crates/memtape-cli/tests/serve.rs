@@ -282,3 +282,66 @@ fn reindex_with_another_model_waits_for_the_server_to_stop() {
     assert_eq!(code, Some(0));
     r.ok(&["--model", "wordllama", "reindex"]);
 }
+
+/// Issue 36: a server's first search of a tenant whose shard it has not built (its index
+/// folder is new; the tape already holds thousands of entries) waits at most
+/// `--index-cold-wait`, answers from what the shard holds so far with `index_behind`
+/// saying so, and the server builds the shard on in the background: later searches see
+/// every entry, and say nothing.
+#[test]
+fn a_cold_tenants_first_search_is_bounded_and_the_shard_is_built_in_the_background() {
+    let r = Run::new();
+    let mut lines = String::new();
+    for i in 0..4000 {
+        let line = json!({"role": "user", "content": format!("kayak trip note {i}")});
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    let file = r.path("many.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    r.ok(&[
+        "--model",
+        "none",
+        "import",
+        "--format",
+        "nanobot",
+        &file,
+        "--session",
+        "s",
+    ]);
+    // A new node: the tape is there, the index is not (import leaves indexing to the
+    // first search; a node joining a database has none either).
+    let index = r.dir.path().join("data/index");
+    if index.exists() {
+        std::fs::remove_dir_all(&index).unwrap();
+    }
+    let s = Serving::start(&r, &["--index-cold-wait", "0"]);
+    let search = || {
+        let (status, body) = s.call("GET", "/v1/search?q=kayak&limit=100", None, None);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let first = search();
+    let behind = first["index_behind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(behind.contains("being built"), "{behind}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = search();
+        if body["index_behind"].is_null() {
+            assert_eq!(body["hits"].as_array().unwrap().len(), 100, "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the shard was never built: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, body) = s.call("GET", "/v1/search?q=note+3999&mode=bm25", None, None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body["index_behind"].is_null(), "{body}");
+    let (code, rest) = s.terminate();
+    assert_eq!(code, Some(0), "{rest}");
+}

@@ -283,6 +283,70 @@ fn shards_fed_page_by_page_hold_what_a_rebuild_holds() {
     }
 }
 
+/// A search of a cold shard (a tenant this index has not built yet) waits at most the
+/// cold wait: past it, it answers from what the shard holds so far and says how far the
+/// shard has read; catch-up steps build the shard on, and once built a search sees
+/// everything and says nothing.
+#[test]
+fn a_cold_shards_search_waits_at_most_the_cold_wait_and_the_shard_is_built_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(dir.path()).unwrap();
+    let model = Arc::new(Counted::default());
+    let batch: Vec<NewEntry> = (0..3_000)
+        .map(|i| {
+            NewEntry::new(
+                session("acme"),
+                Payload::Message(Message::user(format!("note {i} about kayaks"))),
+                t(i),
+            )
+        })
+        .collect();
+    store.append(batch).unwrap();
+    let index = open(dir.path(), &model);
+    index.set_lazy(true);
+    index.set_vectors_behind(true);
+    index.catch_up(&store).unwrap();
+    index.set_cold_wait(Some(std::time::Duration::ZERO));
+    let request = SearchRequest::new("kayaks", SearchFilter::tenant("acme"))
+        .mode(Mode::Bm25)
+        .limit(100);
+    let (hits, behind) = index.search_fresh(&store, &request).unwrap();
+    let behind = behind.expect("a cold shard says it is being built");
+    assert!(behind.contains("being built"), "{behind}");
+    assert!(hits.len() < 100, "only what the shard held: {}", hits.len());
+    assert!(index.is_building());
+    // The background steps build it on; each step returns.
+    let mut steps = 0;
+    while index.is_building() {
+        index.catch_up_step(&store).unwrap();
+        steps += 1;
+        assert!(steps < 1_000, "the build ends");
+    }
+    let (hits, behind) = index.search_fresh(&store, &request).unwrap();
+    assert_eq!(behind, None);
+    assert_eq!(hits.len(), 100);
+    assert_eq!(
+        index.shard_status("acme").unwrap().unwrap().documents,
+        3_000
+    );
+    // Without a bound (a CLI's index), a search waits for the whole catch-up.
+    index.set_cold_wait(None);
+    store
+        .append(vec![NewEntry::new(
+            session("acme"),
+            Payload::Message(Message::user("a last kayak")),
+            t(4_000),
+        )])
+        .unwrap();
+    let (hits, behind) = index
+        .search_fresh(
+            &store,
+            &SearchRequest::new("last", SearchFilter::tenant("acme")).mode(Mode::Bm25),
+        )
+        .unwrap();
+    assert_eq!((hits.len(), behind), (1, None));
+}
+
 /// An erasure's receipt reaches a tenant's shard file even when the shard is not loaded
 /// (a lazy index): no byte of the erased text is left in any file.
 #[test]

@@ -296,7 +296,8 @@ fn watch(engine: &Engine<DynStore>, indexer: &SyncSender<Wake>, stop: &AtomicBoo
                 }
                 // Vectors behind count too: a search may have indexed another process's
                 // append as text itself, and only a wake gets the embedder to it.
-                if last > index.covered() || index.vectors_are_behind() {
+                // So do shards a search left half built (a cold tenant, bounded wait).
+                if last > index.covered() || index.vectors_are_behind() || index.is_building() {
                     let _ = indexer.try_send(Wake::Written);
                 }
             }

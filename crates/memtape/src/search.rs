@@ -67,7 +67,8 @@ impl<S: Store> Engine<S> {
             return Ok(false);
         };
         index.catch_up_step(&self.store)?;
-        Ok(index.covered() < self.store.last_id()?)
+        // A shard a search left half built (a cold tenant) is built on by these steps.
+        Ok(index.covered() < self.store.last_id()? || index.is_building())
     }
 
     /// The last failed catch-up of the attached index (the write hook's included), for a

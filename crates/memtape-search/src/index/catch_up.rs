@@ -143,6 +143,37 @@ impl Shard {
         self.catch_up_pages(store, usize::MAX, progress)
     }
 
+    /// Catches up as [`Shard::catch_up`] does, a batch at a time, until `deadline`:
+    /// `None` when the shard reached the tape's end, else how far it got and the end
+    /// (`(covered, target)`). While another thread holds the writer (building the same
+    /// shard) it waits for that thread's batches, not for its whole catch-up.
+    pub(crate) fn catch_up_until(
+        &self,
+        store: &dyn Store,
+        deadline: std::time::Instant,
+    ) -> Result<Option<(EntryId, EntryId)>> {
+        let target = store.last_id()?;
+        loop {
+            let covered = self.covered();
+            if covered >= target {
+                return Ok(None);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(Some((covered, target)));
+            }
+            if self.writer.try_lock().is_err() {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                continue;
+            }
+            self.catch_up_pages(store, 1, &mut |_, _| {})?;
+            if self.covered() == covered {
+                // No step forward (another process rebuilt the file meanwhile): the
+                // caller answers from what is held, and the next step goes on.
+                return Ok(Some((covered, target)));
+            }
+        }
+    }
+
     fn catch_up_pages(
         &self,
         store: &dyn Store,

@@ -37,6 +37,10 @@ pub const DEFAULT_MAX_SHARDS: usize = 1024;
 /// How many tape entries one routing step reads.
 const ROUTE_BATCH: usize = 1024;
 
+/// How long one catch-up step builds each shard a search left behind before the step
+/// returns (so a background indexer can stop between steps).
+const BUILD_STEP: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// What the shards have done since the index was opened, for operators (metrics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShardStats {
@@ -99,6 +103,12 @@ pub struct Index {
     evictions: AtomicU64,
     /// The shard whose vectors the next embedding step looks at first (round robin).
     next_embed: AtomicUsize,
+    /// How long a search waits for its tenant's shard to catch up before answering from
+    /// what the shard holds (`None`: as long as it takes), [`Index::set_cold_wait`].
+    cold_wait: Mutex<Option<std::time::Duration>>,
+    /// Tenants whose shards a search left behind the tape after its wait: the next
+    /// catch-up steps build them on ([`Index::is_building`]).
+    building: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Index {
@@ -259,6 +269,8 @@ impl Index {
             loads: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             next_embed: AtomicUsize::new(0),
+            cold_wait: Mutex::new(None),
+            building: Mutex::new(HashSet::new()),
         })
     }
 
@@ -317,6 +329,22 @@ impl Index {
     /// the tape's end.
     pub fn set_lazy(&self, lazy: bool) {
         self.lazy.store(lazy, Ordering::SeqCst);
+    }
+
+    /// Bounds how long a search ([`Index::search_fresh`]) waits for its tenant's shard to
+    /// catch up with the tape: a cold shard (a tenant this process has not served yet, on
+    /// a server that just joined) may need millions of entries read. Past `wait` the
+    /// search answers from what the shard holds so far, saying so, and the following
+    /// catch-up steps ([`Index::catch_up_step`]) build the shard on. `None` (the default)
+    /// waits for the whole catch-up.
+    pub fn set_cold_wait(&self, wait: Option<std::time::Duration>) {
+        *lock(&self.cold_wait) = wait;
+    }
+
+    /// Whether a shard a search left behind the tape ([`Index::set_cold_wait`]) is still
+    /// being built: catch-up steps are due even when the tape has not grown.
+    pub fn is_building(&self) -> bool {
+        !lock(&self.building).is_empty()
     }
 
     /// Marks `tenant` as written by this process: a lazy index ([`Index::set_lazy`]) brings
@@ -572,7 +600,27 @@ impl Index {
         store: &dyn Store,
         request: &SearchRequest,
     ) -> Result<(Vec<Hit>, Option<String>)> {
+        let wait = *lock(&self.cold_wait);
         match self.shard_for(Some(store), &request.filter.tenant) {
+            Ok(Some(shard)) if wait.is_some() => {
+                let deadline = std::time::Instant::now() + wait.unwrap_or_default();
+                let tenant = &request.filter.tenant;
+                match shard.catch_up_until(store, deadline) {
+                    Ok(None) => {
+                        lock(&self.building).remove(tenant);
+                        shard.search_fresh(store, request)
+                    }
+                    Ok(Some((covered, target))) => {
+                        lock(&self.building).insert(tenant.clone());
+                        let behind = format!(
+                            "this tenant's index is being built: it has read the tape up to entry {} of {}, and searches see the rest as it goes on",
+                            covered.0, target.0
+                        );
+                        Ok((shard.search(request)?, Some(behind)))
+                    }
+                    Err(e) => Ok((shard.search(request)?, Some(e.to_string()))),
+                }
+            }
             Ok(Some(shard)) => shard.search_fresh(store, request),
             Ok(None) => Ok((self.search_nothing(request)?, None)),
             // A shard that cannot be opened or made (a full or read-only disk) holds
@@ -606,7 +654,29 @@ impl Index {
     /// steps: follows at most one batch of the tape ([`Index::covered`] then tells how far
     /// it got). Returns how many documents were added.
     pub fn catch_up_step(&self, store: &dyn Store) -> Result<usize> {
-        self.recorded(self.route(store, 1, &mut |_, _| {}))
+        let added = self.recorded(self.route(store, 1, &mut |_, _| {}))?;
+        Ok(added + self.recorded(self.build_step(store))?)
+    }
+
+    /// A step of building the shards searches left behind ([`Index::set_cold_wait`]): a
+    /// few batches of each, until it reaches the tape's end.
+    fn build_step(&self, store: &dyn Store) -> Result<usize> {
+        let building: Vec<String> = lock(&self.building).iter().cloned().collect();
+        let mut added = 0;
+        for tenant in building {
+            let Some(shard) = self.loaded(&tenant) else {
+                // Evicted meanwhile: its next search starts over from its file.
+                lock(&self.building).remove(&tenant);
+                continue;
+            };
+            let before = shard.len();
+            let deadline = std::time::Instant::now() + BUILD_STEP;
+            if shard.catch_up_until(store, deadline)?.is_none() {
+                lock(&self.building).remove(&tenant);
+            }
+            added += shard.len().saturating_sub(before);
+        }
+        Ok(added)
     }
 
     fn recorded<T>(&self, out: Result<T>) -> Result<T> {
