@@ -1155,7 +1155,7 @@ impl Store for PostgresStore {
             // One round trip for every tenant: each id counts only with its own tenant.
             Ok(c.query(
                 t,
-                "SELECT v.entry, v.vec FROM unnest($1::text[], $2::bigint[]) AS w(tenant, id)
+                "SELECT DISTINCT v.entry, v.vec FROM unnest($1::text[], $2::bigint[]) AS w(tenant, id)
                  JOIN memtape_entries e ON e.id = w.id AND e.tenant = w.tenant
                  JOIN memtape_vectors v ON v.entry = e.id
                  WHERE v.embedder_id = (SELECT embedder_id FROM memtape_embedders WHERE name = $3)

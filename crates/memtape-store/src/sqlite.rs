@@ -1111,6 +1111,37 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    fn vectors_of(
+        &self,
+        embedder: &str,
+        wanted: &[(&str, EntryId)],
+    ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let mut out = Vec::with_capacity(wanted.len());
+        // One reading connection and one statement for every id, each with its tenant.
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT v.vec FROM entries e CROSS JOIN scopes s USING (scope_id)
+                 CROSS JOIN vectors v ON v.entry = e.id
+                 WHERE e.id = ?1 AND s.tenant = ?2
+                   AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?3)",
+            )?;
+            for (tenant, id) in wanted {
+                if let Some(vec) = stmt
+                    .query_row(params![sql_id(*id), tenant, embedder], |r| {
+                        r.get::<_, Vec<u8>>(0)
+                    })
+                    .optional()?
+                {
+                    out.push((*id, vec));
+                }
+            }
+            Ok(())
+        })?;
+        out.sort_by_key(|(id, _)| *id);
+        out.dedup_by_key(|(id, _)| *id);
+        Ok(out)
+    }
+
     fn put_vectors(&self, embedder: &str, vectors: &[NewVector]) -> Result<()> {
         crate::vectors::check(embedder, vectors)?;
         if vectors.is_empty() {
@@ -1244,6 +1275,34 @@ impl Store for SqliteStore {
 
     fn scope_info(&self, scope: &Scope) -> Result<Option<ScopeInfo>> {
         self.read(|c| Ok(load_scope(c, scope)?.map(|(_, info)| info)))
+    }
+
+    fn previous_messages(&self, wanted: &[(Scope, EntryId)]) -> Result<Vec<Option<Entry>>> {
+        let kinds: Vec<String> = memtape_core::Kind::conversational()
+            .map(|k| format!("'{}'", k.as_str()))
+            .collect();
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM entries WHERE scope_id = ?1 AND id < ?2
+               AND kind IN ({}) ORDER BY id DESC LIMIT 1",
+            kinds.join(", ")
+        );
+        // One reading connection and one statement for every scope.
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(&sql)?;
+            wanted
+                .iter()
+                .map(|(scope, before)| {
+                    let Some((scope_id, _)) = load_scope(c, scope)? else {
+                        return Ok(None);
+                    };
+                    stmt.query_row(params![scope_id, sql_id(*before)], |r| {
+                        entry_from_row(scope, r, 0)
+                    })
+                    .optional()?
+                    .transpose()
+                })
+                .collect()
+        })
     }
 
     fn scopes(&self, tenant: &str) -> Result<Vec<ScopeInfo>> {

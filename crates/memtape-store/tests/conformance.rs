@@ -786,7 +786,10 @@ fn vectors_are_kept_once_per_entry_and_embedder_and_read_within_the_tenant() {
         // Read for several tenants at once, each id only with its own tenant.
         assert_eq!(
             store
-                .vectors_of("m@1", &[("zeta", z1), ("acme", a2), ("acme", a1)])
+                .vectors_of(
+                    "m@1",
+                    &[("zeta", z1), ("acme", a2), ("acme", a1), ("acme", a2)]
+                )
                 .unwrap(),
             vec![(a1, vec![1; 388]), (a2, vec![2; 388]), (z1, vec![9; 388])]
         );
