@@ -384,6 +384,47 @@ impl Transaction for Tx<'_> {
         Ok(found)
     }
 
+    fn load_scopes(&mut self, scopes: &[&Scope]) -> Result<()> {
+        let missing: Vec<&Scope> = scopes
+            .iter()
+            .copied()
+            .filter(|s| !self.scopes.contains_key(*s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut keys: [Vec<&str>; 5] = Default::default();
+        for scope in &missing {
+            for (column, value) in keys.iter_mut().zip(scope_key(scope)) {
+                column.push(value);
+            }
+        }
+        let [tenants, agents, users, sessions, nodes] = &keys;
+        let params: [&(dyn ToSql + Sync); 5] = [tenants, agents, users, sessions, nodes];
+        // The rows that are missing, made in one statement (under the tape lock: no other
+        // append makes them meanwhile), then every row read in one.
+        self.conn.execute(
+            self.target,
+            r#"INSERT INTO memtape_scopes (tenant, agent, "user", session, node)
+               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+               ON CONFLICT DO NOTHING"#,
+            &params,
+        )?;
+        let sql = format!(
+            r#"SELECT s.{columns} FROM memtape_scopes s
+               JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                    AS w(tenant, agent, usr, session, node)
+               ON s.tenant = w.tenant AND s.agent = w.agent AND s."user" = w.usr
+                  AND s.session = w.session AND s.node = w.node"#,
+            columns = SCOPE_COLUMNS.replace(", ", ", s.")
+        );
+        for row in self.conn.query(self.target, &sql, &params)? {
+            let (id, info) = info_of(&row)?;
+            self.scopes.insert(info.scope.clone(), (id, info));
+        }
+        Ok(())
+    }
+
     fn lookup(&mut self, id: EntryId) -> Result<Option<(Scope, Kind)>> {
         if let Some(found) = self.pending.get(&id) {
             return Ok(Some(found.clone()));
@@ -624,26 +665,41 @@ impl Tx<'_> {
                 ],
             )?;
         }
-        let scopes: Vec<(i64, ScopeInfo)> = self.scopes.values().cloned().collect();
-        for (scope_id, info) in &scopes {
-            let id = |v: Option<EntryId>| v.map(sql_id);
-            let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            self.conn.execute(
-                self.target,
-                "UPDATE memtape_scopes SET entries = $2, messages = $3, head = $4, last_id = $5,
-                 last_consolidated = $6, first_at = $7, last_at = $8 WHERE scope_id = $1",
-                &[
-                    scope_id,
-                    &count(info.entries),
-                    &count(info.messages),
-                    &id(info.head),
-                    &id(info.last_id),
-                    &sql_id(info.last_consolidated),
-                    &info.first_at.map(to_nanos).transpose()?,
-                    &info.last_at.map(to_nanos).transpose()?,
-                ],
-            )?;
+        // Every scope's projection in one statement.
+        let count = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let id = |v: Option<EntryId>| v.map(sql_id);
+        let (mut ids, mut entries, mut messages, mut heads) = (vec![], vec![], vec![], vec![]);
+        let (mut lasts, mut consolidated, mut firsts, mut ats) = (vec![], vec![], vec![], vec![]);
+        for (scope_id, info) in self.scopes.values() {
+            ids.push(*scope_id);
+            entries.push(count(info.entries));
+            messages.push(count(info.messages));
+            heads.push(id(info.head));
+            lasts.push(id(info.last_id));
+            consolidated.push(sql_id(info.last_consolidated));
+            firsts.push(info.first_at.map(to_nanos).transpose()?);
+            ats.push(info.last_at.map(to_nanos).transpose()?);
         }
+        self.conn.execute(
+            self.target,
+            "UPDATE memtape_scopes s SET entries = u.entries, messages = u.messages, head = u.head,
+                 last_id = u.last_id, last_consolidated = u.last_consolidated,
+                 first_at = u.first_at, last_at = u.last_at
+             FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
+                         $6::bigint[], $7::bigint[], $8::bigint[])
+                  AS u(scope_id, entries, messages, head, last_id, last_consolidated, first_at, last_at)
+             WHERE s.scope_id = u.scope_id",
+            &[
+                &ids,
+                &entries,
+                &messages,
+                &heads,
+                &lasts,
+                &consolidated,
+                &firsts,
+                &ats,
+            ],
+        )?;
         let last = sql_id(self.last);
         self.conn.execute(
             self.target,

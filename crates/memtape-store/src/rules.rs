@@ -313,6 +313,13 @@ pub trait Transaction {
     fn last_id(&mut self) -> Result<EntryId>;
     /// The row id and projection of `scope`, creating its row when it has none.
     fn scope(&mut self, scope: &Scope) -> Result<(i64, ScopeInfo)>;
+    /// Readies [`Transaction::scope`] for every one of `scopes` at once, before the
+    /// entries are written: a store across a network loads (and creates) them in a round
+    /// trip or two instead of one or two per scope. Nothing by default.
+    fn load_scopes(&mut self, scopes: &[&Scope]) -> Result<()> {
+        let _ = scopes;
+        Ok(())
+    }
     /// Where an entry (stored, or written earlier in this transaction) belongs.
     fn lookup(&mut self, id: EntryId) -> Result<Option<(Scope, Kind)>>;
     /// Writes `entry`, already checked, into the scope with row id `scope_id`.
@@ -348,6 +355,7 @@ pub fn refuse_reserved(entry: &NewEntry) -> Result<()> {
 /// [`append_in`] without refusing reserved events: an erasure's receipt, an admin's
 /// retention policy.
 pub fn append_checked_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Result<Vec<Entry>> {
+    tx.load_scopes(&distinct(entries.iter().map(|e| &e.scope)))?;
     let mut last = tx.last_id()?;
     let mut out = Vec::with_capacity(entries.len());
     for new in entries {
@@ -361,10 +369,17 @@ pub fn append_checked_in(tx: &mut dyn Transaction, entries: Vec<NewEntry>) -> Re
     Ok(out)
 }
 
+/// The scopes of a batch, each once, in the order first met.
+fn distinct<'a>(scopes: impl Iterator<Item = &'a Scope>) -> Vec<&'a Scope> {
+    let mut seen = std::collections::HashSet::new();
+    scopes.filter(|s| seen.insert(*s)).collect()
+}
+
 /// [`crate::Store::restore`] inside `tx`: planned by [`plan_restore`], each entry checked
 /// ([`check_restored`]) and written as planned.
 pub fn restore_in(tx: &mut dyn Transaction, entries: Vec<Entry>) -> Result<crate::Restored> {
     let (entries, placement) = plan_restore(entries, tx.last_id()?)?;
+    tx.load_scopes(&distinct(entries.iter().map(|e| &e.scope)))?;
     for entry in &entries {
         let (scope_id, info) = tx.scope(&entry.scope)?;
         check_restored(entry, &info, &mut |id| tx.lookup(id))?;

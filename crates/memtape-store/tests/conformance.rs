@@ -159,6 +159,22 @@ fn a_failed_batch_appends_nothing() {
         assert_eq!(store.last_id().unwrap(), EntryId(1));
         let info = store.scope_info(&s).unwrap().unwrap();
         assert_eq!((info.entries, info.head), (1, Some(EntryId(1))));
+        // Nor does it leave the scopes it would have opened (a store may ready a batch's
+        // scopes ahead of its entries).
+        let fresh = session("never-opened");
+        let bad_tool = Message {
+            tool_call_id: None,
+            ..Message::tool_result("c", "r")
+        };
+        store
+            .append(vec![
+                msg(&fresh, Message::user("lost"), 1),
+                msg(&session("nor-this"), bad_tool, 2),
+            ])
+            .unwrap_err();
+        assert_eq!(store.scope_info(&fresh).unwrap(), None);
+        assert_eq!(store.scope_info(&session("nor-this")).unwrap(), None);
+        assert_eq!(store.scopes("acme").unwrap().len(), 1);
         // The next append still gets the next id.
         assert_eq!(
             store
