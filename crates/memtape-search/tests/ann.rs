@@ -70,7 +70,7 @@ fn session(n: usize) -> Scope {
         .unwrap()
         .with_user("ann")
         .unwrap()
-        .with_session(&format!("s{n}"))
+        .with_session(format!("s{n}"))
         .unwrap()
 }
 

@@ -47,12 +47,13 @@ pub(crate) struct Params {
 /// The parameters used, measured in docs/scaling.md ("An ANN for large shards").
 pub(crate) const PARAMS: Params = Params {
     connectivity: 16,
-    expansion_add: 128,
-    expansion_search: 128,
+    expansion_add: 64,
+    expansion_search: 64,
 };
 
-/// Candidates taken from the graph per hit asked for, all rescored.
-const OVERSAMPLE: usize = 2;
+/// Candidates taken from the graph per hit asked for, all rescored (a search for more
+/// than `expansion_search` looks that much wider).
+const OVERSAMPLE: usize = 4;
 
 /// The smallest share of the rows a search's filter must admit for the graph to be used
 /// (estimated on [`SAMPLE`] rows spread over the shard). A graph search with a selective
@@ -69,6 +70,10 @@ const CHUNK: usize = 4096;
 /// In the background, the graph is extended once this many rows are after it (the exact
 /// scan of fewer costs less than a millisecond).
 const STEP_ROWS: usize = 2048;
+
+/// During a long build, the graph is saved once it holds at least this many rows more
+/// than its file (and twice as many).
+const SAVE_EVERY: usize = 1 << 20;
 
 /// The last bytes of a graph file.
 const MAGIC: &[u8; 8] = b"MTANN\x00v1";
@@ -586,34 +591,43 @@ impl Build {
                 break;
             }
             ann.add(&chunk)?;
+            // A long build (a large shard's first) is saved as it doubles, so a process
+            // stopped meanwhile keeps most of the work.
+            let saved = lock(&self.slot.state).saved;
+            self.save_past(&ann, (2 * saved).max(saved + SAVE_EVERY))?;
         }
         // Saved when it grew by an eighth since the file was written (or there is none),
         // so that saving costs a bounded share of building.
-        let rows = ann.rows();
         let saved = lock(&self.slot.state).saved;
-        if rows > saved && (saved == 0 || rows >= saved + saved / 8) {
-            let last_id = {
-                let docs = read(&self.docs);
-                if docs.build != self.build {
-                    return Ok(());
-                }
-                docs.ids[rows - 1]
-            };
-            ann.save(&self.path, &self.embedder, last_id, || {
-                let mut state = lock(&self.slot.state);
-                // The shard file's own build too: another process may have erased since.
-                let keep =
-                    state.build == self.build && self.file_build() == Some(self.build.clone());
-                if keep {
-                    state.saved = rows;
-                }
-                keep
-            })
-            .map_err(|e| format!("saving it: {e}"))?;
-            if !self.current() {
-                // An erasure came between the check and the rename: this file is stale.
-                let _ = fs::remove_file(&self.path);
+        self.save_past(&ann, saved + saved / 8)
+    }
+
+    /// Saves the graph if it holds more than `rows` rows and still belongs to the shard.
+    fn save_past(&self, ann: &Ann, rows: usize) -> Result<(), String> {
+        let now = ann.rows();
+        if now == 0 || now <= rows {
+            return Ok(());
+        }
+        let last_id = {
+            let docs = read(&self.docs);
+            if docs.build != self.build {
+                return Ok(());
             }
+            docs.ids[now - 1]
+        };
+        ann.save(&self.path, &self.embedder, last_id, || {
+            let mut state = lock(&self.slot.state);
+            // The shard file's own build too: another process may have erased since.
+            let keep = state.build == self.build && self.file_build() == Some(self.build.clone());
+            if keep {
+                state.saved = now;
+            }
+            keep
+        })
+        .map_err(|e| format!("saving it: {e}"))?;
+        if !self.current() {
+            // An erasure came between the check and the rename: this file is stale.
+            let _ = fs::remove_file(&self.path);
         }
         Ok(())
     }
@@ -1021,13 +1035,14 @@ mod tests {
             v[((v.len() - 1) as f64 * q) as usize]
         };
         println!(
-            "ann_at_scale n={n} dim={dim} {} M={} efC={} efS={} oversample={oversample} clusters={clusters} noise={noise}: \
+            "ann_at_scale n={n} dim={dim} {} M={} efC={} efS={} oversample={oversample} clusters={clusters} noise={noise} simd={}: \
              build {:.1} s ({:.1} µs/vector), graph {:.0} MiB (vectors {:.0} MiB), \
              query p50/p95 {:.2}/{:.2} ms (exact scan {:.1}/{:.1} ms), recall@10 {:.3}",
             if b1 { "b1" } else { "i8" },
             params.connectivity,
             params.expansion_add,
             params.expansion_search,
+            index.hardware_acceleration(),
             build,
             build * 1e6 / n as f64,
             index.memory_usage() as f64 / 1048576.0,
