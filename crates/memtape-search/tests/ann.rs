@@ -41,13 +41,17 @@ fn vector_of(text: &str) -> Vec<f32> {
     if text == SECRET {
         return secret_vector();
     }
+    clustered(text, DIM)
+}
+
+fn clustered(text: &str, dim: usize) -> Vec<f32> {
     let mut parts = text.split(' ');
     let num = |p: Option<&str>| p.and_then(|w| w[1..].parse::<u64>().ok()).unwrap_or(0);
     let (cluster, n) = (num(parts.next()), num(parts.next()));
     let mut centre = fastrand::Rng::with_seed(cluster);
     let mut noise = fastrand::Rng::with_seed(1_000_000 + n);
     unit(
-        (0..DIM)
+        (0..dim)
             .map(|_| gaussian_ish(&mut centre) + 0.6 * gaussian_ish(&mut noise))
             .collect(),
     )
@@ -343,4 +347,57 @@ fn an_erased_vector_leaves_the_graph_file() {
     let hits = vector_search(&index, SECRET, tenant.clone(), false);
     assert!(hits.iter().all(|(id, _)| *id != secret));
     assert!(recall(&index, 20, &tenant) >= 0.95);
+}
+
+/// [`Clusters`] in WordLlama's 256 dimensions.
+struct Clusters256;
+
+impl Embedder for Clusters256 {
+    fn id(&self) -> &str {
+        "test-clusters-256"
+    }
+    fn dim(&self) -> usize {
+        256
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| clustered(t, 256)).collect())
+    }
+}
+
+/// What building the graph in the background costs the write path: entries/s appended in
+/// batches of 1,000, each followed by the index's catch-up (as the write hook does), with
+/// no graph and with one from 50,000 vectors on.
+/// `ANN_INGEST=300000 cargo test --release -p memtape-search --test ann -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "a benchmark"]
+fn ingest_while_the_graph_is_built() {
+    let n: usize = std::env::var("ANN_INGEST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    for ann_min in [usize::MAX, 50_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+        let config = IndexConfig {
+            ann_min,
+            ..IndexConfig::default()
+        };
+        let index = Index::open(
+            &dir.path().join("index"),
+            Some(Arc::new(Clusters256)),
+            config,
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        for from in (0..n).step_by(1000) {
+            append(&store, from, from + 1000);
+            index.catch_up(&store).unwrap();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "ingest_while_the_graph_is_built n={n} ann_min={ann_min}: {:.0} entries/s",
+            n as f64 / secs
+        );
+    }
 }

@@ -694,8 +694,10 @@ impl Shard {
         if self.config.ann_background {
             match std::thread::Builder::new()
                 .name("memtape-ann".into())
-                .spawn(move || job.run())
-            {
+                .spawn(move || {
+                    lower_priority();
+                    job.run();
+                }) {
                 Ok(handle) => *builder = Some(handle),
                 Err(e) => tracing::warn!("cannot start building an approximate index: {e}"),
             }
@@ -745,6 +747,27 @@ impl Shard {
             .vectors
             .search_from(rows, &q, k, limit, candidates, allowed);
         top_k(k, scored.chain(tail))
+    }
+}
+
+/// Gives the calling thread (a graph's builder) the lowest priority short of idle: on
+/// Linux the batch policy at nice 19, so appends and searches come first on a busy
+/// machine, yet the builder is never starved while it holds the mirror's read lock for a
+/// chunk's copy (an idle-policy thread could be, and hold up a catch-up waiting to write).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    let lowered = thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        thread_priority::ThreadPriority::Min,
+        thread_priority::ThreadSchedulePolicy::Normal(
+            thread_priority::NormalThreadSchedulePolicy::Batch,
+        ),
+    );
+    #[cfg(not(target_os = "linux"))]
+    let lowered =
+        thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min);
+    if let Err(e) = lowered {
+        tracing::debug!("could not lower the graph builder's priority: {e:?}");
     }
 }
 
