@@ -349,6 +349,63 @@ fn an_erased_vector_leaves_the_graph_file() {
     assert!(recall(&index, 20, &tenant) >= 0.95);
 }
 
+#[test]
+fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
+    let f = fixture(5_000);
+    let secret = f
+        .store
+        .append(vec![NewEntry::new(
+            session(2),
+            Payload::Message(Message::user(SECRET)),
+            at(5_000),
+        )])
+        .unwrap()[0]
+        .id;
+    append(&f.store, 5_001, 6_000);
+    // Two indexes on one folder, as a CLI beside a server.
+    let a = open(f.dir.path());
+    a.catch_up(&f.store).unwrap();
+    let path = graph_file(&a);
+    let saved = identity(&path);
+    let b = open(f.dir.path());
+    b.catch_up(&f.store).unwrap();
+    assert_eq!(identity(&path), saved, "the second reads the first's graph");
+    let tenant = SearchFilter::tenant("acme");
+    assert_eq!(
+        vector_search(&b, SECRET, tenant.clone(), false)[0].0,
+        secret
+    );
+    f.store
+        .erase(&EraseRequest {
+            target: EraseTarget::Entries {
+                within: session(2),
+                ids: vec![secret],
+            },
+            mode: EraseMode::Whole,
+            receipt_scope: session(2),
+            selector: Selector::Text,
+            by: "test".into(),
+            reason: String::new(),
+            at: at(6_000),
+            dry_run: false,
+        })
+        .unwrap();
+    a.catch_up(&f.store).unwrap();
+    b.catch_up(&f.store).unwrap();
+    let needle = stored_bytes(&secret_vector());
+    assert!(files_holding(&f.dir.path().join("index"), &needle).is_empty());
+    for index in [&a, &b] {
+        let hits = vector_search(index, SECRET, tenant.clone(), false);
+        assert!(hits.iter().all(|(id, _)| *id != secret));
+        assert!(recall(index, 10, &tenant) >= 0.95);
+    }
+    // Whichever wrote last, the file is whole and for the new build: a third reads it.
+    let saved = identity(&path);
+    let c = open(f.dir.path());
+    c.catch_up(&f.store).unwrap();
+    assert_eq!(identity(&path), saved);
+}
+
 /// [`Clusters`] in WordLlama's 256 dimensions.
 struct Clusters256;
 

@@ -616,9 +616,11 @@ impl Build {
             docs.ids[now - 1]
         };
         ann.save(&self.path, &self.embedder, last_id, || {
+            // The shard file's own build too: another process may have erased since. (Read
+            // before taking the slot, which searches take.)
+            let file_current = self.file_build().as_deref() == Some(self.build.as_str());
             let mut state = lock(&self.slot.state);
-            // The shard file's own build too: another process may have erased since.
-            let keep = state.build == self.build && self.file_build() == Some(self.build.clone());
+            let keep = file_current && state.build == self.build;
             if keep {
                 state.saved = now;
             }
