@@ -975,7 +975,7 @@ mod tests {
     /// against an exact 8-bit scan, for the parameters in [`PARAMS`] or those given.
     /// `ANN_N=1000000 cargo test --release -p memtape-search ann_at_scale -- --ignored
     /// --nocapture` (also `ANN_DIM`, `ANN_M`, `ANN_EFC`, `ANN_EFS`, `ANN_OVERSAMPLE`,
-    /// `ANN_QUERIES`, `ANN_NOISE`, `ANN_CLUSTERS`, `ANN_B1=1` for a one-bit graph).
+    /// `ANN_QUERIES`, `ANN_NOISE`, `ANN_CLUSTERS`, `ANN_B1=1` for a one-bit graph, `ANN_FILTER=n` for a filter admitting one row in n).
     #[test]
     #[ignore = "a benchmark: minutes at a million vectors"]
     fn ann_at_scale() {
@@ -991,6 +991,9 @@ mod tests {
         let clusters = env("ANN_CLUSTERS", 2_000) as u64;
         let noise = env("ANN_NOISE", 100) as f32 / 100.0;
         let b1 = env("ANN_B1", 0) == 1;
+        // A filter admitting one row in this many (1 = all).
+        let every = env("ANN_FILTER", 1);
+        let admits = |r: usize| r % every == 0;
         let mut vectors = Vectors::new(dim);
         for i in 0..n {
             vectors.push(&quantize(&clustered(dim, clusters, noise, i as u64)));
@@ -1032,7 +1035,7 @@ mod tests {
             let query = clustered(dim, clusters, noise, 10_000_000_000 + i as u64);
             let q = quantize(&query);
             let started = Instant::now();
-            let exact = vectors.search_from(0, &q, k, usize::MAX, 0, |_| true);
+            let exact = vectors.search_from(0, &q, k, usize::MAX, 0, admits);
             exact_ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let started = Instant::now();
             let found = if b1 {
@@ -1041,7 +1044,7 @@ mod tests {
                     .unwrap()
             } else {
                 index
-                    .filtered_search(q.values(), k * oversample, |_| true)
+                    .filtered_search(q.values(), k * oversample, |r| admits(r as usize))
                     .unwrap()
             };
             let got = top_k(
@@ -1060,7 +1063,7 @@ mod tests {
             v[((v.len() - 1) as f64 * q) as usize]
         };
         println!(
-            "ann_at_scale n={n} dim={dim} {} M={} efC={} efS={} oversample={oversample} clusters={clusters} noise={noise} simd={}: \
+            "ann_at_scale n={n} dim={dim} {} M={} efC={} efS={} oversample={oversample} clusters={clusters} noise={noise} filter=1/{every} simd={}: \
              build {:.1} s ({:.1} µs/vector), graph {:.0} MiB (vectors {:.0} MiB), \
              query p50/p95 {:.2}/{:.2} ms (exact scan {:.1}/{:.1} ms), recall@10 {:.3}",
             if b1 { "b1" } else { "i8" },
