@@ -592,8 +592,8 @@ impl Shard {
 
     /// About how many bytes this shard holds in memory (what the index's memory budget
     /// counts): its mirror (each document's id, metadata, neighbours and vector, the scopes
-    /// and speakers, and a share for the maps that find them) and its connections' page
-    /// caches.
+    /// and speakers, and a share for the maps that find them), its approximate graph (a
+    /// large shard's, [`ann`]) and its connections' page caches.
     pub(crate) fn memory(&self) -> u64 {
         let docs = self.read_docs();
         let per_doc = std::mem::size_of::<u64>()

@@ -663,10 +663,14 @@ impl Shard {
                 state.build.clone_from(&build);
                 state.ann = None;
                 state.saved = 0;
-                if path.exists() && peek_build(&path).is_none_or(|b| b != build) {
+                let saved = path.exists();
+                if saved && peek_build(&path).is_none_or(|b| b != build) {
                     let _ = fs::remove_file(&path);
                 }
-                remove_leftovers(&path);
+                // Only a shard large enough for a graph ever had one being written.
+                if saved || len >= self.config.ann_min {
+                    remove_leftovers(&path);
+                }
             }
             if len < self.config.ann_min || build.is_empty() {
                 return;
