@@ -390,6 +390,8 @@ impl Tuning {
             neighbour_length: self.neighbour_length.unwrap_or(base.neighbour_length),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
+            ann_min: base.ann_min,
+            ann_background: base.ann_background,
         }
     }
 }

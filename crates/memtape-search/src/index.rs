@@ -9,9 +9,11 @@
 //! tape again.
 //!
 //! The parts: [`file`] (the file, its identity and meta, reading it into memory),
-//! [`catch_up`] (following the tape, across threads and processes) and [`rank`] (queries,
-//! fusion and the ranking boosts).
+//! [`catch_up`] (following the tape, across threads and processes), [`rank`] (queries,
+//! fusion and the ranking boosts) and [`ann`] (the approximate nearest-neighbour graph of
+//! large shards, kept beside the file).
 
+mod ann;
 mod bm25;
 mod catch_up;
 pub use catch_up::PendingVectors;
@@ -65,6 +67,15 @@ pub struct IndexConfig {
     /// relative to its own text; 0 searches the message's own text only. BM25F: each field
     /// is normalised by its own length.
     pub context_weight: f32,
+    /// From this many vectors on, a shard keeps an approximate nearest-neighbour graph
+    /// (HNSW, 8-bit) beside its file, and vector searches whose filter admits enough of
+    /// the shard take their candidates from it (rescored exactly), the rows after it
+    /// being scanned; `usize::MAX` = never. Exact requests never use it.
+    pub ann_min: usize,
+    /// Whether the graph is built and extended on a thread of its own (`true`), or by
+    /// the catch-up itself before it returns (`false`: slower writes, for tests and
+    /// benchmarks that need the graph complete).
+    pub ann_background: bool,
     /// BM25's term-frequency saturation, k1 (more than 0).
     pub bm25_k1: f32,
     /// BM25's length normalisation, b (0 = none, 1 = full), for both fields.
@@ -118,6 +129,8 @@ impl Default for IndexConfig {
             candidates: 100,
             exact_limit: 20_000,
             oversample: 100,
+            ann_min: 100_000,
+            ann_background: true,
             context_weight: 0.2,
             bm25_k1: 1.2,
             bm25_b: 0.9,
@@ -382,7 +395,10 @@ pub(crate) struct Shard {
     /// Read-only connections for BM25 queries, one per search running at once (opened as
     /// needed, kept for reuse), so searches do not wait for each other.
     readers: Mutex<Vec<Connection>>,
-    docs: RwLock<Docs>,
+    /// Shared with the thread building the shard's graph.
+    docs: Arc<RwLock<Docs>>,
+    /// The approximate nearest-neighbour graph of a large shard ([`ann`]).
+    ann: Arc<ann::AnnSlot>,
     /// Set by [`Shard::rebuild`]: the next catch-up rebuilds the file from the whole tape.
     rebuild: Mutex<bool>,
     /// The last failed catch-up, for operators (see [`Shard::last_failure`]).
@@ -427,6 +443,13 @@ impl QueryVectors {
                 self.vectors.remove(&oldest);
             }
         }
+    }
+}
+
+impl Drop for Shard {
+    /// A graph being built for the shard stops at its next step.
+    fn drop(&mut self) {
+        self.ann.stop();
     }
 }
 
@@ -500,20 +523,24 @@ impl Shard {
             file::load(&writer, dim, path)?
         };
         let reader = open_reader(path)?;
-        Ok(Shard {
+        let shard = Shard {
             path: path.to_owned(),
             tenant: tenant.to_owned(),
             embedder,
             config: spec.config,
             writer: Mutex::new(writer),
             readers: Mutex::new(vec![reader]),
-            docs: RwLock::new(docs),
+            docs: Arc::new(RwLock::new(docs)),
+            ann: Arc::default(),
             rebuild: Mutex::new(rebuild),
             failure: Mutex::new(None),
             vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
             query_vectors: spec.queries.clone(),
-        })
+        };
+        // A graph saved for this build is read (in the background), not built again.
+        shard.keep_ann();
+        Ok(shard)
     }
 
     /// The embedder's id, or "none".
@@ -565,8 +592,8 @@ impl Shard {
 
     /// About how many bytes this shard holds in memory (what the index's memory budget
     /// counts): its mirror (each document's id, metadata, neighbours and vector, the scopes
-    /// and speakers, and a share for the maps that find them) and its connections' page
-    /// caches.
+    /// and speakers, and a share for the maps that find them), its approximate graph (a
+    /// large shard's, [`ann`]) and its connections' page caches.
     pub(crate) fn memory(&self) -> u64 {
         let docs = self.read_docs();
         let per_doc = std::mem::size_of::<u64>()
@@ -577,6 +604,7 @@ impl Shard {
         let events = docs.events.len() * 48;
         let mirror = docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events;
         drop(docs);
+        let mirror = mirror + self.ann_memory();
         // And its connections' page caches (a shard's file is read through them, not mapped
         // into memory: the kernel's file cache holds the rest, outside the process).
         let connections =

@@ -29,6 +29,11 @@ pub struct Quantized {
 }
 
 impl Quantized {
+    /// The 8-bit values (the vector divided by its scale).
+    pub(crate) fn values(&self) -> &[i8] {
+        &self.values
+    }
+
     /// The stored form: the scale (f32, little-endian), then one byte per dimension.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.scale.to_le_bytes().to_vec();
@@ -110,7 +115,7 @@ impl<T: PartialOrd> Ord for Scored<T> {
 }
 
 /// Keeps the `k` best (highest-scoring) rows seen.
-fn top_k<T: PartialOrd + Copy>(
+pub(crate) fn top_k<T: PartialOrd + Copy>(
     k: usize,
     scored: impl Iterator<Item = (usize, T)>,
 ) -> Vec<(usize, T)> {
@@ -212,8 +217,13 @@ impl Vectors {
         Some(dot_i8(row(a), row(b)) as f32 * self.scales[a] * self.scales[b])
     }
 
+    /// The 8-bit values of row `row` (its vector divided by its scale).
+    pub(crate) fn row(&self, row: usize) -> &[i8] {
+        &self.values[row * self.dim..(row + 1) * self.dim]
+    }
+
     /// The cosine of row `row` with the quantized query `q`.
-    fn score(&self, row: usize, q: &Quantized) -> f32 {
+    pub(crate) fn score(&self, row: usize, q: &Quantized) -> f32 {
         let values = &self.values[row * self.dim..(row + 1) * self.dim];
         dot_i8(values, &q.values) as f32 * self.scales[row] * q.scale
     }
@@ -221,7 +231,8 @@ impl Vectors {
     /// The `k` rows most similar to `query` (by cosine; vectors are unit length) among
     /// those `allowed` accepts, best first. Exact when at most `exact_limit` rows are held;
     /// otherwise one-bit codes pick at least `candidates` (and at least `k`) rows that are
-    /// rescored with the 8-bit vectors.
+    /// rescored with the 8-bit vectors. (The index calls [`Vectors::search_from`].)
+    #[cfg(test)]
     pub fn search(
         &self,
         query: &[f32],
@@ -230,15 +241,29 @@ impl Vectors {
         candidates: usize,
         allowed: impl Fn(usize) -> bool,
     ) -> Vec<(usize, f32)> {
-        if k == 0 || self.is_empty() {
+        self.search_from(0, &quantize(query), k, exact_limit, candidates, allowed)
+    }
+
+    /// [`Vectors::search`] among the rows from `first` on only (those after the part an
+    /// approximate index covers), for the quantized query `q`: exact when at most
+    /// `exact_limit` rows are scanned.
+    pub(crate) fn search_from(
+        &self,
+        first: usize,
+        q: &Quantized,
+        k: usize,
+        exact_limit: usize,
+        candidates: usize,
+        allowed: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, f32)> {
+        if k == 0 || self.is_empty() || first >= self.len() {
             return Vec::new();
         }
-        let q = quantize(query);
-        let rows = 0..self.len();
-        if self.len() <= exact_limit {
+        let rows = first..self.len();
+        if rows.len() <= exact_limit {
             return top_k(
                 k,
-                rows.filter(|r| allowed(*r)).map(|r| (r, self.score(r, &q))),
+                rows.filter(|r| allowed(*r)).map(|r| (r, self.score(r, q))),
             );
         }
         let mut code = Vec::with_capacity(self.words);
@@ -246,7 +271,8 @@ impl Vectors {
         // Hamming distances of every admitted row (u16::MAX for the rest), then the
         // smallest distance threshold that admits enough candidates: a counting select,
         // linear in the rows, with no heap.
-        let distances: Vec<u16> = (0..self.len())
+        let distances: Vec<u16> = rows
+            .clone()
             .map(|r| {
                 if !allowed(r) {
                     return u16::MAX;
@@ -273,11 +299,10 @@ impl Vectors {
                 break;
             }
         }
-        let candidates = distances
-            .iter()
-            .enumerate()
+        let candidates = rows
+            .zip(&distances)
             .filter(|(_, d)| usize::from(**d) <= threshold)
-            .map(|(r, _)| (r, self.score(r, &q)));
+            .map(|(r, _)| (r, self.score(r, q)));
         top_k(k, candidates)
     }
 }

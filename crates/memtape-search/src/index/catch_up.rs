@@ -215,6 +215,9 @@ impl Shard {
         }
         let added = self.catch_up_locked(store, &mut conn, &tape, max_pages, progress)?;
         *lock(&self.tape) = tape;
+        drop(conn);
+        // After an erasure's new build this drops the graph and its file.
+        self.keep_ann();
         Ok(added)
     }
 
@@ -838,9 +841,12 @@ impl Shard {
     pub fn store_embedded(&self, pending: PendingVectors) -> Result<bool> {
         let mut conn = lock(&self.writer);
         self.sync(&mut conn)?;
-        Ok(self
+        let more = self
             .store_vectors(&mut conn, pending.from, &pending.build, pending.batch)?
-            .unwrap_or(true))
+            .unwrap_or(true);
+        drop(conn);
+        self.keep_ann();
+        Ok(more)
     }
 
     /// One batch of [`Shard::embed_step`] for a caller that holds the write lock (a

@@ -7,7 +7,7 @@ use memtape_core::EntryId;
 use memtape_store::Store;
 
 use super::bm25::{self, Postings};
-use super::{Docs, ONE_BIT_HITS, Shard, lock};
+use super::{Docs, Shard, lock};
 use crate::fusion::{self, List};
 use crate::text::terms;
 use crate::when::{self, Period};
@@ -189,17 +189,7 @@ impl Shard {
                 bm25 = fusion::union(bm25, bm25_best(matches, depth, pass));
             }
             if let Some(q) = &query_vector {
-                let mut found = docs.vectors.search(
-                    q,
-                    depth,
-                    if request.exact {
-                        usize::MAX
-                    } else {
-                        self.config.exact_limit
-                    },
-                    self.config.oversample * ONE_BIT_HITS,
-                    pass,
-                );
+                let mut found = self.vector_search(&docs, q, depth, request.exact, *pass);
                 // Below the model's floor a document is unrelated, however it ranks.
                 found.retain(|(_, score)| *score > floor);
                 vector = fusion::union(vector, found);

@@ -1,0 +1,1107 @@
+//! Approximate nearest-neighbour search for large shards: an HNSW graph (usearch) over the
+//! mirror's 8-bit vectors, extended as the shard grows, saved beside the shard's file, and
+//! dropped with its file when the shard's build changes (an erasure, a rebuild).
+//!
+//! The graph covers a prefix of the rows (its keys are row numbers, which a build never
+//! renumbers); the rows after it are scanned as before ([`Vectors::search_from`]) and the
+//! two lists merged. Every candidate the graph returns is rescored with the mirror's 8-bit
+//! vector, so a hit's score is the exact scan's. The graph is used only for shards of at
+//! least [`IndexConfig::ann_min`] vectors, not for exact requests, and not when a search's
+//! filter admits less than [`MIN_ADMITTED`] of the rows or fewer than half `ann_min` rows
+//! (those rows are scanned).
+//!
+//! The file (`<hash>.ann` beside `<hash>.db`) is usearch's own serialisation followed by a
+//! trailer: a stamp (the shard's build id, the embedder, the dimension and graph degree,
+//! how many rows it covers and the entry id of the last), its length, a CRC-32 of
+//! everything before, the body's length and a magic number. It is written to a temporary
+//! file and renamed, and used only when the stamp matches the shard: a missing, stale,
+//! truncated or corrupt file is deleted and the graph built again from the mirror.
+//!
+//! [`Vectors::search_from`]: crate::vectors::Vectors::search_from
+//! [`IndexConfig::ann_min`]: super::IndexConfig::ann_min
+
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+
+use serde::{Deserialize, Serialize};
+use usearch::{IndexOptions, MetricKind, ScalarKind};
+
+use super::{Docs, ONE_BIT_HITS, Shard, lock};
+use crate::vectors::{Quantized, quantize, top_k};
+
+/// The graph's shape: its degree (HNSW's M) and how wide insertions and searches look
+/// (ef_construction, ef_search).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// Neighbours kept per node and layer (M).
+    pub(crate) connectivity: usize,
+    /// Candidates an insertion looks at (ef_construction).
+    pub(crate) expansion_add: usize,
+    /// Candidates a search looks at, at least (ef_search; a search for more looks wider).
+    pub(crate) expansion_search: usize,
+}
+
+/// The parameters used, measured in docs/scaling.md ("An ANN for large shards").
+pub(crate) const PARAMS: Params = Params {
+    connectivity: 16,
+    expansion_add: 128,
+    expansion_search: 64,
+};
+
+/// Candidates taken from the graph per hit asked for, all rescored (a search for more
+/// than `expansion_search` looks that much wider).
+const OVERSAMPLE: usize = 4;
+
+/// The smallest share of the rows a search's filter must admit for the graph to be used
+/// (estimated on [`SAMPLE`] rows spread over the shard), and it must admit at least half
+/// of [`IndexConfig::ann_min`](super::IndexConfig::ann_min) rows. A graph search with a
+/// filter walks the rejected nodes too: at 100,000 vectors one admitting half the rows
+/// took 2.7 ms (1.5 unfiltered), a third 7.8 ms and a tenth 21 ms, against 3–5 ms for a
+/// scan of the rows it admits (docs/scaling.md); a scan grows with the shard, a graph
+/// search hardly, so the graph pays from fewer admitted rows in larger shards.
+pub(crate) const MIN_ADMITTED: f64 = 0.1;
+
+/// Rows looked at to estimate the share a filter admits.
+const SAMPLE: usize = 256;
+
+/// Rows copied from the mirror (under its read lock) and added per step of a build.
+const CHUNK: usize = 4096;
+
+/// In the background, the graph is extended once this many rows are after it (the exact
+/// scan of fewer costs less than a millisecond).
+const STEP_ROWS: usize = 2048;
+
+/// During a long build, the graph is saved once it holds at least this many rows more
+/// than its file (and twice as many).
+const SAVE_EVERY: usize = 1 << 20;
+
+/// The last bytes of a graph file.
+const MAGIC: &[u8; 8] = b"MTANN\x00v1";
+
+/// The trailer's fixed part: the stamp's length (u32), the CRC-32 (u32), the body's
+/// length (u64), the magic.
+const TRAILER: usize = 4 + 4 + 8 + MAGIC.len();
+
+/// What a graph file covers: it is used only by a shard it matches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    /// The build id of the shard file it was made from.
+    build: String,
+    /// The embedder whose vectors it holds.
+    embedder: String,
+    dim: usize,
+    connectivity: usize,
+    /// The rows it covers (keys `0..rows`).
+    rows: usize,
+    /// The entry id of row `rows - 1`.
+    last_id: u64,
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An HNSW graph over the first [`Ann::rows`] rows of a shard's mirror.
+pub(crate) struct Ann {
+    /// Written only to grow its capacity; added to and searched under the read lock
+    /// (usearch allows both at once).
+    index: RwLock<usearch::Index>,
+    /// How many rows, from the first, are in the graph.
+    rows: AtomicUsize,
+    /// The shard build it belongs to.
+    build: String,
+    dim: usize,
+}
+
+impl std::fmt::Debug for Ann {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ann")
+            .field("rows", &self.rows())
+            .field("build", &self.build)
+            .finish_non_exhaustive()
+    }
+}
+
+fn options(dim: usize, params: Params) -> IndexOptions {
+    IndexOptions {
+        dimensions: dim,
+        metric: MetricKind::Cos,
+        quantization: ScalarKind::I8,
+        connectivity: params.connectivity,
+        expansion_add: params.expansion_add,
+        expansion_search: params.expansion_search,
+        multi: false,
+    }
+}
+
+impl Ann {
+    /// An empty graph of `dim`-long vectors for shard build `build`.
+    pub(crate) fn new(dim: usize, build: &str, params: Params) -> Result<Ann, String> {
+        let index = usearch::Index::new(&options(dim, params)).map_err(|e| e.to_string())?;
+        Ok(Ann {
+            index: RwLock::new(index),
+            rows: AtomicUsize::new(0),
+            build: build.to_owned(),
+            dim,
+        })
+    }
+
+    /// How many rows, from the first, the graph holds.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows.load(Ordering::Acquire)
+    }
+
+    /// Adds rows `rows()..` with their 8-bit `values` (`dim` per row, in row order).
+    pub(crate) fn add(&self, values: &[i8]) -> Result<(), String> {
+        let n = values.len() / self.dim.max(1);
+        let first = self.rows();
+        {
+            let index = read(&self.index);
+            let wanted = index.size() + n;
+            if wanted > index.capacity() {
+                drop(index);
+                let index = self
+                    .index
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let capacity = wanted.next_power_of_two().max(CHUNK);
+                index.reserve(capacity).map_err(|e| e.to_string())?;
+            }
+        }
+        let index = read(&self.index);
+        for (i, v) in values.chunks_exact(self.dim).enumerate() {
+            index
+                .add((first + i) as u64, v)
+                .map_err(|e| e.to_string())?;
+            self.rows.store(first + i + 1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Up to `count` rows below `rows` that `allowed` admits, nearest `q` first.
+    pub(crate) fn search(
+        &self,
+        q: &Quantized,
+        count: usize,
+        rows: usize,
+        allowed: &dyn Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        let index = read(&self.index);
+        let found = index.filtered_search(q.values(), count, |key| {
+            let row = key as usize;
+            row < rows && allowed(row)
+        });
+        match found {
+            Ok(m) => m.keys.iter().map(|k| *k as usize).collect(),
+            Err(e) => {
+                tracing::warn!("approximate vector search failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The bytes the graph holds in memory (its vectors and links).
+    pub(crate) fn memory(&self) -> usize {
+        read(&self.index).memory_usage()
+    }
+
+    /// Writes the graph to `path` through a temporary file renamed over it, stamped with
+    /// `embedder` and the entry id of its last row. The rename happens only while `keep`
+    /// (checked with the slot locked) says the graph still belongs to the shard.
+    fn save(
+        &self,
+        path: &Path,
+        embedder: &str,
+        last_id: u64,
+        keep: impl FnOnce() -> bool,
+    ) -> io::Result<()> {
+        let temp = temp_path(path, "tmp");
+        let out = (|| {
+            let index = read(&self.index);
+            let stamp = Stamp {
+                build: self.build.clone(),
+                embedder: embedder.to_owned(),
+                dim: self.dim,
+                connectivity: index.connectivity(),
+                rows: index.size(),
+                last_id,
+            };
+            index
+                .save(&temp.to_string_lossy())
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            drop(index);
+            append_trailer(&temp, &stamp)?;
+            if keep() {
+                fs::rename(&temp, path)?;
+            }
+            Ok(())
+        })();
+        // Gone after a rename; after a failure or a refusal, removed.
+        let _ = fs::remove_file(&temp);
+        out
+    }
+
+    /// Reads the graph at `path` if its stamp matches: `build` and `embedder`, `dim`, the
+    /// graph degree, and a last covered row whose entry id `id_of` gives. `Ok(None)` when
+    /// there is no file; an error when it is stale or unreadable (the caller deletes it).
+    fn load(
+        path: &Path,
+        build: &str,
+        embedder: &str,
+        dim: usize,
+        id_of: impl Fn(usize) -> Option<u64>,
+    ) -> Result<Option<Ann>, String> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        // A private name for the file as it is now, so another process renaming a newer
+        // one over it cannot change what is read between the check and the load.
+        let snapshot = temp_path(path, "load");
+        let linked = fs::hard_link(path, &snapshot).is_ok();
+        let source = if linked { snapshot.as_path() } else { path };
+        let out = (|| {
+            let stamp = read_stamp(source).map_err(|e| e.to_string())?;
+            let wanted = (build, embedder, dim, PARAMS.connectivity);
+            let found = (
+                stamp.build.as_str(),
+                stamp.embedder.as_str(),
+                stamp.dim,
+                stamp.connectivity,
+            );
+            if found != wanted {
+                return Err(format!("made for another shard build or graph ({found:?})"));
+            }
+            if stamp.rows == 0 || id_of(stamp.rows - 1) != Some(stamp.last_id) {
+                return Err(format!(
+                    "covers {} rows ending at entry {}, which the shard does not hold",
+                    stamp.rows, stamp.last_id
+                ));
+            }
+            let ann = Ann::new(dim, build, PARAMS)?;
+            {
+                let index = read(&ann.index);
+                index
+                    .load(&source.to_string_lossy())
+                    .map_err(|e| e.to_string())?;
+                if index.size() != stamp.rows {
+                    return Err(format!("holds {} rows, not {}", index.size(), stamp.rows));
+                }
+                index.change_expansion_add(PARAMS.expansion_add);
+                index.change_expansion_search(PARAMS.expansion_search);
+            }
+            ann.rows.store(stamp.rows, Ordering::Release);
+            Ok(Some(ann))
+        })();
+        if linked {
+            let _ = fs::remove_file(&snapshot);
+        }
+        out
+    }
+}
+
+/// The graph file of the shard file at `shard`: `<hash>.ann` beside `<hash>.db`.
+pub(crate) fn ann_path(shard: &Path) -> PathBuf {
+    shard.with_extension("ann")
+}
+
+/// A name beside `path` private to this process and call: `<path>.<pid>.<n>.<what>`.
+fn temp_path(path: &Path, what: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.{n}.{what}", std::process::id()));
+    PathBuf::from(name)
+}
+
+/// Appends the stamp and the trailer to the graph body at `path`, and syncs it.
+fn append_trailer(path: &Path, stamp: &Stamp) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new().read(true).append(true).open(path)?;
+    let body = file.metadata()?.len();
+    let json = serde_json::to_vec(stamp).map_err(io::Error::other)?;
+    let mut crc = crc_of(&mut file, body)?;
+    crc.update(&json);
+    let mut trailer = json;
+    trailer.extend((trailer.len() as u32).to_le_bytes());
+    trailer.extend(crc.finalize().to_le_bytes());
+    trailer.extend(body.to_le_bytes());
+    trailer.extend(MAGIC);
+    file.write_all(&trailer)?;
+    file.sync_all()
+}
+
+/// The CRC-32 of the first `len` bytes of `file`, as a hasher to continue.
+fn crc_of(file: &mut File, len: u64) -> io::Result<crc32fast::Hasher> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut crc = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut reader = file.take(len);
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        crc.update(&buf[..n]);
+    }
+    Ok(crc)
+}
+
+/// The stamp of the graph file at `path`, after checking its trailer and checksum.
+fn read_stamp(path: &Path) -> io::Result<Stamp> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len < TRAILER as u64 {
+        return Err(bad("too short"));
+    }
+    file.seek(SeekFrom::End(-(TRAILER as i64)))?;
+    let mut tail = [0u8; TRAILER];
+    file.read_exact(&mut tail)?;
+    if &tail[16..] != MAGIC {
+        return Err(bad("no trailer (truncated?)"));
+    }
+    let word = |at: usize| u32::from_le_bytes([tail[at], tail[at + 1], tail[at + 2], tail[at + 3]]);
+    let (json_len, crc) = (u64::from(word(0)), word(4));
+    let mut body = [0u8; 8];
+    body.copy_from_slice(&tail[8..16]);
+    let body = u64::from_le_bytes(body);
+    if body + json_len + TRAILER as u64 != len {
+        return Err(bad("lengths do not add up (truncated?)"));
+    }
+    let mut hasher = crc_of(&mut file, body)?;
+    let mut json = vec![0u8; json_len as usize];
+    file.read_exact(&mut json)?;
+    hasher.update(&json);
+    if hasher.finalize() != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))
+}
+
+/// The stamp of the graph file at `path` without checking its body: which build it is for.
+fn peek_build(path: &Path) -> Option<String> {
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::End(-(TRAILER as i64))).ok()?;
+    let mut tail = [0u8; TRAILER];
+    file.read_exact(&mut tail).ok()?;
+    let json_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if &tail[16..] != MAGIC || json_len + TRAILER as u64 > len {
+        return None;
+    }
+    file.seek(SeekFrom::End(-((json_len + TRAILER as u64) as i64)))
+        .ok()?;
+    let mut json = vec![0u8; json_len as usize];
+    file.read_exact(&mut json).ok()?;
+    serde_json::from_slice::<Stamp>(&json).ok().map(|s| s.build)
+}
+
+/// Removes the temporary files that processes no longer running left beside `path`
+/// (killed while writing a graph): they may hold vectors an erasure removed since.
+fn remove_leftovers(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        let running = pid.is_some_and(|pid| {
+            pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+        });
+        // Where processes cannot be looked up (no /proc), an hour-old file is left over.
+        let old = !Path::new("/proc/self").exists()
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|d| d.as_secs() > 3600));
+        if pid.is_some() && (!running || old) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// A shard's graph and the state of its making, shared with the thread that builds it.
+#[derive(Debug, Default)]
+pub(crate) struct AnnSlot {
+    state: Mutex<SlotState>,
+    /// The thread building the graph, if one was started.
+    builder: Mutex<Option<JoinHandle<()>>>,
+    /// Set when the shard is dropped: a build stops at its next step.
+    stop: AtomicBool,
+    /// Graphs started from nothing (not read from a file) since the shard was opened.
+    fresh: AtomicUsize,
+    /// Vector searches the graph answered since the shard was opened.
+    searches: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The shard build the slot follows ("" before the first look).
+    build: String,
+    ann: Option<Arc<Ann>>,
+    /// The rows the graph file holds, as this process last wrote or read it.
+    saved: usize,
+}
+
+impl AnnSlot {
+    /// The graph of shard build `build`, if there is one.
+    fn current(&self, build: &str) -> Option<Arc<Ann>> {
+        let state = lock(&self.state);
+        state
+            .ann
+            .clone()
+            .filter(|a| a.build == build && state.build == build)
+    }
+
+    /// How many graphs were started from nothing since the shard was opened.
+    #[cfg(test)]
+    pub(crate) fn fresh(&self) -> usize {
+        self.fresh.load(Ordering::SeqCst)
+    }
+
+    /// How many vector searches the graph answered since the shard was opened.
+    #[cfg(test)]
+    pub(crate) fn searches(&self) -> usize {
+        self.searches.load(Ordering::SeqCst)
+    }
+
+    /// How many rows the current graph holds.
+    #[cfg(test)]
+    pub(crate) fn rows(&self) -> usize {
+        lock(&self.state).ann.as_ref().map_or(0, |a| a.rows())
+    }
+
+    /// Waits for the build running, if any.
+    #[cfg(test)]
+    pub(crate) fn wait(&self) {
+        if let Some(handle) = lock(&self.builder).take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Stops a running build at its next step.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One run of building: load or start the graph, add the rows after it, save it.
+struct Build {
+    slot: Arc<AnnSlot>,
+    docs: Arc<RwLock<Docs>>,
+    /// The shard's file, and the graph's.
+    shard: PathBuf,
+    path: PathBuf,
+    embedder: String,
+    dim: usize,
+    build: String,
+}
+
+impl Build {
+    fn run(self) {
+        if let Err(e) = self.try_run() {
+            tracing::warn!(
+                "search index {}: approximate vector index: {e}; vector searches scan meanwhile",
+                self.path.display()
+            );
+        }
+    }
+
+    /// The build id the shard file holds now (another process may have changed it).
+    fn file_build(&self) -> Option<String> {
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.shard,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .ok()?;
+        conn.busy_timeout(super::file::BUSY_TIMEOUT).ok()?;
+        super::file::meta(&conn).ok().map(|m| m.build)
+    }
+
+    /// Whether the slot still follows this build (a new one may be an erasure's).
+    fn current(&self) -> bool {
+        lock(&self.slot.state).build == self.build
+    }
+
+    fn try_run(&self) -> Result<(), String> {
+        let existing = {
+            let state = lock(&self.slot.state);
+            if state.build != self.build {
+                return Ok(());
+            }
+            state.ann.clone()
+        };
+        let ann = match existing {
+            Some(ann) => ann,
+            None => {
+                let loaded = {
+                    let id_of = |row: usize| {
+                        let docs = read(&self.docs);
+                        (docs.build == self.build && row < docs.vectors.len())
+                            .then(|| docs.ids[row])
+                    };
+                    Ann::load(&self.path, &self.build, &self.embedder, self.dim, id_of)
+                };
+                let ann = match loaded {
+                    Ok(Some(ann)) => ann,
+                    other => {
+                        if let Err(e) = other {
+                            tracing::info!(
+                                "search index {}: approximate vector index not used ({e}); building it again",
+                                self.path.display()
+                            );
+                            let _ = fs::remove_file(&self.path);
+                        }
+                        self.slot.fresh.fetch_add(1, Ordering::SeqCst);
+                        Ann::new(self.dim, &self.build, PARAMS)?
+                    }
+                };
+                let ann = Arc::new(ann);
+                let mut state = lock(&self.slot.state);
+                if state.build != self.build {
+                    return Ok(());
+                }
+                state.saved = ann.rows();
+                state.ann = Some(ann.clone());
+                ann
+            }
+        };
+        loop {
+            if self.slot.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let chunk: Vec<i8> = {
+                let docs = read(&self.docs);
+                if docs.build != self.build {
+                    return Ok(());
+                }
+                let from = ann.rows();
+                let to = docs.vectors.len().min(from + CHUNK);
+                (from..to)
+                    .flat_map(|r| docs.vectors.row(r).iter().copied())
+                    .collect()
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            ann.add(&chunk)?;
+            // A long build (a large shard's first) is saved as it doubles, so a process
+            // stopped meanwhile keeps most of the work.
+            let saved = lock(&self.slot.state).saved;
+            self.save_past(&ann, (2 * saved).max(saved + SAVE_EVERY))?;
+        }
+        // Saved when it grew by an eighth since the file was written (or there is none),
+        // so that saving costs a bounded share of building.
+        let saved = lock(&self.slot.state).saved;
+        self.save_past(&ann, saved + saved / 8)
+    }
+
+    /// Saves the graph if it holds more than `rows` rows and still belongs to the shard.
+    fn save_past(&self, ann: &Ann, rows: usize) -> Result<(), String> {
+        let now = ann.rows();
+        if now == 0 || now <= rows {
+            return Ok(());
+        }
+        let last_id = {
+            let docs = read(&self.docs);
+            if docs.build != self.build {
+                return Ok(());
+            }
+            docs.ids[now - 1]
+        };
+        ann.save(&self.path, &self.embedder, last_id, || {
+            // The shard file's own build too: another process may have erased since. (Read
+            // before taking the slot, which searches take.)
+            let file_current = self.file_build().as_deref() == Some(self.build.as_str());
+            let mut state = lock(&self.slot.state);
+            let keep = file_current && state.build == self.build;
+            if keep {
+                state.saved = now;
+            }
+            keep
+        })
+        .map_err(|e| format!("saving it: {e}"))?;
+        if !self.current() {
+            // An erasure came between the check and the rename: this file is stale.
+            let _ = fs::remove_file(&self.path);
+        }
+        Ok(())
+    }
+}
+
+impl Shard {
+    /// Keeps the shard's graph in step with its mirror (called after every catch-up that
+    /// changed something, and when the shard opens): a new build (an erasure's, a
+    /// rebuild's) drops the graph and deletes its file; a shard of at least
+    /// [`IndexConfig::ann_min`](super::IndexConfig::ann_min) vectors gets its graph read
+    /// from the file or built, then extended with the rows after it, in the background
+    /// (or here, without [`IndexConfig::ann_background`](super::IndexConfig::ann_background)).
+    pub(crate) fn keep_ann(&self) {
+        let Some(embedder) = &self.embedder else {
+            return;
+        };
+        let (build, len) = {
+            let docs = self.read_docs();
+            (docs.build.clone(), docs.vectors.len())
+        };
+        let path = ann_path(&self.path);
+        {
+            let mut state = lock(&self.ann.state);
+            if state.build != build {
+                // The graph may hold vectors this build no longer has (an erasure's): it
+                // goes, and so does a file made for another build.
+                state.build.clone_from(&build);
+                state.ann = None;
+                state.saved = 0;
+                let saved = path.exists();
+                if saved && peek_build(&path).is_none_or(|b| b != build) {
+                    let _ = fs::remove_file(&path);
+                }
+                // Only a shard large enough for a graph ever had one being written.
+                if saved || len >= self.config.ann_min {
+                    remove_leftovers(&path);
+                }
+            }
+            if len < self.config.ann_min || build.is_empty() {
+                return;
+            }
+            let behind = len - state.ann.as_ref().map_or(0, |a| a.rows());
+            let step = if self.config.ann_background {
+                STEP_ROWS
+            } else {
+                1
+            };
+            if state.ann.is_some() && behind < step {
+                return;
+            }
+        }
+        let mut builder = lock(&self.ann.builder);
+        if builder.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        if let Some(done) = builder.take() {
+            let _ = done.join();
+        }
+        let job = Build {
+            slot: self.ann.clone(),
+            docs: self.docs.clone(),
+            shard: self.path.clone(),
+            path,
+            embedder: embedder.id().to_owned(),
+            dim: embedder.dim(),
+            build,
+        };
+        if self.config.ann_background {
+            match std::thread::Builder::new()
+                .name("memtape-ann".into())
+                .spawn(move || {
+                    lower_priority();
+                    job.run();
+                }) {
+                Ok(handle) => *builder = Some(handle),
+                Err(e) => tracing::warn!("cannot start building an approximate index: {e}"),
+            }
+        } else {
+            drop(builder);
+            job.run();
+        }
+    }
+
+    /// The bytes the shard's graph holds in memory.
+    pub(crate) fn ann_memory(&self) -> usize {
+        lock(&self.ann.state).ann.as_ref().map_or(0, |a| a.memory())
+    }
+
+    /// The `k` rows of `docs` nearest `query` among those `allowed` admits, best first, with
+    /// their 8-bit cosines: through the graph where it applies (see the module's
+    /// documentation), else as [`Vectors::search`](crate::vectors::Vectors::search) does.
+    pub(super) fn vector_search(
+        &self,
+        docs: &Docs,
+        query: &[f32],
+        k: usize,
+        exact: bool,
+        allowed: &dyn Fn(usize) -> bool,
+    ) -> Vec<(usize, f32)> {
+        let limit = if exact {
+            usize::MAX
+        } else {
+            self.config.exact_limit
+        };
+        let candidates = self.config.oversample * ONE_BIT_HITS;
+        let q = quantize(query);
+        let len = docs.vectors.len();
+        let ann = (!exact && len >= self.config.ann_min)
+            .then(|| self.ann.current(&docs.build))
+            .flatten();
+        let rows = ann.as_ref().map_or(0, |a| a.rows().min(len));
+        let wide = |rows: usize| {
+            let share = admitted(rows, allowed);
+            share >= MIN_ADMITTED && share * rows as f64 >= self.config.ann_min as f64 / 2.0
+        };
+        let Some(ann) = ann.filter(|_| rows > 0 && wide(rows)) else {
+            return docs
+                .vectors
+                .search_from(0, &q, k, limit, candidates, allowed);
+        };
+        self.ann.searches.fetch_add(1, Ordering::Relaxed);
+        let found = ann.search(&q, k * OVERSAMPLE, rows, allowed);
+        let scored = found.into_iter().map(|r| (r, docs.vectors.score(r, &q)));
+        let tail = docs
+            .vectors
+            .search_from(rows, &q, k, limit, candidates, allowed);
+        top_k(k, scored.chain(tail))
+    }
+}
+
+/// Gives the calling thread (a graph's builder) the lowest priority short of idle: on
+/// Linux the batch policy at nice 19, so appends and searches come first on a busy
+/// machine, yet the builder is never starved while it holds the mirror's read lock for a
+/// chunk's copy (an idle-policy thread could be, and hold up a catch-up waiting to write).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    let lowered = thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        thread_priority::ThreadPriority::Min,
+        thread_priority::ThreadSchedulePolicy::Normal(
+            thread_priority::NormalThreadSchedulePolicy::Batch,
+        ),
+    );
+    #[cfg(not(target_os = "linux"))]
+    let lowered =
+        thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min);
+    if let Err(e) = lowered {
+        tracing::debug!("could not lower the graph builder's priority: {e:?}");
+    }
+}
+
+/// The share of rows `0..rows` that `allowed` admits, estimated on [`SAMPLE`] rows spread
+/// evenly over them.
+fn admitted(rows: usize, allowed: &dyn Fn(usize) -> bool) -> f64 {
+    let n = SAMPLE.min(rows);
+    let hits = (0..n).filter(|i| allowed(i * rows / n)).count();
+    hits as f64 / n as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use chrono::{DateTime, Duration, Utc};
+    use memtape_core::{Message, NewEntry, Payload, Scope};
+    use memtape_store::{SqliteStore, Store};
+
+    use super::*;
+    use crate::index::{IndexConfig, ShardSpec};
+    use crate::vectors::{Vectors, dot};
+    use crate::{EmbedError, Embedder};
+
+    fn gaussian_ish(rng: &mut fastrand::Rng) -> f32 {
+        (0..4).map(|_| rng.f32()).sum::<f32>() - 2.0
+    }
+
+    /// A point near one of `clusters` centres (the same for a seed): clustered data, as
+    /// real embeddings are.
+    fn clustered(dim: usize, clusters: u64, noise: f32, seed: u64) -> Vec<f32> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut centre = fastrand::Rng::with_seed(rng.u64(0..clusters));
+        let v: Vec<f32> = (0..dim)
+            .map(|_| gaussian_ish(&mut centre) + noise * gaussian_ish(&mut rng))
+            .collect();
+        let n = dot(&v, &v).sqrt();
+        v.into_iter().map(|x| x / n).collect()
+    }
+
+    struct Seeds;
+
+    impl Embedder for Seeds {
+        fn id(&self) -> &str {
+            "test-seeds-32"
+        }
+        fn dim(&self) -> usize {
+            32
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(texts
+                .iter()
+                .map(|t| clustered(32, 50, 0.5, t.trim_start_matches('v').parse().unwrap_or(0)))
+                .collect())
+        }
+    }
+
+    fn append(store: &SqliteStore, from: u64, to: u64) {
+        append_at(store, from, to, 20_000);
+    }
+
+    fn append_at(store: &SqliteStore, from: u64, to: u64, day: i64) {
+        let scope = Scope::agent("acme", "bot").unwrap();
+        let at = DateTime::<Utc>::UNIX_EPOCH + Duration::days(day);
+        let batch = (from..to)
+            .map(|i| {
+                NewEntry::new(
+                    scope.clone(),
+                    Payload::Message(Message::user(format!("v{i}"))),
+                    at,
+                )
+            })
+            .collect();
+        store.append(batch).unwrap();
+    }
+
+    fn shard(path: &Path) -> Shard {
+        let spec = ShardSpec {
+            embedder: Some(Arc::new(Seeds)),
+            config: IndexConfig {
+                ann_min: 1_000,
+                ann_background: false,
+                ..IndexConfig::plain()
+            },
+            queries: Arc::default(),
+        };
+        Shard::open(path, "acme", &spec, false).unwrap()
+    }
+
+    #[test]
+    fn a_shard_reads_its_saved_graph_and_extends_it_instead_of_building_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+        let path = dir.path().join("shard.db");
+        append(&store, 0, 900);
+        let first = shard(&path);
+        first.catch_up(&store).unwrap();
+        assert_eq!(first.ann.rows(), 0, "below ann_min: no graph");
+        assert!(!ann_path(&path).exists());
+        append(&store, 900, 3_000);
+        first.catch_up(&store).unwrap();
+        assert_eq!((first.ann.fresh(), first.ann.rows()), (1, 3_000));
+        drop(first);
+        // Reopened: read from its file, not built again; then extended by the new rows.
+        let second = shard(&path);
+        assert_eq!((second.ann.fresh(), second.ann.rows()), (0, 3_000));
+        append(&store, 3_000, 4_000);
+        second.catch_up(&store).unwrap();
+        assert_eq!((second.ann.fresh(), second.ann.rows()), (0, 4_000));
+        assert!(second.memory() > second.ann_memory() as u64);
+        assert!(second.ann_memory() > 4_000 * 32, "the graph is counted");
+        // A background build ends with the same graph.
+        drop(second);
+        let spec = ShardSpec {
+            embedder: Some(Arc::new(Seeds)),
+            config: IndexConfig {
+                ann_min: 1_000,
+                ..IndexConfig::plain()
+            },
+            queries: Arc::default(),
+        };
+        let third = Shard::open(&path, "acme", &spec, false).unwrap();
+        third.ann.wait();
+        assert_eq!((third.ann.fresh(), third.ann.rows()), (0, 4_000));
+    }
+
+    #[test]
+    fn the_graph_answers_wide_searches_and_leaves_exact_and_selective_ones_to_the_scan() {
+        use crate::{Mode, SearchFilter, SearchRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+        append(&store, 0, 3_000);
+        let shard = shard(&dir.path().join("shard.db"));
+        shard.catch_up(&store).unwrap();
+        let wide = SearchRequest::new("v7", SearchFilter::tenant("acme")).mode(Mode::Vector);
+        let graph = shard.search(&wide).unwrap();
+        assert_eq!(shard.ann.searches(), 1);
+        let exact = shard
+            .search(&SearchRequest {
+                exact: true,
+                ..wide.clone()
+            })
+            .unwrap();
+        assert_eq!(shard.ann.searches(), 1, "an exact search scans");
+        assert_eq!(graph[0].id, exact[0].id);
+        assert_eq!(graph[0].score, exact[0].score);
+        // A filter admitting the last twentieth of the rows scans them.
+        let recent = SearchFilter {
+            since: Some(DateTime::<Utc>::UNIX_EPOCH + Duration::days(20_001)),
+            ..SearchFilter::tenant("acme")
+        };
+        append_at(&store, 3_000, 3_150, 20_001);
+        shard.catch_up(&store).unwrap();
+        let few = shard
+            .search(&SearchRequest::new("v7", recent).mode(Mode::Vector))
+            .unwrap();
+        assert_eq!(shard.ann.searches(), 1, "a selective filter scans");
+        assert!(few.iter().all(|h| h.id.0 > 3_000));
+        // One admitting most rows goes through the graph, and keeps to what it admits.
+        let older = SearchFilter {
+            until: Some(DateTime::<Utc>::UNIX_EPOCH + Duration::days(20_001)),
+            ..SearchFilter::tenant("acme")
+        };
+        let most = shard
+            .search(&SearchRequest::new("v7", older).mode(Mode::Vector))
+            .unwrap();
+        assert_eq!(shard.ann.searches(), 2, "a wide filter uses the graph");
+        assert!(!most.is_empty() && most.iter().all(|h| h.id.0 <= 3_000));
+    }
+
+    #[test]
+    fn a_graph_file_is_used_only_by_the_shard_build_and_rows_it_was_made_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.ann");
+        let dim = 16;
+        let ann = Ann::new(dim, "build-1", PARAMS).unwrap();
+        let rows: Vec<i8> = (0..dim * 100).map(|i| ((i * 7) % 255) as i8).collect();
+        ann.add(&rows).unwrap();
+        assert!(
+            Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64))
+                .unwrap()
+                .is_none()
+        );
+        ann.save(&path, "e", 99, || true).unwrap();
+        let loaded = Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64))
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.rows(), 100);
+        assert!(Ann::load(&path, "build-2", "e", dim, |r| Some(r as u64)).is_err());
+        assert!(Ann::load(&path, "build-1", "other", dim, |r| Some(r as u64)).is_err());
+        assert!(Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64 + 1)).is_err());
+        assert!(Ann::load(&path, "build-1", "e", dim, |_| None).is_err());
+        // A save refused (the shard's build changed meanwhile) leaves no file behind.
+        let other = dir.path().join("h.ann");
+        ann.save(&other, "e", 99, || false).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(peek_build(&path).as_deref(), Some("build-1"));
+    }
+
+    /// Reads a number from the environment, or `default`.
+    fn env(name: &str, default: usize) -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// Measures the graph at scale on clustered synthetic vectors (WordLlama's 256
+    /// dimensions by default): build time per vector, memory, query latency and recall@10
+    /// against an exact 8-bit scan, for the parameters in [`PARAMS`] or those given.
+    /// `ANN_N=1000000 cargo test --release -p memtape-search ann_at_scale -- --ignored
+    /// --nocapture` (also `ANN_DIM`, `ANN_M`, `ANN_EFC`, `ANN_EFS`, `ANN_OVERSAMPLE`,
+    /// `ANN_QUERIES`, `ANN_NOISE`, `ANN_CLUSTERS`, `ANN_B1=1` for a one-bit graph, `ANN_FILTER=n` for a filter admitting one row in n).
+    #[test]
+    #[ignore = "a benchmark: minutes at a million vectors"]
+    fn ann_at_scale() {
+        let n = env("ANN_N", 200_000);
+        let dim = env("ANN_DIM", 256);
+        let params = Params {
+            connectivity: env("ANN_M", PARAMS.connectivity),
+            expansion_add: env("ANN_EFC", PARAMS.expansion_add),
+            expansion_search: env("ANN_EFS", PARAMS.expansion_search),
+        };
+        let oversample = env("ANN_OVERSAMPLE", OVERSAMPLE);
+        let queries = env("ANN_QUERIES", 200);
+        let clusters = env("ANN_CLUSTERS", 2_000) as u64;
+        let noise = env("ANN_NOISE", 100) as f32 / 100.0;
+        let b1 = env("ANN_B1", 0) == 1;
+        // A filter admitting one row in this many (1 = all).
+        let every = env("ANN_FILTER", 1);
+        let admits = |r: usize| r.is_multiple_of(every);
+        let mut vectors = Vectors::new(dim);
+        for i in 0..n {
+            vectors.push(&quantize(&clustered(dim, clusters, noise, i as u64)));
+        }
+        let started = Instant::now();
+        let opts = IndexOptions {
+            metric: if b1 {
+                MetricKind::Hamming
+            } else {
+                MetricKind::Cos
+            },
+            quantization: if b1 { ScalarKind::B1 } else { ScalarKind::I8 },
+            ..options(dim, params)
+        };
+        let index = usearch::Index::new(&opts).unwrap();
+        index.reserve(n).unwrap();
+        let bits = |row: &[i8]| -> Vec<u8> {
+            row.chunks(8)
+                .map(|c| {
+                    c.iter()
+                        .enumerate()
+                        .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0) << i))
+                })
+                .collect()
+        };
+        for r in 0..n {
+            if b1 {
+                index
+                    .add(r as u64, usearch::b1x8::from_u8s(&bits(vectors.row(r))))
+                    .unwrap();
+            } else {
+                index.add(r as u64, vectors.row(r)).unwrap();
+            }
+        }
+        let build = started.elapsed().as_secs_f64();
+        let k = 100;
+        let (mut ms, mut exact_ms, mut recall) = (Vec::new(), Vec::new(), 0.0);
+        for i in 0..queries {
+            let query = clustered(dim, clusters, noise, 10_000_000_000 + i as u64);
+            let q = quantize(&query);
+            let started = Instant::now();
+            let exact = vectors.search_from(0, &q, k, usize::MAX, 0, admits);
+            exact_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            let started = Instant::now();
+            let found = if b1 {
+                index
+                    .search(usearch::b1x8::from_u8s(&bits(q.values())), k * oversample)
+                    .unwrap()
+            } else {
+                index
+                    .filtered_search(q.values(), k * oversample, |r| admits(r as usize))
+                    .unwrap()
+            };
+            let got = top_k(
+                k,
+                found
+                    .keys
+                    .iter()
+                    .map(|r| (*r as usize, vectors.score(*r as usize, &q))),
+            );
+            ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            let top: Vec<usize> = exact.iter().take(10).map(|(r, _)| *r).collect();
+            recall += got.iter().take(10).filter(|(r, _)| top.contains(r)).count() as f64 / 10.0;
+        }
+        let quantile = |v: &mut Vec<f64>, q: f64| {
+            v.sort_by(f64::total_cmp);
+            v[((v.len() - 1) as f64 * q) as usize]
+        };
+        println!(
+            "ann_at_scale n={n} dim={dim} {} M={} efC={} efS={} oversample={oversample} clusters={clusters} noise={noise} filter=1/{every} simd={}: \
+             build {:.1} s ({:.1} µs/vector), graph {:.0} MiB (vectors {:.0} MiB), \
+             query p50/p95 {:.2}/{:.2} ms (exact scan {:.1}/{:.1} ms), recall@10 {:.3}",
+            if b1 { "b1" } else { "i8" },
+            params.connectivity,
+            params.expansion_add,
+            params.expansion_search,
+            index.hardware_acceleration(),
+            build,
+            build * 1e6 / n as f64,
+            index.memory_usage() as f64 / 1048576.0,
+            vectors.memory() as f64 / 1048576.0,
+            quantile(&mut ms, 0.5),
+            quantile(&mut ms, 0.95),
+            quantile(&mut exact_ms, 0.5),
+            quantile(&mut exact_ms, 0.95),
+            recall / queries as f64
+        );
+    }
+}
