@@ -428,6 +428,9 @@ impl Shard {
                 if let Outcome::Done(added) = outcome
                     && let Outcome::Done(_) = self.advance(&mut conn, tape, page.last)?
                 {
+                    drop(conn);
+                    // As after any catch-up: the graph follows (an erasure's build drops it).
+                    self.keep_ann();
                     return Ok(added);
                 }
             }
