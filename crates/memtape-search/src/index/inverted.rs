@@ -307,18 +307,21 @@ impl Inverted {
         writer.wait_merging_threads().map_err(err)?;
         if deleted {
             // A writer of its own to collect garbage: merges the policy started have
-            // finished, so every file no commit names can go.
-            let collector: IndexWriter<TantivyDocument> = self
-                .index
-                .writer_with_options(
-                    tantivy::indexer::IndexWriterOptions::builder()
-                        .num_worker_threads(1)
-                        .num_merge_threads(1)
-                        .build(),
-                )
-                .map_err(err)?;
-            collector.garbage_collect_files().wait().map_err(err)?;
-            collector.wait_merging_threads().map_err(err)?;
+            // finished, so every file no commit names can go. If another process took the
+            // lock meanwhile, its commits collect them (tantivy collects after each).
+            match self.index.writer_with_options::<TantivyDocument>(
+                tantivy::indexer::IndexWriterOptions::builder()
+                    .num_worker_threads(1)
+                    .num_merge_threads(1)
+                    .build(),
+            ) {
+                Ok(collector) => {
+                    collector.garbage_collect_files().wait().map_err(err)?;
+                    collector.wait_merging_threads().map_err(err)?;
+                }
+                Err(TantivyError::LockFailure(..)) => {}
+                Err(e) => return Err(err(e)),
+            }
         }
         self.reload()?;
         Ok(true)
