@@ -295,6 +295,13 @@ pub struct Tuning {
     /// exact rescoring (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     oversample: Option<usize>,
+    /// From this many documents, a shard's BM25 picks candidates through an inverted
+    /// index (tantivy) and rescores them exactly; 0 = every shard.
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
+    inverted_from: Option<usize>,
+    /// How many candidates the inverted index hands BM25F to rescore (at least 1).
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
+    inverted_candidates: Option<usize>,
 }
 
 impl Tuning {
@@ -316,6 +323,7 @@ impl Tuning {
             "update-weight" => self.update_weight = Some(weight(value)?),
             "opener-weight" => self.opener_weight = Some(weight(value)?),
             "neighbour-length" => self.neighbour_length = Some(weight(value)?),
+            "inverted-candidates" => self.inverted_candidates = Some(count(value)?),
             "fusion" => {
                 self.fusion = Some(match value {
                     "rrf" => FusionArg::Rrf,
@@ -328,7 +336,7 @@ impl Tuning {
             }
             _ => {
                 return Err(format!(
-                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, neighbour-length, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, fusion)"
+                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, neighbour-length, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, inverted-candidates, fusion)"
                 ));
             }
         }
@@ -392,6 +400,8 @@ impl Tuning {
             oversample: self.oversample.unwrap_or(base.oversample),
             ann_min: base.ann_min,
             ann_background: base.ann_background,
+            inverted_from: self.inverted_from.unwrap_or(base.inverted_from),
+            inverted_candidates: self.inverted_candidates.unwrap_or(base.inverted_candidates),
         }
     }
 }

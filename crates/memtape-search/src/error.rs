@@ -60,6 +60,9 @@ pub enum Error {
         /// What is wrong with it.
         why: String,
     },
+    /// The inverted index of a large shard (tantivy) failed; searches use FTS5 meanwhile.
+    #[error("search index: inverted index: {0}")]
+    Inverted(String),
     /// The index file could not be removed for a rebuild.
     #[error("cannot remove the old search index {path}: {source}")]
     Remove {

@@ -18,6 +18,7 @@ mod bm25;
 mod catch_up;
 pub use catch_up::PendingVectors;
 mod file;
+mod inverted;
 mod rank;
 mod shards;
 pub use shards::{DEFAULT_MAX_SHARDS, DEFAULT_MEMORY, Index, ShardStats, ShardStatus};
@@ -114,6 +115,16 @@ pub struct IndexConfig {
     /// length)^this, at most 1. A long answer after a short turn that matches is mostly
     /// about other things; a short reply to it is about little else.
     pub neighbour_length: f32,
+    /// From this many documents on, a shard keeps an inverted index (tantivy) beside its
+    /// file, and a BM25 search whose filter admits the whole shard takes its candidates
+    /// from it (block-max WAND, without scoring every match) and rescores them exactly
+    /// with BM25F; smaller shards, and other searches, score every match through FTS5.
+    /// 0 = every shard; `usize::MAX` = none.
+    pub inverted_from: usize,
+    /// How many candidates the inverted index hands BM25F to rescore (at least the
+    /// request's depth): enough that the exact top documents are nearly always among
+    /// them (measured in docs/benchmarks.md).
+    pub inverted_candidates: usize,
 }
 
 impl Default for IndexConfig {
@@ -143,6 +154,8 @@ impl Default for IndexConfig {
             update_weight: 0.0,
             opener_weight: 0.2,
             neighbour_length: 0.5,
+            inverted_from: 100_000,
+            inverted_candidates: 1000,
         }
     }
 }
@@ -414,6 +427,11 @@ pub(crate) struct Shard {
     /// text only (each text runs alone through the model), so a repeated query skips the
     /// model. Shared by every shard of an index.
     query_vectors: Arc<Mutex<QueryVectors>>,
+    /// The shard's inverted index, once it has [`IndexConfig::inverted_from`] documents
+    /// (opened when first needed).
+    inverted: Mutex<Option<Arc<inverted::Inverted>>>,
+    /// The shard state this process last brought the inverted index to (or found it at).
+    inverted_mark: Mutex<Option<inverted::Mark>>,
 }
 
 /// How many query vectors [`Shard`] keeps.
@@ -537,6 +555,8 @@ impl Shard {
             vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
             query_vectors: spec.queries.clone(),
+            inverted: Mutex::new(None),
+            inverted_mark: Mutex::new(None),
         };
         // A graph saved for this build is read (in the background), not built again.
         shard.keep_ann();

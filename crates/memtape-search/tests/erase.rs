@@ -68,8 +68,8 @@ fn say(store: &SqliteStore, scope: &Scope, m: Message) -> EntryId {
         .id
 }
 
-fn open(path: &Path) -> Index {
-    Index::open(path, Some(Arc::new(Buckets)), IndexConfig::default()).unwrap()
+fn open_with(path: &Path, config: IndexConfig) -> Index {
+    Index::open(path, Some(Arc::new(Buckets)), config).unwrap()
 }
 
 fn found(index: &Index, text: &str, mode: Mode) -> Vec<u64> {
@@ -98,6 +98,40 @@ fn erase(store: &SqliteStore, target: EraseTarget, mode: EraseMode, receipt: Sco
         .unwrap();
 }
 
+/// Every term of the inverted index in `dir`, read through tantivy; fails if a file in
+/// `dir` belongs to no segment its last commit names (a merged-away segment's files must
+/// be gone: they would still hold erased words).
+fn inverted_terms(dir: &Path) -> std::collections::HashSet<String> {
+    let index = tantivy::Index::open_in_dir(dir).unwrap();
+    let metas = index.load_metas().unwrap();
+    let live: Vec<String> = metas
+        .segments
+        .iter()
+        .map(|s| s.id().uuid_string())
+        .collect();
+    for f in std::fs::read_dir(dir).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().into_owned();
+        let known = name.starts_with('.') || name == "meta.json";
+        assert!(
+            known || live.iter().any(|id| name.starts_with(id.as_str())),
+            "{name} belongs to no live segment"
+        );
+    }
+    let searcher = index.reader().unwrap().searcher();
+    let mut out = std::collections::HashSet::new();
+    for field in ["text", "context"] {
+        let field = index.schema().get_field(field).unwrap();
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(field).unwrap();
+            let mut stream = inverted.terms().stream().unwrap();
+            while stream.advance() {
+                out.insert(String::from_utf8_lossy(stream.key()).into_owned());
+            }
+        }
+    }
+    out
+}
+
 /// Which files under `dir` (and its folders: the index's shards) hold any of `needles`.
 fn holding(dir: &Path, needles: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
@@ -119,6 +153,21 @@ fn holding(dir: &Path, needles: &[&str]) -> Vec<String> {
 
 #[test]
 fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
+    erasure_reaches(IndexConfig::default());
+}
+
+/// The same in a shard above the inverted index's threshold: the erased words leave its
+/// tantivy files too.
+#[test]
+fn erased_entries_leave_a_large_shards_inverted_index() {
+    erasure_reaches(IndexConfig {
+        inverted_from: 0,
+        ..IndexConfig::default()
+    });
+}
+
+fn erasure_reaches(config: IndexConfig) {
+    let open = |path: &Path| open_with(path, config);
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
     let index_path = dir.path().join("index");
@@ -150,6 +199,14 @@ fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
     assert!(found(&index, "quokka", Mode::Bm25).contains(&later.0));
     // The index holds the words (stemmed: "xylophon").
     assert!(!holding(dir.path(), &["xylophon"]).is_empty());
+    if config.inverted_from == 0 {
+        // So does the inverted index beside the shard.
+        let inverted = index.shard_path("acme").with_extension("tantivy");
+        // (Its term dictionary is an FST, which does not keep a word's bytes together: its
+        // terms are read through tantivy.)
+        let terms = inverted_terms(&inverted);
+        assert!(terms.contains("xylophon") && terms.contains("quokka"));
+    }
 
     // A forged receipt naming bob's message (which no erasure touched) changes nothing.
     let forged = Erased {
@@ -232,6 +289,15 @@ fn erased_entries_leave_the_index_and_redacted_ones_keep_the_rest() {
         &["4111", "xylophon", "quokka", "zoe", "ZO\u{cb}"],
     );
     assert_eq!(files, Vec::<String>::new());
+    if config.inverted_from == 0 {
+        // Nor in the inverted index's terms, and no file of a segment merged away is left.
+        let inverted = index.shard_path("acme").with_extension("tantivy");
+        let terms = inverted_terms(&inverted);
+        for gone in ["4111", "xylophon", "quokka", "zoe", "card"] {
+            assert!(!terms.contains(gone), "{gone} is still a term");
+        }
+        assert!(terms.contains("marimba") && terms.contains("violin"));
+    }
     // A fresh index over the same tape finds the same.
     drop((index, other));
     std::fs::remove_dir_all(&index_path).unwrap();

@@ -219,8 +219,10 @@ fn shards_fed_page_by_page_hold_what_a_rebuild_holds() {
     let store = SqliteStore::create(dir.path()).unwrap();
     let model = Arc::new(Counted::default());
     // The context field counts in BM25 and in the vectors.
+    // Every shard keeps an inverted index too, which follows the pages as the file does.
     let config = IndexConfig {
         embed_context: true,
+        inverted_from: 0,
         ..IndexConfig::default()
     };
     assert!(config.context_weight > 0.0);
@@ -257,6 +259,21 @@ fn shards_fed_page_by_page_hold_what_a_rebuild_holds() {
         n,
         "each document embedded once"
     );
+    for tenant in tenants {
+        // The inverted index committed at the shard's mark, before any search.
+        let meta = std::fs::read(
+            index
+                .shard_path(tenant)
+                .with_extension("tantivy")
+                .join("meta.json"),
+        )
+        .unwrap();
+        let meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+        let mark: serde_json::Value =
+            serde_json::from_str(meta["payload"].as_str().unwrap()).unwrap();
+        let covered = index.shard_status(tenant).unwrap().unwrap().covered;
+        assert_eq!(mark["covered"], covered.0, "{tenant}");
+    }
     let rebuilt_dir = tempfile::tempdir().unwrap();
     let rebuilt = Index::rebuild(
         &rebuilt_dir.path().join("index"),

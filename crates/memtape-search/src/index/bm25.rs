@@ -54,7 +54,7 @@ pub(super) struct Params {
 
 /// One query term's postings: each document holding it, with the term's frequency in its
 /// text and in its context, in document order.
-type TermPostings = Vec<(u64, [u32; 2])>;
+pub(super) type TermPostings = Vec<(u64, [u32; 2])>;
 
 /// What a query matches in the full-text index, read before the mirror is locked.
 #[derive(Debug, Default)]
@@ -62,6 +62,9 @@ pub(super) struct Postings {
     terms: Vec<TermPostings>,
     /// FTS5's BM25 of the query's CJK phrases (higher is better), by entry id.
     cjk: Vec<(u64, f64)>,
+    /// Each term's document frequency, when `terms` holds only some of the documents that
+    /// match (the inverted index's candidates); `None` when it holds all of them.
+    df: Option<Vec<f64>>,
 }
 
 impl Postings {
@@ -100,17 +103,23 @@ impl Postings {
                 out.terms.push(postings);
             }
         }
-        if let Some(phrases) = cjk {
-            let mut stmt = conn.prepare_cached(
-                "SELECT rowid, bm25(fts, 0.0, 0.0, 1.0) FROM fts WHERE fts MATCH ?1",
-            )?;
-            let mut rows = stmt.query([format!("cjk : ({phrases})")])?;
-            while let Some(r) = rows.next()? {
-                out.cjk
-                    .push((r.get::<_, i64>(0)? as u64, -r.get::<_, f64>(1)?));
-            }
-        }
+        out.cjk = read_cjk(conn, text)?;
         Ok(Some(out))
+    }
+
+    /// The postings of candidates only ([`super::inverted::Inverted::candidates`]): for
+    /// each query term, the candidates holding it with their frequencies, and the term's
+    /// document frequency over the whole shard; `cjk` as [`read_cjk`] reads it.
+    pub(super) fn of_candidates(
+        terms: Vec<TermPostings>,
+        df: Vec<f64>,
+        cjk: Vec<(u64, f64)>,
+    ) -> Postings {
+        Postings {
+            terms,
+            cjk,
+            df: Some(df),
+        }
     }
 
     /// The BM25F score of every matching document the mirror holds, as `(row, score)`,
@@ -129,9 +138,12 @@ impl Postings {
         let norm =
             |tf: u32, len: u32, avg: f64| f64::from(tf) / (1.0 - b + b * f64::from(len) / avg);
         let mut scores: std::collections::HashMap<usize, f64> = std::collections::HashMap::new();
-        for postings in &self.terms {
+        for (i, postings) in self.terms.iter().enumerate() {
             let counts = |tf: &[u32; 2]| tf[0] > 0 || (w > 0.0 && tf[1] > 0);
-            let df = postings.iter().filter(|(_, tf)| counts(tf)).count() as f64;
+            let df = match &self.df {
+                Some(df) => df.get(i).copied().unwrap_or(0.0),
+                None => postings.iter().filter(|(_, tf)| counts(tf)).count() as f64,
+            };
             if df == 0.0 {
                 continue;
             }
@@ -158,6 +170,21 @@ impl Postings {
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         out
     }
+}
+
+/// FTS5's BM25 of the CJK phrases of `text` (higher is better), by entry id: none when it
+/// has no CJK text.
+pub(super) fn read_cjk(conn: &Connection, text: &str) -> Result<Vec<(u64, f64)>> {
+    let mut out = Vec::new();
+    if let Some(phrases) = cjk_query(text) {
+        let mut stmt = conn
+            .prepare_cached("SELECT rowid, bm25(fts, 0.0, 0.0, 1.0) FROM fts WHERE fts MATCH ?1")?;
+        let mut rows = stmt.query([format!("cjk : ({phrases})")])?;
+        while let Some(r) = rows.next()? {
+            out.push((r.get::<_, i64>(0)? as u64, -r.get::<_, f64>(1)?));
+        }
+    }
+    Ok(out)
 }
 
 /// The distinct terms FTS5's tokenizer makes of `text`, in order. The temporary table is

@@ -29,8 +29,8 @@ const BATCH: usize = 256;
 
 /// A document about to be written.
 #[derive(Debug)]
-struct NewDoc {
-    id: EntryId,
+pub(super) struct NewDoc {
+    pub(super) id: EntryId,
     scope: Scope,
     kind: Kind,
     role: Option<Role>,
@@ -38,7 +38,7 @@ struct NewDoc {
     /// name is a function's).
     speaker: Option<String>,
     at: DateTime<Utc>,
-    text: String,
+    pub(super) text: String,
     /// Where the speaker's own words start in `text` (after the `name: ` that
     /// [`memtape_core::Payload::search_text`] puts first; 0 without a speaker). The vector
     /// holds what was said, not who said it: who is a field of its own (the speaker boost),
@@ -47,7 +47,7 @@ struct NewDoc {
     own: usize,
     /// The text of the conversational entry before this one in its scope ("" if none or
     /// if this is not a conversational entry).
-    context: String,
+    pub(super) context: String,
     /// The entry's erasure mark as read (a vector kept in the store is kept for this
     /// version of the entry only).
     erased_by: Option<EntryId>,
@@ -206,15 +206,21 @@ impl Shard {
             let vectors = self.vectors_behind() || docs.embedded >= docs.covered;
             !*lock(&self.rebuild) && *lock(&self.tape) == tape && target <= docs.covered && vectors
         };
-        if current() {
+        if current() && self.inverted_current() {
             return Ok(0);
         }
         let mut conn = lock(&self.writer);
-        if current() {
+        if current() && self.inverted_current() {
             return Ok(0);
         }
-        let added = self.catch_up_locked(store, &mut conn, &tape, max_pages, progress)?;
+        let added = if current() {
+            0
+        } else {
+            self.catch_up_locked(store, &mut conn, &tape, max_pages, progress)?
+        };
         *lock(&self.tape) = tape;
+        // The inverted index of a large shard follows the file, after it committed.
+        self.sync_inverted(store, &conn);
         drop(conn);
         // After an erasure's new build this drops the graph and its file.
         self.keep_ann();
@@ -428,6 +434,8 @@ impl Shard {
                 if let Outcome::Done(added) = outcome
                     && let Outcome::Done(_) = self.advance(&mut conn, tape, page.last)?
                 {
+                    // As after any catch-up: the inverted index follows the file.
+                    self.sync_inverted(store, &conn);
                     drop(conn);
                     // As after any catch-up: the graph follows (an erasure's build drops it).
                     self.keep_ann();
@@ -540,51 +548,9 @@ impl Shard {
         entries: &[Entry],
         last: EntryId,
     ) -> Result<bool> {
-        let mut affected: std::collections::BTreeMap<EntryId, Entry> = Default::default();
-        // The first conversational entry erased in each scope: the messages after it are
-        // read once per scope, to find each erased message's successor.
-        let mut first_in: HashMap<Scope, EntryId> = HashMap::new();
-        let mut any = false;
-        for receipt in entries {
-            let Ok(Some(BuiltinEvent::Erased(erased))) =
-                BuiltinEvent::from_payload(&receipt.payload)
-            else {
-                continue;
-            };
-            any = true;
-            let ids: Vec<EntryId> = erased.each_id().filter(|id| *id < receipt.id).collect();
-            for chunk in ids.chunks(500) {
-                for entry in store.get_many(receipt.scope.tenant(), chunk)? {
-                    if entry.erased.is_none() {
-                        continue;
-                    }
-                    if entry.kind().is_conversational() {
-                        let first = first_in.entry(entry.scope.clone()).or_insert(entry.id);
-                        *first = (*first).min(entry.id);
-                    }
-                    affected.insert(entry.id, entry);
-                }
-            }
-        }
-        if !any {
+        let Some(affected) = erasure_affected(store, entries)? else {
             return Ok(false);
-        }
-        for (scope, first) in first_in {
-            let after = memtape_core::Filter {
-                after: Some(first),
-                kinds: Kind::conversational().collect(),
-                ..Default::default()
-            };
-            // The message after an erased one held its text as context.
-            let mut previous_erased = true;
-            for entry in store.scan(&scope, &after)? {
-                let erased = affected.get(&entry.id).is_some_and(|e| e.erased.is_some());
-                if previous_erased && !erased {
-                    affected.insert(entry.id, entry);
-                }
-                previous_erased = erased;
-            }
-        }
+        };
         let mut docs_stmt = tx.prepare_cached("DELETE FROM docs WHERE id = ?1")?;
         let mut fts_stmt = tx.prepare_cached("DELETE FROM fts WHERE rowid = ?1")?;
         for id in affected.keys() {
@@ -630,6 +596,7 @@ impl Shard {
         file::set_meta(&tx, "embedder", self.embedder_id())?;
         file::set_meta(&tx, "tape", tape)?;
         let build = file::new_build(&tx)?;
+        file::set_meta(&tx, "origin", &build)?;
         let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
         let mut fresh = Docs::empty(dim, build);
         let last = store.last_id()?;
@@ -1147,8 +1114,64 @@ pub(crate) fn prepare_page(
     Ok(parts)
 }
 
+/// The entries the erasure receipts (`tape.erased`) among `entries` change in the index:
+/// every entry a receipt names that the store holds as erased, and the next message of
+/// its scope, whose context field held its text; read from the store as they are now.
+/// `None` when `entries` hold no receipt. A receipt naming entries no erasure changed (a
+/// forged one) affects nothing.
+pub(super) fn erasure_affected(
+    store: &dyn Store,
+    entries: &[Entry],
+) -> Result<Option<std::collections::BTreeMap<EntryId, Entry>>> {
+    let mut affected: std::collections::BTreeMap<EntryId, Entry> = Default::default();
+    // The first conversational entry erased in each scope: the messages after it are
+    // read once per scope, to find each erased message's successor.
+    let mut first_in: HashMap<Scope, EntryId> = HashMap::new();
+    let mut any = false;
+    for receipt in entries {
+        let Ok(Some(BuiltinEvent::Erased(erased))) = BuiltinEvent::from_payload(&receipt.payload)
+        else {
+            continue;
+        };
+        any = true;
+        let ids: Vec<EntryId> = erased.each_id().filter(|id| *id < receipt.id).collect();
+        for chunk in ids.chunks(500) {
+            for entry in store.get_many(receipt.scope.tenant(), chunk)? {
+                if entry.erased.is_none() {
+                    continue;
+                }
+                if entry.kind().is_conversational() {
+                    let first = first_in.entry(entry.scope.clone()).or_insert(entry.id);
+                    *first = (*first).min(entry.id);
+                }
+                affected.insert(entry.id, entry);
+            }
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    for (scope, first) in first_in {
+        let after = memtape_core::Filter {
+            after: Some(first),
+            kinds: Kind::conversational().collect(),
+            ..Default::default()
+        };
+        // The message after an erased one held its text as context.
+        let mut previous_erased = true;
+        for entry in store.scan(&scope, &after)? {
+            let erased = affected.get(&entry.id).is_some_and(|e| e.erased.is_some());
+            if previous_erased && !erased {
+                affected.insert(entry.id, entry);
+            }
+            previous_erased = erased;
+        }
+    }
+    Ok(Some(affected))
+}
+
 /// The documents `entries` make, each with its context.
-fn new_docs(store: &dyn Store, entries: &[Entry]) -> Result<Vec<NewDoc>> {
+pub(super) fn new_docs(store: &dyn Store, entries: &[Entry]) -> Result<Vec<NewDoc>> {
     let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
     add_context(store, entries, &mut docs)?;
     Ok(docs)

@@ -73,6 +73,10 @@ pub(crate) struct Meta {
     /// The last tape id whose document has its vector (files from before vectors could
     /// be behind have no such key: everything covered is embedded).
     pub embedded: EntryId,
+    /// The build id of the file's creation or last full rebuild ("" in files from before
+    /// it was kept): an erasure changes the build, not the origin, so the inverted index
+    /// of a large shard can follow an erasure without being rebuilt.
+    pub origin: String,
 }
 
 /// Reads the meta table.
@@ -93,6 +97,7 @@ pub(crate) fn meta(conn: &Connection) -> Result<Meta> {
         build: get("build"),
         covered,
         embedded: embedded.min(covered),
+        origin: get("origin"),
     })
 }
 
@@ -237,7 +242,8 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
                 "INSERT INTO meta VALUES ('embedder', ?1), ('covered', '0'), ('tape', '')",
                 [embedder],
             )?;
-            new_build(&tx)?;
+            let build = new_build(&tx)?;
+            set_meta(&tx, "origin", &build)?;
         }
         tx.commit()?;
     }

@@ -89,9 +89,10 @@ impl Shard {
             // commit never waits behind them, and searches never queue behind that commit.
             let postings = match request.mode {
                 Mode::Vector => None,
-                Mode::Bm25 | Mode::Hybrid => {
-                    self.with_reader(|conn| Postings::read(conn, &request.text))?
-                }
+                Mode::Bm25 | Mode::Hybrid => match self.inverted_postings(request) {
+                    Some(candidates) => Some(candidates),
+                    None => self.with_reader(|conn| Postings::read(conn, &request.text))?,
+                },
             };
             self.rank(request, query_vector()?, postings.as_ref())
         };
