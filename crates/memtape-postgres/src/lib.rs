@@ -1183,21 +1183,8 @@ impl Store for PostgresStore {
         embedder: &str,
         ids: &[EntryId],
     ) -> Result<Vec<(EntryId, Vec<u8>)>> {
-        let wanted: Vec<i64> = ids.iter().map(|id| sql_id(*id)).collect();
-        self.read(|c, t| {
-            Ok(c.query(
-                t,
-                "SELECT v.entry, v.vec FROM memtape_vectors v
-                 JOIN memtape_entries e ON e.id = v.entry
-                 WHERE e.tenant = $1 AND v.entry = ANY($2)
-                   AND v.embedder_id = (SELECT embedder_id FROM memtape_embedders WHERE name = $3)
-                 ORDER BY v.entry",
-                &[&tenant, &wanted, &embedder],
-            )?
-            .iter()
-            .map(|r| (unsql(r.get(0)), r.get(1)))
-            .collect())
-        })
+        let wanted: Vec<(&str, EntryId)> = ids.iter().map(|id| (tenant, *id)).collect();
+        self.vectors_of(embedder, &wanted)
     }
 
     fn vectors_of(

@@ -241,7 +241,9 @@ fn advisory_locks_hold_across_stores_and_die_with_their_connection() {
     let mut raw = db.client();
     let killed: i64 = raw
         .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+            // Only this test's database: tests running beside it hold advisory locks too.
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             &[],
         )
         .unwrap()

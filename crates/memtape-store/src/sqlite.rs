@@ -1085,30 +1085,8 @@ impl Store for SqliteStore {
         embedder: &str,
         ids: &[EntryId],
     ) -> Result<Vec<(EntryId, Vec<u8>)>> {
-        let mut out = Vec::with_capacity(ids.len());
-        self.read(|c| {
-            for chunk in ids.chunks(500) {
-                let marks = vec!["?"; chunk.len()].join(", ");
-                // Entries by id first, then each one's scope (the tenant) and vector.
-                let sql = format!(
-                    "SELECT e.id, v.vec FROM entries e CROSS JOIN scopes s USING (scope_id)
-                     CROSS JOIN vectors v ON v.entry = e.id
-                     WHERE s.tenant = ? AND e.id IN ({marks})
-                       AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?)"
-                );
-                let mut stmt = c.prepare_cached(&sql)?;
-                let mut args: Vec<SqlValue> = vec![SqlValue::Text(tenant.to_owned())];
-                args.extend(chunk.iter().map(|id| SqlValue::Integer(sql_id(*id))));
-                args.push(SqlValue::Text(embedder.to_owned()));
-                let mut rows = stmt.query(params_from_iter(args))?;
-                while let Some(row) = rows.next()? {
-                    out.push((unsql(row.get(0)?), row.get::<_, Vec<u8>>(1)?));
-                }
-            }
-            Ok(())
-        })?;
-        out.sort_by_key(|(id, _)| *id);
-        Ok(out)
+        let wanted: Vec<(&str, EntryId)> = ids.iter().map(|id| (tenant, *id)).collect();
+        self.vectors_of(embedder, &wanted)
     }
 
     fn vectors_of(
