@@ -482,7 +482,6 @@ impl AnnSlot {
     }
 
     /// Waits for the build running, if any.
-    #[cfg(test)]
     pub(crate) fn wait(&self) {
         if let Some(handle) = lock(&self.builder).take() {
             let _ = handle.join();
@@ -646,6 +645,29 @@ impl Shard {
     /// [`IndexConfig::ann_min`](super::IndexConfig::ann_min) vectors gets its graph read
     /// from the file or built, then extended with the rows after it, in the background
     /// (or here, without [`IndexConfig::ann_background`](super::IndexConfig::ann_background)).
+    /// Builds the graph up to the shard's last vector and waits for it, for a benchmark
+    /// that times searches on a built graph (searches themselves never wait: they scan
+    /// the rows the graph has not reached). Returns how many rows the graph holds (0
+    /// for a shard too small for one, or without a model).
+    pub(crate) fn settle_ann(&self) -> usize {
+        let mut last = usize::MAX;
+        loop {
+            self.keep_ann();
+            self.ann.wait();
+            let len = self.read_docs().vectors.len();
+            let rows = lock(&self.ann.state).ann.as_ref().map_or(0, |a| a.rows());
+            // Done, too small for a graph, or no step forward (a failed build is logged).
+            if rows >= len || len < self.config.ann_min || rows == last {
+                return rows;
+            }
+            // Below a background step the last rows stay scanned until more arrive.
+            if self.config.ann_background && len - rows < STEP_ROWS {
+                return rows;
+            }
+            last = rows;
+        }
+    }
+
     pub(crate) fn keep_ann(&self) {
         let Some(embedder) = &self.embedder else {
             return;
