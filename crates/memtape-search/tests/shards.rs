@@ -486,3 +486,65 @@ fn sixty_four_threads_write_and_search_across_tenants_under_evictions() {
         index.shard_stats()
     );
 }
+
+/// The same 64 threads with every shard keeping an inverted index and an approximate
+/// graph (thresholds at their least) and evictions reloading them: every BM25 search finds
+/// exactly its thread's words, and every vector search answers with its own tenant's
+/// entries only.
+#[test]
+fn sixty_four_threads_across_inverted_indexes_and_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::create(dir.path()).unwrap());
+    let model = Arc::new(Counted::default());
+    let index = Arc::new(
+        Index::open(
+            &dir.path().join("index"),
+            Some(model.clone() as Arc<dyn Embedder>),
+            IndexConfig {
+                inverted_from: 0,
+                ann_min: 1,
+                ..IndexConfig::plain()
+            },
+        )
+        .unwrap(),
+    );
+    index.set_lazy(true);
+    index.set_max_shards(4);
+    index.catch_up(&*store).unwrap();
+    let threads: Vec<_> = (0..64)
+        .map(|i| {
+            let (store, index) = (store.clone(), index.clone());
+            std::thread::spawn(move || {
+                let tenant = format!("t{}", i % 8);
+                let word = format!("zq{i}word");
+                for round in 0..3 {
+                    say(&*store, &tenant, &format!("{word} round {round}"));
+                    let hits = bm25(&index, &*store, &tenant, &word);
+                    assert_eq!(hits.len(), round + 1, "thread {i} round {round}");
+                    let found = index
+                        .search_caught_up(
+                            &*store,
+                            &SearchRequest::new(word.as_str(), SearchFilter::tenant(&tenant))
+                                .mode(Mode::Vector)
+                                .limit(20),
+                        )
+                        .unwrap();
+                    assert!(!found.is_empty(), "thread {i} round {round}");
+                    for hit in found {
+                        assert!(store.get(&tenant, hit.id).unwrap().is_some(), "{tenant}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(index.shard_stats().evictions > 0);
+    for t in 0..8 {
+        let tenant = format!("t{t}");
+        assert_eq!(bm25(&index, &*store, &tenant, "round").len(), 20);
+        let inverted = index.shard_path(&tenant).with_extension("tantivy");
+        assert!(inverted.join("meta.json").exists(), "{tenant} has its inverted index");
+    }
+}
