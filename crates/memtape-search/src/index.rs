@@ -140,7 +140,10 @@ impl Default for IndexConfig {
             candidates: 100,
             exact_limit: 20_000,
             oversample: 100,
-            ann_min: 100_000,
+            // Off by default: a stress test (64 threads, evictions, `ann_min` 1) crashed
+            // with SIGSEGV in a clean-clone run on 2026-11-29, not yet explained; the
+            // graph comes back on (100,000 measured) once that is found and fixed.
+            ann_min: usize::MAX,
             ann_background: true,
             context_weight: 0.2,
             bm25_k1: 1.2,
