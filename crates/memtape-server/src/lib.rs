@@ -319,13 +319,24 @@ async fn deadline(
             .unwrap_or_else(|_| too_slow());
     }
     let limit = body_limit(limits, request.uri().path());
+    // The body is left unread, so the connection cannot carry another request: saying
+    // so lets a keep-alive client open a new one instead of reusing a socket about to close.
+    let unread = |mut response: axum::response::Response| {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        response
+    };
     let too_large = || {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("the body is over the limit of {limit} bytes"),
+        unread(
+            ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the body is over the limit of {limit} bytes"),
+            )
+            .into_response(),
         )
-        .into_response()
     };
     let announced = request
         .headers()
@@ -338,18 +349,24 @@ async fn deadline(
     let (parts, body) = request.into_parts();
     let body = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
-            return ApiError::new(
-                axum::http::StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!("the request's body did not arrive within {timeout:?}; nothing was stored"),
-            )
-            .into_response();
+            return unread(
+                ApiError::new(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    "timeout",
+                    format!(
+                        "the request's body did not arrive within {timeout:?}; nothing was stored"
+                    ),
+                )
+                .into_response(),
+            );
         }
         Ok(Err(e)) => {
             return if rest::is_length_limit(&e) {
                 too_large()
             } else {
-                ApiError::bad_request(format!("could not read the body: {e}")).into_response()
+                unread(
+                    ApiError::bad_request(format!("could not read the body: {e}")).into_response(),
+                )
             };
         }
         Ok(Ok(body)) => body,

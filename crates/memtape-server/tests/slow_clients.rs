@@ -84,9 +84,45 @@ fn a_client_dribbling_its_body_gets_408_and_nothing_is_stored() {
     let (took, answer) = dribble(&s, &head, " ", Duration::from_secs(10));
     assert!(took < Duration::from_secs(5), "cut off after {took:?}");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
     let (status, listed) = s.get("/v1/sessions");
     assert_eq!(status, 200, "{listed}");
     assert_eq!(listed["sessions"], json!([]), "{listed}");
+}
+
+#[test]
+fn a_body_over_the_limit_closes_its_connection_and_a_keep_alive_client_goes_on() {
+    let s = Server::start_with(Limits {
+        body_bytes: 1024,
+        ..limits()
+    });
+    // The body is refused unread, so the answer says the connection ends with it.
+    let head = "POST /v1/sessions/big/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{\"role\"";
+    let (took, answer) = dribble(&s, head, "", Duration::from_secs(10));
+    assert!(took < Duration::from_secs(5), "kept open for {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    // A pooling client sees that and never sends its next request down the closed socket.
+    let big = json!({"role": "user", "content": "y".repeat(2048)});
+    let small = json!({"role": "user", "content": "fits"});
+    for i in 0..100 {
+        assert_eq!(
+            s.post("/v1/sessions/big/messages", &big).0,
+            413,
+            "round {i}"
+        );
+        assert_eq!(
+            s.post("/v1/sessions/big/messages", &small).0,
+            201,
+            "round {i}"
+        );
+    }
+    let (_, page) = s.get("/v1/sessions/big/entries?limit=500");
+    assert_eq!(
+        page["entries"].as_array().map(Vec::len),
+        Some(100),
+        "{page}"
+    );
 }
 
 #[test]
