@@ -302,6 +302,14 @@ pub struct Tuning {
     /// How many candidates the inverted index hands BM25F to rescore (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     inverted_candidates: Option<usize>,
+    /// From this many vectors, a shard keeps an approximate nearest-neighbour graph
+    /// (HNSW) and wide vector searches take their candidates from it.
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
+    ann_from: Option<usize>,
+    /// How many candidates a graph search returns for exact rescoring; the graph looks
+    /// at least this wide (at least 1).
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
+    ann_candidates: Option<usize>,
 }
 
 impl Tuning {
@@ -324,6 +332,7 @@ impl Tuning {
             "opener-weight" => self.opener_weight = Some(weight(value)?),
             "neighbour-length" => self.neighbour_length = Some(weight(value)?),
             "inverted-candidates" => self.inverted_candidates = Some(count(value)?),
+            "ann-candidates" => self.ann_candidates = Some(count(value)?),
             "fusion" => {
                 self.fusion = Some(match value {
                     "rrf" => FusionArg::Rrf,
@@ -336,7 +345,7 @@ impl Tuning {
             }
             _ => {
                 return Err(format!(
-                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, neighbour-length, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, inverted-candidates, fusion)"
+                    "{name} is not a ranking setting a sweep can vary (bm25-weight, rrf-k, candidates, context-weight, bm25-k1, bm25-b, neighbour-weight, neighbour-length, scope-weight, time-weight, speaker-weight, when-weight, update-weight, opener-weight, inverted-candidates, ann-candidates, fusion)"
                 ));
             }
         }
@@ -398,7 +407,8 @@ impl Tuning {
             neighbour_length: self.neighbour_length.unwrap_or(base.neighbour_length),
             exact_limit: self.exact_limit.unwrap_or(base.exact_limit),
             oversample: self.oversample.unwrap_or(base.oversample),
-            ann_min: base.ann_min,
+            ann_min: self.ann_from.unwrap_or(base.ann_min),
+            ann_candidates: self.ann_candidates.unwrap_or(base.ann_candidates),
             ann_background: base.ann_background,
             inverted_from: self.inverted_from.unwrap_or(base.inverted_from),
             inverted_candidates: self.inverted_candidates.unwrap_or(base.inverted_candidates),

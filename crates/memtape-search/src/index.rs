@@ -73,6 +73,10 @@ pub struct IndexConfig {
     /// the shard take their candidates from it (rescored exactly), the rows after it
     /// being scanned; `usize::MAX` = never. Exact requests never use it.
     pub ann_min: usize,
+    /// How many candidates a graph search returns for exact rescoring (at least four per
+    /// hit of the search's depth); the graph's search looks at least this wide (HNSW's
+    /// ef), so this trades latency for recall (measured in docs/scaling.md).
+    pub ann_candidates: usize,
     /// Whether the graph is built and extended on a thread of its own (`true`), or by
     /// the catch-up itself before it returns (`false`: slower writes, for tests and
     /// benchmarks that need the graph complete).
@@ -140,10 +144,8 @@ impl Default for IndexConfig {
             candidates: 100,
             exact_limit: 20_000,
             oversample: 100,
-            // Off by default: a stress test (64 threads, evictions, `ann_min` 1) crashed
-            // with SIGSEGV in a clean-clone run on 2026-11-29, not yet explained; the
-            // graph comes back on (100,000 measured) once that is found and fixed.
-            ann_min: usize::MAX,
+            ann_min: 100_000,
+            ann_candidates: 256,
             ann_background: true,
             context_weight: 0.2,
             bm25_k1: 1.2,
@@ -430,6 +432,8 @@ pub(crate) struct Shard {
     /// text only (each text runs alone through the model), so a repeated query skips the
     /// model. Shared by every shard of an index.
     query_vectors: Arc<Mutex<QueryVectors>>,
+    /// What the graphs of the index's shards have answered, shared by every shard.
+    graphs: Arc<ann::GraphCounts>,
     /// The shard's inverted index, once it has [`IndexConfig::inverted_from`] documents
     /// (opened when first needed).
     inverted: Mutex<Option<Arc<inverted::Inverted>>>,
@@ -504,6 +508,8 @@ pub(crate) struct ShardSpec {
     pub(crate) config: IndexConfig,
     /// The vectors of recent queries, shared by every shard.
     pub(crate) queries: Arc<Mutex<QueryVectors>>,
+    /// What the shards' graphs have answered.
+    pub(crate) graphs: Arc<ann::GraphCounts>,
 }
 
 impl Shard {
@@ -558,6 +564,7 @@ impl Shard {
             vectors_behind: std::sync::atomic::AtomicBool::new(false),
             tape: Mutex::new(String::new()),
             query_vectors: spec.queries.clone(),
+            graphs: spec.graphs.clone(),
             inverted: Mutex::new(None),
             inverted_mark: Mutex::new(None),
         };

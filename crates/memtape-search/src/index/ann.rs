@@ -23,8 +23,8 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
@@ -52,8 +52,9 @@ pub(crate) const PARAMS: Params = Params {
     expansion_search: 64,
 };
 
-/// Candidates taken from the graph per hit asked for, all rescored (a search for more
-/// than `expansion_search` looks that much wider).
+/// Candidates taken from the graph per hit asked for, at least, all rescored (a search
+/// for more than `expansion_search` looks that much wider); see
+/// [`IndexConfig::ann_candidates`](super::IndexConfig::ann_candidates).
 const OVERSAMPLE: usize = 4;
 
 /// The smallest share of the rows a search's filter must admit for the graph to be used
@@ -78,6 +79,26 @@ const STEP_ROWS: usize = 2048;
 /// During a long build, the graph is saved once it holds at least this many rows more
 /// than its file (and twice as many).
 const SAVE_EVERY: usize = 1 << 20;
+
+/// Graph searches run at once on one graph; more wait for a turn. usearch gives each
+/// operation one of a fixed number of thread contexts and refuses the operation (it does
+/// not wait) when they are all taken, so the graph reserves this many plus
+/// [`MAX_ADDERS`] for the builder's additions. A search takes a few milliseconds on one
+/// core.
+const SEARCHERS: usize = 8;
+
+/// At most this many threads add to one graph at once (one per core).
+const MAX_ADDERS: usize = 4;
+
+/// Rows an adding thread takes at least: fewer are added by fewer threads.
+const ADD_SHARE: usize = 256;
+
+/// The threads that add a chunk of rows to a graph: one per core, at most [`MAX_ADDERS`].
+fn adders() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(MAX_ADDERS)
+}
 
 /// The last bytes of a graph file.
 const MAGIC: &[u8; 8] = b"MTANN\x00v1";
@@ -106,12 +127,22 @@ fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 }
 
 /// An HNSW graph over the first [`Ann::rows`] rows of a shard's mirror.
+///
+/// One thread adds (the shard's builder, or a load before the graph is shared) while any
+/// number search: usearch allows additions and searches at once, not its statistics
+/// beside an addition (they read nodes being written), so the memory is measured by the
+/// adding thread and kept.
 pub(crate) struct Ann {
     /// Written only to grow its capacity; added to and searched under the read lock
     /// (usearch allows both at once).
     index: RwLock<usearch::Index>,
     /// How many rows, from the first, are in the graph.
     rows: AtomicUsize,
+    /// The bytes the graph held after its last addition.
+    memory: AtomicUsize,
+    /// Searches running now, at most [`SEARCHERS`], and their turns.
+    searching: Mutex<usize>,
+    turn: Condvar,
     /// The shard build it belongs to.
     build: String,
     dim: usize,
@@ -145,9 +176,19 @@ impl Ann {
         Ok(Ann {
             index: RwLock::new(index),
             rows: AtomicUsize::new(0),
+            memory: AtomicUsize::new(0),
+            searching: Mutex::new(0),
+            turn: Condvar::new(),
             build: build.to_owned(),
             dim,
         })
+    }
+
+    /// Makes room for `capacity` rows and the threads that use the graph at once.
+    fn reserve(index: &usearch::Index, capacity: usize) -> Result<(), String> {
+        index
+            .reserve_capacity_and_threads(capacity, SEARCHERS + MAX_ADDERS)
+            .map_err(|e| e.to_string())
     }
 
     /// How many rows, from the first, the graph holds.
@@ -155,7 +196,10 @@ impl Ann {
         self.rows.load(Ordering::Acquire)
     }
 
-    /// Adds rows `rows()..` with their 8-bit `values` (`dim` per row, in row order).
+    /// Adds rows `rows()..` with their 8-bit `values` (`dim` per row, in row order), on
+    /// up to [`adders`] threads at once; the rows count once all are in. One caller at a
+    /// time adds (see the type's documentation). After an error the graph may hold some
+    /// of the rows: it is dropped (see [`Build::try_run`]).
     pub(crate) fn add(&self, values: &[i8]) -> Result<(), String> {
         let n = values.len() / self.dim.max(1);
         let first = self.rows();
@@ -169,44 +213,92 @@ impl Ann {
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let capacity = wanted.next_power_of_two().max(CHUNK);
-                index.reserve(capacity).map_err(|e| e.to_string())?;
+                Ann::reserve(&index, capacity)?;
             }
         }
         let index = read(&self.index);
-        for (i, v) in values.chunks_exact(self.dim).enumerate() {
-            index
-                .add((first + i) as u64, v)
-                .map_err(|e| e.to_string())?;
-            self.rows.store(first + i + 1, Ordering::Release);
+        let rows: Vec<&[i8]> = values.chunks_exact(self.dim).collect();
+        // Each adder takes every `adders`-th row; usearch links concurrent additions.
+        let adders = adders().min(rows.len().div_ceil(ADD_SHARE)).max(1);
+        let add_every = |t: usize| -> Result<(), String> {
+            (t..rows.len()).step_by(adders).try_for_each(|i| {
+                index
+                    .add((first + i) as u64, rows[i])
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let added = std::thread::scope(|s| {
+            let others: Vec<_> = (1..adders)
+                .map(|t| {
+                    s.spawn(move || {
+                        lower_priority();
+                        add_every(t)
+                    })
+                })
+                .collect();
+            let mine = add_every(0);
+            others
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("an adding thread panicked".to_owned()))
+                })
+                .chain([mine])
+                .collect::<Result<(), String>>()
+        });
+        if added.is_ok() {
+            self.rows.store(first + rows.len(), Ordering::Release);
         }
-        Ok(())
+        // Walks every node (about a millisecond per 100,000), against seconds of adding.
+        self.memory.store(index.memory_usage(), Ordering::Release);
+        added
     }
 
-    /// Up to `count` rows below `rows` that `allowed` admits, nearest `q` first.
+    /// Up to `count` rows below `rows` that `allowed` admits, nearest `q` first; an error
+    /// when usearch refuses the search.
     pub(crate) fn search(
         &self,
         q: &Quantized,
         count: usize,
         rows: usize,
         allowed: &dyn Fn(usize) -> bool,
-    ) -> Vec<usize> {
+    ) -> Result<Vec<usize>, String> {
+        let _turn = self.turn();
         let index = read(&self.index);
         let found = index.filtered_search(q.values(), count, |key| {
             let row = key as usize;
             row < rows && allowed(row)
         });
-        match found {
-            Ok(m) => m.keys.iter().map(|k| *k as usize).collect(),
-            Err(e) => {
-                tracing::warn!("approximate vector search failed: {e}");
-                Vec::new()
-            }
-        }
+        found
+            .map(|m| m.keys.iter().map(|k| *k as usize).collect())
+            .map_err(|e| e.to_string())
     }
 
-    /// The bytes the graph holds in memory (its vectors and links).
+    /// Waits for one of the [`SEARCHERS`] turns to search; the turn ends when the guard
+    /// is dropped.
+    fn turn(&self) -> impl Drop + '_ {
+        struct Turn<'a>(&'a Ann);
+        impl Drop for Turn<'_> {
+            fn drop(&mut self) {
+                *lock(&self.0.searching) -= 1;
+                self.0.turn.notify_one();
+            }
+        }
+        let mut running = lock(&self.searching);
+        while *running >= SEARCHERS {
+            running = self
+                .turn
+                .wait(running)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *running += 1;
+        Turn(self)
+    }
+
+    /// The bytes the graph held in memory (its vectors and links) after its last addition.
     pub(crate) fn memory(&self) -> usize {
-        read(&self.index).memory_usage()
+        self.memory.load(Ordering::Acquire)
     }
 
     /// Writes the graph to `path` through a temporary file renamed over it, stamped with
@@ -290,6 +382,9 @@ impl Ann {
                 if index.size() != stamp.rows {
                     return Err(format!("holds {} rows, not {}", index.size(), stamp.rows));
                 }
+                // A load reserves for as many threads as the machine has cores.
+                Ann::reserve(&index, index.capacity().max(stamp.rows))?;
+                ann.memory.store(index.memory_usage(), Ordering::Release);
                 index.change_expansion_add(PARAMS.expansion_add);
                 index.change_expansion_search(PARAMS.expansion_search);
             }
@@ -428,6 +523,16 @@ fn remove_leftovers(path: &Path) {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// What the graphs of an index's shards have answered since it was opened (shared by every
+/// shard; [`ShardStats`](super::ShardStats)).
+#[derive(Debug, Default)]
+pub(crate) struct GraphCounts {
+    /// Vector searches a graph answered.
+    pub(crate) searches: AtomicU64,
+    /// Graph searches usearch refused, answered by a scan instead.
+    pub(crate) refused: AtomicU64,
 }
 
 /// A shard's graph and the state of its making, shared with the thread that builds it.
@@ -593,7 +698,15 @@ impl Build {
             if chunk.is_empty() {
                 break;
             }
-            ann.add(&chunk)?;
+            if let Err(e) = ann.add(&chunk) {
+                // Some of the chunk may be in: the graph goes, and the next step starts
+                // another from the mirror.
+                let mut state = lock(&self.slot.state);
+                if state.ann.as_ref().is_some_and(|a| Arc::ptr_eq(a, &ann)) {
+                    state.ann = None;
+                }
+                return Err(e);
+            }
             // A long build (a large shard's first) is saved as it doubles, so a process
             // stopped meanwhile keeps most of the work.
             let saved = lock(&self.slot.state).saved;
@@ -697,7 +810,8 @@ impl Shard {
             if len < self.config.ann_min || build.is_empty() {
                 return;
             }
-            let behind = len - state.ann.as_ref().map_or(0, |a| a.rows());
+            // The builder may have gone past `len` since it was read.
+            let behind = len.saturating_sub(state.ann.as_ref().map_or(0, |a| a.rows()));
             let step = if self.config.ann_background {
                 STEP_ROWS
             } else {
@@ -734,7 +848,7 @@ impl Shard {
                 Err(e) => tracing::warn!("cannot start building an approximate index: {e}"),
             }
         } else {
-            drop(builder);
+            // Under the builder's lock, so one thread at a time adds to the graph.
             job.run();
         }
     }
@@ -776,8 +890,19 @@ impl Shard {
                 .vectors
                 .search_from(0, &q, k, limit, candidates, allowed);
         };
+        let count = (k * OVERSAMPLE).max(self.config.ann_candidates);
+        let found = match ann.search(&q, count, rows, allowed) {
+            Ok(found) => found,
+            Err(e) => {
+                self.graphs.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("approximate vector search failed ({e}); scanning instead");
+                return docs
+                    .vectors
+                    .search_from(0, &q, k, limit, candidates, allowed);
+            }
+        };
         self.ann.searches.fetch_add(1, Ordering::Relaxed);
-        let found = ann.search(&q, k * OVERSAMPLE, rows, allowed);
+        self.graphs.searches.fetch_add(1, Ordering::Relaxed);
         let scored = found.into_iter().map(|r| (r, docs.vectors.score(r, &q)));
         let tail = docs
             .vectors
@@ -892,6 +1017,7 @@ mod tests {
                 ..IndexConfig::plain()
             },
             queries: Arc::default(),
+            graphs: Arc::default(),
         };
         Shard::open(path, "acme", &spec, false).unwrap()
     }
@@ -927,6 +1053,7 @@ mod tests {
                 ..IndexConfig::plain()
             },
             queries: Arc::default(),
+            graphs: Arc::default(),
         };
         let third = Shard::open(&path, "acme", &spec, false).unwrap();
         third.ann.wait();

@@ -52,6 +52,10 @@ pub struct ShardStats {
     pub loads: u64,
     /// Shards evicted to keep within the budget since then.
     pub evictions: u64,
+    /// Vector searches an approximate graph answered since then.
+    pub graph_searches: u64,
+    /// Graph searches the graph refused since then, answered by a scan instead.
+    pub graph_refused: u64,
 }
 
 /// Where one tenant's shard stands ([`Index::shard_status`]).
@@ -255,6 +259,7 @@ impl Index {
                 embedder,
                 config,
                 queries: Arc::new(Mutex::new(QueryVectors::default())),
+                graphs: Arc::default(),
             },
             meta: Mutex::new(meta),
             loaded: Mutex::new(Loaded::default()),
@@ -446,6 +451,8 @@ impl Index {
             bytes: shards.iter().map(|s| s.memory()).sum(),
             loads: self.loads.load(Ordering::SeqCst),
             evictions: self.evictions.load(Ordering::SeqCst),
+            graph_searches: self.spec.graphs.searches.load(Ordering::SeqCst),
+            graph_refused: self.spec.graphs.refused.load(Ordering::SeqCst),
         }
     }
 
