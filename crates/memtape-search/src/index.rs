@@ -145,7 +145,7 @@ impl Default for IndexConfig {
             exact_limit: 20_000,
             oversample: 100,
             ann_min: 100_000,
-            ann_candidates: 256,
+            ann_candidates: 1000,
             ann_background: true,
             context_weight: 0.2,
             bm25_k1: 1.2,

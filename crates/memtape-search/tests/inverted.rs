@@ -245,6 +245,51 @@ fn index_files_removed(shard: &Path) {
     }
 }
 
+/// Catch-ups add to a writer kept open and commit nothing until a search reads the index;
+/// the search commits and lets tantivy's lock go, so another index on the folder (another
+/// process) syncs next; an index dropped with documents waiting commits them.
+#[test]
+fn catch_ups_add_without_committing_until_a_search_and_the_lock_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+    let mut rng = fastrand::Rng::with_seed(11);
+    let path = dir.path().join("index");
+    let fts5 = Index::open(&dir.path().join("fts5"), None, config(usize::MAX)).unwrap();
+    let a = Index::open(&path, None, config(0)).unwrap();
+    let inverted = tantivy_dir(&a);
+    let q = format!("{} {}", word(2), word(7));
+    fill(&store, &mut rng, 0, 100);
+    assert_eq!(ids(&bm25(&a, &store, &q)), ids(&bm25(&fts5, &store, &q)));
+    assert_eq!(payload(&tantivy_dir(&a))["covered"], 100);
+    for round in 1..=5 {
+        fill(&store, &mut rng, round * 100, 100);
+        a.catch_up(&store).unwrap();
+    }
+    assert_eq!(
+        payload(&tantivy_dir(&a))["covered"],
+        100,
+        "five catch-ups, no commit"
+    );
+    let expected = ids(&bm25(&fts5, &store, &q));
+    assert_eq!(ids(&bm25(&a, &store, &q)), expected);
+    assert_eq!(
+        payload(&tantivy_dir(&a))["covered"],
+        600,
+        "the search committed"
+    );
+    // The lock went back with the commit: another index on the folder syncs.
+    let b = Index::open(&path, None, config(0)).unwrap();
+    fill(&store, &mut rng, 600, 100);
+    assert_eq!(ids(&bm25(&b, &store, &q)), ids(&bm25(&fts5, &store, &q)));
+    assert_eq!(payload(&tantivy_dir(&b))["covered"], 700);
+    // Dropped with documents waiting: they are committed.
+    drop(b);
+    fill(&store, &mut rng, 700, 100);
+    a.catch_up(&store).unwrap();
+    drop(a);
+    assert_eq!(payload(&inverted)["covered"], 800);
+}
+
 #[test]
 fn two_indexes_on_one_folder_keep_the_inverted_index_in_step() {
     let dir = tempfile::tempdir().unwrap();

@@ -260,7 +260,10 @@ fn shards_fed_page_by_page_hold_what_a_rebuild_holds() {
         "each document embedded once"
     );
     for tenant in tenants {
-        // The inverted index committed at the shard's mark, before any search.
+        // The inverted index holds the shard's mark once a search reads it (what the
+        // catch-ups added waits in the writer until then).
+        let request = SearchRequest::new("word3", SearchFilter::tenant(tenant)).mode(Mode::Bm25);
+        index.search(&request).unwrap();
         let meta = std::fs::read(
             index
                 .shard_path(tenant)

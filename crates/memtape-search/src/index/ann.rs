@@ -47,8 +47,8 @@ pub(crate) struct Params {
 
 /// The parameters used, measured in docs/scaling.md ("An ANN for large shards").
 pub(crate) const PARAMS: Params = Params {
-    connectivity: 16,
-    expansion_add: 128,
+    connectivity: 32,
+    expansion_add: 256,
     expansion_search: 64,
 };
 

@@ -14,11 +14,18 @@
 //! writes at a time: a sync that finds tantivy's writer lock held leaves the work to the
 //! holder, and a search that finds the index behind its shard's mirror uses FTS5.
 //!
+//! The writer is kept open between syncs (tantivy indexes on a thread of its own and
+//! merges on another), and what a sync adds is committed only once [`COMMIT_EVERY`]
+//! documents wait, when a search is about to read the index, when something was deleted,
+//! or when the shard is dropped: a catch-up waits neither for a commit nor for merges. A
+//! process keeps tantivy's writer lock while it holds the shard; another process's sync
+//! then leaves the work to it, and that process's searches of the shard use FTS5 until
+//! the holder's commit reaches its mirror.
+//!
 //! Not done yet (issue 36): a sync reads again from the store the entries the catch-up
-//! just indexed, and commits once per catch-up; at 1M entries that costs ingest 13–30%
-//! (docs/benchmarks.md). The catch-up's documents could be handed over instead, and the
-//! writer kept open between catch-ups. Filtered searches and queries naming a period
-//! still score every match through FTS5. 10M entries were not measured.
+//! just indexed (the catch-up's documents could be handed over instead). Filtered
+//! searches and queries naming a period still score every match through FTS5. 10M
+//! entries were not measured.
 
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -59,11 +66,12 @@ const ANALYZER: &str = "memtape";
 const MAX_TOKEN: usize = 255;
 /// How many tape entries a sync reads from the store at once.
 const PAGE: usize = 1024;
-/// A sync commits after this many documents (and at its end), so a long build keeps its
-/// progress over a crash and the writer's memory stays bounded.
-const COMMIT_EVERY: usize = 100_000;
-/// The writer's memory budget (tantivy's minimum is 15 MB).
-const WRITER_MEMORY: usize = 64 << 20;
+/// Documents added are committed once this many wait (or when a search needs them, or an
+/// erasure is among them, or the shard is dropped), so a long build keeps its progress
+/// over a crash and the writer's memory stays bounded.
+const COMMIT_EVERY: usize = 20_000;
+/// The writer's memory budget (tantivy's minimum is 15 MB): it writes a segment when full.
+const WRITER_MEMORY: usize = 32 << 20;
 
 /// The shard state a commit holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,6 +159,54 @@ pub(super) struct Inverted {
     fields: Fields,
     /// The mark the reader was last reloaded at.
     seen: Mutex<Option<Mark>>,
+    /// The writer, kept between syncs while it holds documents not committed yet, with
+    /// what it holds.
+    writer: Mutex<Option<Kept>>,
+    /// A writer being let go: it lets its merges finish on a thread of its own, and
+    /// holds tantivy's writer lock until then.
+    releasing: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A writer kept open: tantivy indexes added documents on its own thread and merges
+/// segments on another, so a catch-up neither waits for a commit nor for merges.
+struct Kept {
+    writer: IndexWriter<TantivyDocument>,
+    /// The shard state the writer holds, committed or not.
+    added: Mark,
+    /// The shard state of its last commit.
+    committed: Mark,
+    /// Documents added since the last commit.
+    pending: usize,
+}
+
+impl Drop for Inverted {
+    /// Commits what the kept writer holds (an evicted shard keeps its work); merges
+    /// running are dropped (later commits start them again).
+    fn drop(&mut self) {
+        let kept = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(kept) = kept.as_mut()
+            && let Err(e) = commit(kept)
+        {
+            tracing::warn!("inverted index {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// Commits what `kept` holds, its mark as the payload, if it is not committed yet.
+fn commit(kept: &mut Kept) -> Result<bool> {
+    if kept.added == kept.committed {
+        return Ok(false);
+    }
+    let payload = serde_json::to_string(&kept.added).map_err(|e| Error::Inverted(e.to_string()))?;
+    let mut prepared = kept.writer.prepare_commit().map_err(err)?;
+    prepared.set_payload(&payload);
+    prepared.commit().map_err(err)?;
+    kept.pending = 0;
+    kept.committed = kept.added.clone();
+    Ok(true)
 }
 
 impl std::fmt::Debug for Inverted {
@@ -208,6 +264,8 @@ impl Inverted {
             reader,
             fields,
             seen: Mutex::new(None),
+            writer: Mutex::new(None),
+            releasing: Mutex::new(None),
         })
     }
 
@@ -219,23 +277,69 @@ impl Inverted {
 
     /// Brings the index to the shard state `target`, reading the tenant's entries from
     /// `store`. Returns `false` when another writer (thread or process) holds the index:
-    /// it is left to that one. See the module's description.
+    /// it is left to that one. What is added waits in the kept writer, committed once
+    /// [`COMMIT_EVERY`] documents wait, when a search needs it ([`Inverted::commit_added`])
+    /// or at once when something was deleted. See the module's description.
     pub(super) fn sync(&self, store: &dyn Store, tenant: &str, target: &Mark) -> Result<bool> {
-        let options = tantivy::indexer::IndexWriterOptions::builder()
-            .num_worker_threads(1)
-            .num_merge_threads(1)
-            .memory_budget_per_thread(WRITER_MEMORY)
-            .build();
-        let mut writer: IndexWriter<TantivyDocument> = match self.index.writer_with_options(options)
-        {
-            Ok(w) => w,
-            Err(TantivyError::LockFailure(..)) => return Ok(false),
-            Err(e) => return Err(err(e)),
-        };
-        let mark = self.mark()?;
-        if mark == *target {
-            return Ok(true);
+        let mut slot = lock(&self.writer);
+        if slot.is_none() {
+            let Some(writer) = self.take_writer()? else {
+                return Ok(false);
+            };
+            let committed = self.mark()?;
+            *slot = Some(Kept {
+                writer,
+                added: committed.clone(),
+                committed,
+                pending: 0,
+            });
         }
+        let Some(kept) = slot.as_mut() else {
+            return Ok(false);
+        };
+        match self.sync_kept(kept, store, tenant, target) {
+            Ok(false) => {
+                // Nothing waits to be committed: the lock goes back (another process may
+                // have work for the index).
+                if kept.added == kept.committed
+                    && let Some(kept) = slot.take()
+                {
+                    self.release(kept);
+                }
+                Ok(true)
+            }
+            Ok(true) => {
+                // Something was deleted: committed, then merged out of the files.
+                let Some(kept) = slot.take() else {
+                    return Ok(true);
+                };
+                self.purge(kept)?;
+                self.reload()?;
+                Ok(true)
+            }
+            Err(e) => {
+                // What the writer holds uncommitted is unknown: it goes (rolled back),
+                // and the next sync starts from the last commit.
+                *slot = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds to `kept` what brings it to `target`; returns whether something was deleted
+    /// (then it is committed).
+    fn sync_kept(
+        &self,
+        kept: &mut Kept,
+        store: &dyn Store,
+        tenant: &str,
+        target: &Mark,
+    ) -> Result<bool> {
+        let mark = kept.added.clone();
+        if mark == *target {
+            return Ok(false);
+        }
+        let writer = &mut kept.writer;
         let mut from = EntryId(mark.covered);
         let mut deleted = false;
         if mark.origin != target.origin {
@@ -251,18 +355,6 @@ impl Inverted {
             from = EntryId(target.covered);
             deleted = true;
         }
-        let commit = |writer: &mut IndexWriter<TantivyDocument>, covered: u64| -> Result<()> {
-            let payload = serde_json::to_string(&Mark {
-                covered,
-                ..target.clone()
-            })
-            .map_err(|e| Error::Inverted(e.to_string()))?;
-            let mut prepared = writer.prepare_commit().map_err(err)?;
-            prepared.set_payload(&payload);
-            prepared.commit().map_err(err)?;
-            Ok(())
-        };
-        let mut pending = 0;
         let mut after = from;
         while after.0 < target.covered {
             let mut page = store.entries_after_in(tenant, after, PAGE)?;
@@ -275,62 +367,117 @@ impl Inverted {
                 break;
             };
             for doc in new_docs(store, &page)? {
-                self.add(&writer, doc.id, &doc.text, &doc.context)?;
-                pending += 1;
+                self.add(&kept.writer, doc.id, &doc.text, &doc.context)?;
+                kept.pending += 1;
             }
             // What the shard's catch-up did with the erasure receipts among them.
             if let Some(affected) = erasure_affected(store, &page)? {
                 for id in affected.keys() {
-                    writer.delete_term(Term::from_field_u64(self.fields.id, id.0));
+                    kept.writer
+                        .delete_term(Term::from_field_u64(self.fields.id, id.0));
                 }
                 let again: Vec<_> = affected.into_values().filter(|e| e.id <= end).collect();
                 for doc in new_docs(store, &again)? {
-                    self.add(&writer, doc.id, &doc.text, &doc.context)?;
+                    self.add(&kept.writer, doc.id, &doc.text, &doc.context)?;
                 }
                 deleted = true;
             }
-            if pending >= COMMIT_EVERY {
-                commit(&mut writer, end.0)?;
-                pending = 0;
+            kept.added = Mark {
+                covered: end.0,
+                ..target.clone()
+            };
+            if kept.pending >= COMMIT_EVERY {
+                commit(kept)?;
+                self.reload()?;
             }
         }
-        commit(&mut writer, target.covered)?;
+        kept.added = target.clone();
         if deleted {
-            // Deleted documents stay in their segments' files until those are merged:
-            // merge every segment that holds a delete, then remove the files replaced.
-            let with_deletes: Vec<SegmentId> = self
-                .index
-                .searchable_segment_metas()
-                .map_err(err)?
-                .into_iter()
-                .filter(|m| m.has_deletes())
-                .map(|m| m.id())
-                .collect();
-            if !with_deletes.is_empty() {
-                writer.merge(&with_deletes).wait().map_err(err)?;
-            }
+            commit(kept)?;
         }
-        writer.wait_merging_threads().map_err(err)?;
-        if deleted {
-            // A writer of its own to collect garbage: merges the policy started have
-            // finished, so every file no commit names can go. If another process took the
-            // lock meanwhile, its commits collect them (tantivy collects after each).
-            match self.index.writer_with_options::<TantivyDocument>(
-                tantivy::indexer::IndexWriterOptions::builder()
-                    .num_worker_threads(1)
-                    .num_merge_threads(1)
-                    .build(),
-            ) {
-                Ok(collector) => {
-                    collector.garbage_collect_files().wait().map_err(err)?;
-                    collector.wait_merging_threads().map_err(err)?;
+        Ok(deleted)
+    }
+
+    /// Commits what the kept writer holds, if anything, reloads the reader and lets the
+    /// writer go: called before a search reads the index.
+    pub(super) fn commit_added(&self) -> Result<()> {
+        let mut slot = lock(&self.writer);
+        let Some(mut kept) = slot.take() else {
+            return Ok(());
+        };
+        drop(slot);
+        let committed = commit(&mut kept);
+        self.release(kept);
+        if committed? {
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    /// A writer, once this process's writer being let go has finished; `None` when
+    /// another process holds tantivy's lock.
+    fn take_writer(&self) -> Result<Option<IndexWriter<TantivyDocument>>> {
+        if let Some(releasing) = lock(&self.releasing).take() {
+            let _ = releasing.join();
+        }
+        let options = tantivy::indexer::IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(WRITER_MEMORY)
+            .build();
+        match self.index.writer_with_options(options) {
+            Ok(w) => Ok(Some(w)),
+            Err(TantivyError::LockFailure(..)) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Lets `kept` go (rolling back what it did not commit) once its merges finished, on
+    /// a thread of its own, so the caller does not wait for them.
+    fn release(&self, kept: Kept) {
+        let dir = self.dir.clone();
+        let handle = std::thread::Builder::new()
+            .name("memtape-inverted".into())
+            .spawn(move || {
+                if let Err(e) = kept.writer.wait_merging_threads() {
+                    tracing::warn!("inverted index {}: {e}", dir.display());
                 }
-                Err(TantivyError::LockFailure(..)) => {}
-                Err(e) => return Err(err(e)),
+            });
+        match handle {
+            Ok(handle) => {
+                let previous = lock(&self.releasing).replace(handle);
+                if let Some(previous) = previous {
+                    let _ = previous.join();
+                }
             }
+            Err(e) => tracing::warn!("inverted index {}: {e}", self.dir.display()),
         }
-        self.reload()?;
-        Ok(true)
+    }
+
+    /// After a commit that deleted documents: lets the merges running finish, merges
+    /// every segment that holds a delete (deleted documents stay in their segments'
+    /// files until then), and removes the files replaced. The writer is let go: the next
+    /// sync takes another.
+    fn purge(&self, kept: Kept) -> Result<()> {
+        kept.writer.wait_merging_threads().map_err(err)?;
+        // Another process may take the lock meanwhile: its commits collect the files.
+        let Some(mut writer) = self.take_writer()? else {
+            return Ok(());
+        };
+        let with_deletes: Vec<SegmentId> = self
+            .index
+            .searchable_segment_metas()
+            .map_err(err)?
+            .into_iter()
+            .filter(|m| m.has_deletes())
+            .map(|m| m.id())
+            .collect();
+        if !with_deletes.is_empty() {
+            writer.merge(&with_deletes).wait().map_err(err)?;
+        }
+        writer.garbage_collect_files().wait().map_err(err)?;
+        writer.wait_merging_threads().map_err(err)?;
+        Ok(())
     }
 
     fn add(
@@ -595,6 +742,11 @@ impl Shard {
         }
         let terms = terms(&words.join(" "));
         let depth = self.config.candidates.max(request.limit);
+        // What the last catch-ups added is searched once committed.
+        if let Err(e) = inverted.commit_added() {
+            tracing::warn!("search index {}: {e}", self.path.display());
+            return None;
+        }
         let found = match inverted.candidates(
             &terms,
             self.config.context_weight,
