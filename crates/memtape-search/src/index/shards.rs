@@ -533,6 +533,7 @@ impl Index {
         let mut total: u64 = sizes.iter().map(|s| s.2).sum();
         let mut count = sizes.len();
         sizes.sort();
+        let mut evicted = Vec::new();
         for (_, tenant, bytes) in sizes {
             if total <= memory && count <= max {
                 break;
@@ -540,11 +541,15 @@ impl Index {
             if tenant == keep {
                 continue;
             }
-            loaded.slots.remove(&tenant);
+            evicted.extend(loaded.slots.remove(&tenant));
             total -= bytes;
             count -= 1;
             self.evictions.fetch_add(1, Ordering::SeqCst);
         }
+        // A shard dropped here commits what its inverted index's writer holds: not while
+        // every other shard's lookup waits for the lock.
+        drop(loaded);
+        drop(evicted);
     }
 
     /// Whether `tenant` has a shard file (loaded or not).
