@@ -18,9 +18,10 @@
 //! merges on another), and what a sync adds is committed only once [`COMMIT_EVERY`]
 //! documents wait, when a search is about to read the index, when something was deleted,
 //! or when the shard is dropped: a catch-up waits neither for a commit nor for merges. A
-//! process keeps tantivy's writer lock while it holds the shard; another process's sync
-//! then leaves the work to it, and that process's searches of the shard use FTS5 until
-//! the holder's commit reaches its mirror.
+//! process keeps tantivy's writer lock while its writer holds documents not committed
+//! yet (and until the merges of a writer let go finish); another process's sync then
+//! leaves the work to it, and that process's searches of the shard use FTS5 until the
+//! holder's commit reaches its mirror.
 //!
 //! Not done yet (issue 36): a sync reads again from the store the entries the catch-up
 //! just indexed (the catch-up's documents could be handed over instead). Filtered
