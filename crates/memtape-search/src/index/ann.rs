@@ -546,8 +546,6 @@ pub(crate) struct AnnSlot {
     stop: AtomicBool,
     /// Graphs started from nothing (not read from a file) since the shard was opened.
     fresh: AtomicUsize,
-    /// Vector searches the graph answered since the shard was opened.
-    searches: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -573,12 +571,6 @@ impl AnnSlot {
     #[cfg(test)]
     pub(crate) fn fresh(&self) -> usize {
         self.fresh.load(Ordering::SeqCst)
-    }
-
-    /// How many vector searches the graph answered since the shard was opened.
-    #[cfg(test)]
-    pub(crate) fn searches(&self) -> usize {
-        self.searches.load(Ordering::SeqCst)
     }
 
     /// How many rows the current graph holds.
@@ -902,7 +894,6 @@ impl Shard {
                     .search_from(0, &q, k, limit, candidates, allowed);
             }
         };
-        self.ann.searches.fetch_add(1, Ordering::Relaxed);
         self.graphs.searches.fetch_add(1, Ordering::Relaxed);
         let scored = found.into_iter().map(|r| (r, docs.vectors.score(r, &q)));
         let tail = docs
@@ -1071,14 +1062,18 @@ mod tests {
         shard.catch_up(&store).unwrap();
         let wide = SearchRequest::new("v7", SearchFilter::tenant("acme")).mode(Mode::Vector);
         let graph = shard.search(&wide).unwrap();
-        assert_eq!(shard.ann.searches(), 1);
+        assert_eq!(shard.graphs.searches.load(Ordering::SeqCst), 1);
         let exact = shard
             .search(&SearchRequest {
                 exact: true,
                 ..wide.clone()
             })
             .unwrap();
-        assert_eq!(shard.ann.searches(), 1, "an exact search scans");
+        assert_eq!(
+            shard.graphs.searches.load(Ordering::SeqCst),
+            1,
+            "an exact search scans"
+        );
         assert_eq!(graph[0].id, exact[0].id);
         assert_eq!(graph[0].score, exact[0].score);
         // A filter admitting the last twentieth of the rows scans them.
@@ -1091,7 +1086,11 @@ mod tests {
         let few = shard
             .search(&SearchRequest::new("v7", recent).mode(Mode::Vector))
             .unwrap();
-        assert_eq!(shard.ann.searches(), 1, "a selective filter scans");
+        assert_eq!(
+            shard.graphs.searches.load(Ordering::SeqCst),
+            1,
+            "a selective filter scans"
+        );
         assert!(few.iter().all(|h| h.id.0 > 3_000));
         // One admitting most rows goes through the graph, and keeps to what it admits.
         let older = SearchFilter {
@@ -1101,7 +1100,11 @@ mod tests {
         let most = shard
             .search(&SearchRequest::new("v7", older).mode(Mode::Vector))
             .unwrap();
-        assert_eq!(shard.ann.searches(), 2, "a wide filter uses the graph");
+        assert_eq!(
+            shard.graphs.searches.load(Ordering::SeqCst),
+            2,
+            "a wide filter uses the graph"
+        );
         assert!(!most.is_empty() && most.iter().all(|h| h.id.0 <= 3_000));
     }
 

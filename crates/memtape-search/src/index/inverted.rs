@@ -283,20 +283,20 @@ impl Inverted {
     /// or at once when something was deleted. See the module's description.
     pub(super) fn sync(&self, store: &dyn Store, tenant: &str, target: &Mark) -> Result<bool> {
         let mut slot = lock(&self.writer);
-        if slot.is_none() {
-            let Some(writer) = self.take_writer()? else {
-                return Ok(false);
-            };
-            let committed = self.mark()?;
-            *slot = Some(Kept {
-                writer,
-                added: committed.clone(),
-                committed,
-                pending: 0,
-            });
-        }
-        let Some(kept) = slot.as_mut() else {
-            return Ok(false);
+        let kept = match slot.as_mut() {
+            Some(kept) => kept,
+            None => {
+                let Some(writer) = self.take_writer()? else {
+                    return Ok(false);
+                };
+                let committed = self.mark()?;
+                slot.insert(Kept {
+                    writer,
+                    added: committed.clone(),
+                    committed,
+                    pending: 0,
+                })
+            }
         };
         match self.sync_kept(kept, store, tenant, target) {
             Ok(false) => {
