@@ -54,6 +54,12 @@ pub fn rss_mb() -> f64 {
     status_mb("VmRSS:")
 }
 
+/// The process's anonymous resident memory in MB (Linux; 0 elsewhere): [`rss_mb`]
+/// without the pages of mapped files (index segments the kernel may drop and read again).
+pub fn rss_anon_mb() -> f64 {
+    status_mb("RssAnon:")
+}
+
 /// A kB figure of /proc/self/status, in MB.
 fn status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
