@@ -222,6 +222,11 @@ impl Vectors {
         &self.values[row * self.dim..(row + 1) * self.dim]
     }
 
+    /// The scale of row `row`: its vector is [`Vectors::row`] times it.
+    pub(crate) fn scale(&self, row: usize) -> f32 {
+        self.scales[row]
+    }
+
     /// The cosine of row `row` with the quantized query `q`.
     pub(crate) fn score(&self, row: usize, q: &Quantized) -> f32 {
         let values = &self.values[row * self.dim..(row + 1) * self.dim];

@@ -332,6 +332,35 @@ fn stored_bytes(v: &[f32]) -> Vec<u8> {
         .collect()
 }
 
+/// The centre the graph file at `path` links its vectors less (read from its trailer's
+/// stamp: the JSON before the last 24 bytes, whose first four give its length).
+fn graph_center(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let tail = &bytes[bytes.len() - 24..];
+    let json_len = u32::from_le_bytes(tail[..4].try_into().unwrap()) as usize;
+    let json = &bytes[bytes.len() - 24 - json_len..bytes.len() - 24];
+    let stamp: serde_json::Value = serde_json::from_slice(json).unwrap();
+    stamp["center"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// The bytes the graph links for `v` when its centre is `center`: the mirror's 8-bit
+/// vector, read back as the graph's builder reads it, less the centre, in 8 bits again.
+fn linked_bytes(v: &[f32], center: &[f32]) -> Vec<u8> {
+    let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let scale = max / 127.0;
+    let centred: Vec<f32> = v
+        .iter()
+        .zip(center)
+        .map(|(x, c)| f32::from((x / scale).round().clamp(-127.0, 127.0) as i8) * scale - c)
+        .collect();
+    stored_bytes(&centred)
+}
+
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -366,10 +395,15 @@ fn an_erased_vector_leaves_the_graph_file() {
     index.catch_up(&f.store).unwrap();
     let needle = stored_bytes(&secret_vector());
     let path = graph_file(&index);
+    let linked = linked_bytes(&secret_vector(), &graph_center(&path));
     let index_dir = f.dir.path().join("index");
     assert!(
-        files_holding(&index_dir, &needle).contains(&path.display().to_string()),
+        files_holding(&index_dir, &linked).contains(&path.display().to_string()),
         "the graph holds the vector's bytes (so the scan below can see them)"
+    );
+    assert!(
+        !files_holding(&index_dir, &needle).is_empty(),
+        "the shard file holds the mirror's bytes"
     );
     let tenant = SearchFilter::tenant("acme");
     let hits = vector_search(&index, SECRET, tenant.clone(), false);
@@ -391,7 +425,8 @@ fn an_erased_vector_leaves_the_graph_file() {
         .unwrap();
     index.catch_up(&f.store).unwrap();
     assert!(
-        files_holding(&index_dir, &needle).is_empty(),
+        files_holding(&index_dir, &needle).is_empty()
+            && files_holding(&index_dir, &linked).is_empty(),
         "no file of the index holds the erased vector"
     );
     assert!(path.exists(), "the graph is built again without it");
@@ -417,6 +452,7 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
     let a = open(f.dir.path());
     a.catch_up(&f.store).unwrap();
     let path = graph_file(&a);
+    let linked = linked_bytes(&secret_vector(), &graph_center(&path));
     let saved = identity(&path);
     let b = open(f.dir.path());
     b.catch_up(&f.store).unwrap();
@@ -445,6 +481,7 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
     b.catch_up(&f.store).unwrap();
     let needle = stored_bytes(&secret_vector());
     assert!(files_holding(&f.dir.path().join("index"), &needle).is_empty());
+    assert!(files_holding(&f.dir.path().join("index"), &linked).is_empty());
     for index in [&a, &b] {
         let hits = vector_search(index, SECRET, tenant.clone(), false);
         assert!(hits.iter().all(|(id, _)| *id != secret));

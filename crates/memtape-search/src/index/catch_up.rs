@@ -511,6 +511,8 @@ impl Shard {
         }
         drop(docs);
         tx.commit()?;
+        // The graph's builder yields to the write path for a while.
+        self.ann.written();
         if erased {
             // Documents went and came back under their own ids: the mirror is read again
             // from the file (as every other process does, seeing the new build id), and
