@@ -1416,7 +1416,7 @@ mod tests {
     /// against an exact 8-bit scan, for the parameters in [`PARAMS`] or those given.
     /// `ANN_N=1000000 cargo test --release -p memtape-search ann_at_scale -- --ignored
     /// --nocapture` (also `ANN_DIM`, `ANN_M`, `ANN_EFC`, `ANN_EFS`, `ANN_OVERSAMPLE`,
-    /// `ANN_QUERIES`, `ANN_NOISE`, `ANN_CLUSTERS`, `ANN_B1=1` for a one-bit graph, `ANN_FILTER=n` for a filter admitting one row in n).
+    /// `ANN_QUERIES`, `ANN_NOISE`, `ANN_CLUSTERS`, `ANN_B1=1` for a one-bit graph, `ANN_FILTER=n` for a filter admitting one row in n, `ANN_CENTER=0` for a graph of the raw vectors).
     #[test]
     #[ignore = "a benchmark: minutes at a million vectors"]
     fn ann_at_scale() {
@@ -1439,6 +1439,14 @@ mod tests {
         for i in 0..n {
             vectors.push(&quantize(&clustered(dim, clusters, noise, i as u64)));
         }
+        // The i8 graph goes through `Ann`, centred as the index's (`ANN_CENTER=0` links
+        // the raw vectors).
+        let center = if env("ANN_CENTER", 1) == 1 {
+            mean(&vectors)
+        } else {
+            vec![0.0; dim]
+        };
+        let ann = Ann::new(dim, "bench", params, center).unwrap();
         let started = Instant::now();
         let opts = IndexOptions {
             metric: if b1 {
@@ -1450,7 +1458,9 @@ mod tests {
             ..options(dim, params)
         };
         let index = usearch::Index::new(&opts).unwrap();
-        index.reserve(n).unwrap();
+        if b1 {
+            index.reserve(n).unwrap();
+        }
         let bits = |row: &[i8]| -> Vec<u8> {
             row.chunks(8)
                 .map(|c| {
@@ -1460,13 +1470,17 @@ mod tests {
                 })
                 .collect()
         };
-        for r in 0..n {
-            if b1 {
+        if b1 {
+            for r in 0..n {
                 index
                     .add(r as u64, usearch::b1x8::from_u8s(&bits(vectors.row(r))))
                     .unwrap();
-            } else {
-                index.add(r as u64, vectors.row(r)).unwrap();
+            }
+        } else {
+            for from in (0..n).step_by(CHUNK) {
+                let to = n.min(from + CHUNK);
+                ann.add(&ann.linked_rows(&vectors, from, to), &Pace::FULL)
+                    .unwrap();
             }
         }
         let build = started.elapsed().as_secs_f64();
@@ -1479,22 +1493,18 @@ mod tests {
             let exact = vectors.search_from(0, &q, k, usize::MAX, 0, admits);
             exact_ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let started = Instant::now();
-            let found = if b1 {
+            let found: Vec<usize> = if b1 {
                 index
                     .search(usearch::b1x8::from_u8s(&bits(q.values())), k * oversample)
                     .unwrap()
-            } else {
-                index
-                    .filtered_search(q.values(), k * oversample, |r| admits(r as usize))
-                    .unwrap()
-            };
-            let got = top_k(
-                k,
-                found
                     .keys
                     .iter()
-                    .map(|r| (*r as usize, vectors.score(*r as usize, &q))),
-            );
+                    .map(|r| *r as usize)
+                    .collect()
+            } else {
+                ann.search(&query, k * oversample, n, &admits).unwrap()
+            };
+            let got = top_k(k, found.iter().map(|r| (*r, vectors.score(*r, &q))));
             ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let top: Vec<usize> = exact.iter().take(10).map(|(r, _)| *r).collect();
             recall += got.iter().take(10).filter(|(r, _)| top.contains(r)).count() as f64 / 10.0;
@@ -1514,7 +1524,12 @@ mod tests {
             index.hardware_acceleration(),
             build,
             build * 1e6 / n as f64,
-            index.memory_usage() as f64 / 1048576.0,
+            if b1 {
+                index.memory_usage()
+            } else {
+                ann.memory()
+            } as f64
+                / 1048576.0,
             vectors.memory() as f64 / 1048576.0,
             quantile(&mut ms, 0.5),
             quantile(&mut ms, 0.95),
