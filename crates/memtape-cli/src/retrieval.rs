@@ -306,8 +306,8 @@ pub struct Tuning {
     /// (HNSW) and wide vector searches take their candidates from it.
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     ann_from: Option<usize>,
-    /// How many candidates a graph search returns for exact rescoring; the graph looks
-    /// at least this wide (at least 1).
+    /// How many candidates a graph search returns for exact rescoring, at least (also
+    /// one per 5,000 rows of the graph); the graph looks that wide (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     ann_candidates: Option<usize>,
 }

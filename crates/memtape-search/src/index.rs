@@ -73,9 +73,11 @@ pub struct IndexConfig {
     /// the shard take their candidates from it (rescored exactly), the rows after it
     /// being scanned; `usize::MAX` = never. Exact requests never use it.
     pub ann_min: usize,
-    /// How many candidates a graph search returns for exact rescoring (at least four per
-    /// hit of the search's depth); the graph's search looks at least this wide (HNSW's
-    /// ef), so this trades latency for recall (measured in docs/scaling.md).
+    /// How many candidates a graph search returns for exact rescoring, at least (and at
+    /// least four per hit of the search's depth, and one per 5,000 rows the graph covers,
+    /// so that recall holds as a shard grows past a million); the graph's search looks
+    /// that wide (HNSW's ef), so this trades latency for recall (measured in
+    /// docs/scaling.md).
     pub ann_candidates: usize,
     /// Whether the graph is built and extended on a thread of its own (`true`), or by
     /// the catch-up itself before it returns (`false`: slower writes, for tests and
