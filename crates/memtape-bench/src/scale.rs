@@ -523,6 +523,10 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         let vector_recall_10 = overlap / 50.0;
         let rss = rss_mb();
         let rss_anon = rss_anon_mb();
+        // Said before the cold searches, which build a whole shard again (minutes at 10M).
+        progress(&format!(
+            "{n}: warm: graph {graph_rows} rows {graph_s:.0} s after ingest; ms p50/p95 bm25 {bm25_ms:.2?} vector {vector_ms:.2?} hybrid {hybrid_ms:.2?} (warm {warm_hybrid_ms:.2?}); recall@10 {vector_recall_10:.3}; rss {rss:.0} MB (anon {rss_anon:.0})"
+        ));
         let cold = cold_searches(
             config,
             &model,
