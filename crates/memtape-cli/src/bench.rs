@@ -297,7 +297,12 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 index_memory: a.tuning.index_memory,
             };
             let progress = Progress::spinner(&ctx, "scale: building the first tape");
+            // A run logged to a file (a 10M point takes an hour) still says how far it got.
+            let logged = !progress.shown() && ctx.progress();
             let report = memtape_bench::scale::run(&config, &mut |line| {
+                if logged {
+                    eprintln!("{line}");
+                }
                 progress.println(line);
                 progress.message(line);
             })?;
