@@ -256,6 +256,11 @@ struct Docs {
     meta: Vec<DocMeta>,
     scopes: Vec<Scope>,
     scope_rows: HashMap<Scope, u32>,
+    /// The tenant of every scope while they all have the same one (`None` before the
+    /// first), and whether two differ: a filter that names only a tenant then admits all
+    /// the scopes or none, without a look at each (a tenant's shard holds many sessions).
+    sole_tenant: Option<String>,
+    mixed_tenants: bool,
     /// The rows of the speakers (names of messages that are not tool results) seen, and
     /// the rows of the speakers whose name holds each word.
     speaker_rows: HashMap<String, u32>,
@@ -288,6 +293,8 @@ impl Docs {
             meta: Vec::new(),
             scopes: Vec::new(),
             scope_rows: HashMap::new(),
+            sole_tenant: None,
+            mixed_tenants: false,
             speaker_rows: HashMap::new(),
             speaker_words: HashMap::new(),
             speaker_scopes: Vec::new(),
@@ -306,6 +313,14 @@ impl Docs {
         // Vectors of rows already mirrored first, so new rows can bring their own.
         self.fill(added.filled, EntryId(0));
         for scope in added.scopes {
+            match &self.sole_tenant {
+                None if !self.mixed_tenants => self.sole_tenant = Some(scope.tenant().to_owned()),
+                Some(t) if t != scope.tenant() => {
+                    self.sole_tenant = None;
+                    self.mixed_tenants = true;
+                }
+                _ => {}
+            }
             self.scope_rows
                 .insert(scope.clone(), self.scopes.len() as u32);
             self.scopes.push(scope);
@@ -394,7 +409,28 @@ impl Docs {
 
     /// Which scopes `filter` admits, by scope row.
     fn admitted_scopes(&self, filter: &SearchFilter) -> Vec<bool> {
-        self.scopes.iter().map(|s| filter.admits_scope(s)).collect()
+        match self.admits_by_tenant(filter) {
+            Some(all) => vec![all; self.scopes.len()],
+            None => self.scopes.iter().map(|s| filter.admits_scope(s)).collect(),
+        }
+    }
+
+    /// Whether `filter` admits every scope (`Some(true)`) or none (`Some(false)`), when
+    /// its tenant alone decides that: it names no agent, user or session, and every
+    /// scope has one tenant. `None` when each scope must be looked at.
+    fn admits_by_tenant(&self, filter: &SearchFilter) -> Option<bool> {
+        if self.mixed_tenants
+            || filter.agent.is_some()
+            || filter.user.is_some()
+            || filter.session.is_some()
+        {
+            return None;
+        }
+        Some(
+            self.sole_tenant
+                .as_deref()
+                .is_none_or(|t| t == filter.tenant),
+        )
     }
 }
 
@@ -671,5 +707,55 @@ impl Shard {
         self.docs
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn docs_with(scopes: &[Scope]) -> Docs {
+        let mut docs = Docs::empty(0, "b".into());
+        docs.extend(Added {
+            scopes: scopes.to_vec(),
+            ..Added::default()
+        });
+        docs
+    }
+
+    /// The tenant-only shortcut gives what a look at each scope gives, for one tenant's
+    /// scopes and for mixed ones.
+    #[test]
+    fn admitted_scopes_by_tenant_agree_with_a_look_at_each() {
+        let scope = |t: &str, u: &str, s: &str| {
+            Scope::agent(t, "bot")
+                .unwrap()
+                .with_user(u)
+                .and_then(|x| x.with_session(s))
+                .unwrap()
+        };
+        let one = [scope("acme", "u1", "s1"), scope("acme", "u2", "s2")];
+        let mixed = [scope("acme", "u1", "s1"), scope("other", "u1", "s1")];
+        let filters = [
+            SearchFilter::tenant("acme"),
+            SearchFilter::tenant("other"),
+            SearchFilter {
+                user: Some("u1".into()),
+                ..SearchFilter::tenant("acme")
+            },
+        ];
+        for scopes in [&one[..], &mixed[..], &[]] {
+            let docs = docs_with(scopes);
+            for filter in &filters {
+                let each: Vec<bool> = scopes.iter().map(|s| filter.admits_scope(s)).collect();
+                assert_eq!(docs.admitted_scopes(filter), each, "{scopes:?} {filter:?}");
+            }
+        }
+        assert_eq!(docs_with(&one).admits_by_tenant(&filters[0]), Some(true));
+        assert_eq!(docs_with(&one).admits_by_tenant(&filters[1]), Some(false));
+        assert_eq!(docs_with(&one).admits_by_tenant(&filters[2]), None);
+        assert_eq!(docs_with(&mixed).admits_by_tenant(&filters[0]), None);
     }
 }

@@ -182,7 +182,9 @@ struct Kept {
 
 impl Drop for Inverted {
     /// Commits what the kept writer holds (an evicted shard keeps its work); merges
-    /// running are dropped (later commits start them again).
+    /// running are dropped (later commits start them again). A writer being let go
+    /// ([`Inverted::release`]) is waited for, so the lock is free for other processes
+    /// once the index is gone.
     fn drop(&mut self) {
         let kept = self
             .writer
@@ -192,6 +194,13 @@ impl Drop for Inverted {
             && let Err(e) = commit(kept)
         {
             tracing::warn!("inverted index {}: {e}", self.dir.display());
+        }
+        let releasing = self
+            .releasing
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = releasing.take() {
+            let _ = handle.join();
         }
     }
 }
@@ -785,7 +794,9 @@ fn whole_shard(docs: &Docs, filter: &SearchFilter) -> bool {
         && filter.since.is_none()
         && filter.until.is_none()
         && filter.as_of.is_none()
-        && docs.scopes.iter().all(|s| filter.admits_scope(s))
+        && docs
+            .admits_by_tenant(filter)
+            .unwrap_or_else(|| docs.scopes.iter().all(|s| filter.admits_scope(s)))
 }
 
 fn parse_mark(payload: Option<&str>) -> Mark {
