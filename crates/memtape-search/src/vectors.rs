@@ -222,9 +222,13 @@ impl Vectors {
         &self.values[row * self.dim..(row + 1) * self.dim]
     }
 
-    /// The scale of row `row`: its vector is [`Vectors::row`] times it.
-    pub(crate) fn scale(&self, row: usize) -> f32 {
-        self.scales[row]
+    /// Writes row `row`'s vector ([`Vectors::row`] times its scale) into `out` (`dim`
+    /// long).
+    pub(crate) fn vector_into(&self, row: usize, out: &mut [f32]) {
+        let scale = self.scales[row];
+        for (x, q) in out.iter_mut().zip(self.row(row)) {
+            *x = f32::from(*q) * scale;
+        }
     }
 
     /// The cosine of row `row` with the quantized query `q`.

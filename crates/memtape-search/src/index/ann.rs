@@ -251,10 +251,7 @@ impl Ann {
         let mut out = Vec::with_capacity((to - from) * self.dim);
         let mut v = vec![0f32; self.dim];
         for r in from..to {
-            let scale = vectors.scale(r);
-            for (x, q) in v.iter_mut().zip(vectors.row(r)) {
-                *x = f32::from(*q) * scale;
-            }
+            vectors.vector_into(r, &mut v);
             out.extend_from_slice(self.centred(&v).values());
         }
         out
@@ -285,7 +282,7 @@ impl Ann {
         // Each adder takes every `adders`-th row; usearch links concurrent additions.
         let adders = adders().min(rows.len().div_ceil(ADD_SHARE)).max(1);
         let add_every = |t: usize| -> Result<(), String> {
-            let mut turn = pace.start();
+            let mut turn = Turn::new();
             (t..rows.len()).step_by(adders).try_for_each(|i| {
                 if !pace.wait(&mut turn) {
                     return Err(STOPPED.to_owned());
@@ -614,17 +611,20 @@ pub(crate) struct Turn {
     worked: Duration,
 }
 
-impl Pace<'_> {
-    /// No pacing: add at full speed.
-    #[cfg(test)]
-    pub(crate) const FULL: Pace<'static> = Pace { slot: None };
-
-    fn start(&self) -> Turn {
+impl Turn {
+    /// A second that starts now, with no work in it yet.
+    fn new() -> Turn {
         Turn {
             since: Instant::now(),
             worked: Duration::ZERO,
         }
     }
+}
+
+impl Pace<'_> {
+    /// No pacing: add at full speed.
+    #[cfg(test)]
+    pub(crate) const FULL: Pace<'static> = Pace { slot: None };
 
     /// Waits, while the shard is being written, until `turn` has worked no more than its
     /// share of the time; `false` when the shard was dropped meanwhile.
@@ -638,7 +638,7 @@ impl Pace<'_> {
             }
             let elapsed = turn.since.elapsed();
             if elapsed >= Duration::from_secs(1) {
-                *turn = self.start();
+                *turn = Turn::new();
                 return true;
             }
             if !slot.writing()
@@ -1095,12 +1095,12 @@ const MEAN_ROWS: usize = 100_000;
 /// (zeros for none): a new graph's centre.
 fn mean(vectors: &Vectors) -> Vec<f32> {
     let mut sum = vec![0f64; vectors.dim()];
+    let mut v = vec![0f32; vectors.dim()];
     let n = vectors.len().min(MEAN_ROWS);
     for i in 0..n {
-        let r = i * vectors.len() / n;
-        let scale = f64::from(vectors.scale(r));
-        for (s, q) in sum.iter_mut().zip(vectors.row(r)) {
-            *s += f64::from(*q) * scale;
+        vectors.vector_into(i * vectors.len() / n, &mut v);
+        for (s, x) in sum.iter_mut().zip(&v) {
+            *s += f64::from(*x);
         }
     }
     sum.into_iter()
