@@ -1411,6 +1411,23 @@ mod tests {
         assert!(Ann::load(&path, "build-1", "other", dim, |r| Some(r as u64)).is_err());
         assert!(Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64 + 1)).is_err());
         assert!(Ann::load(&path, "build-1", "e", dim, |_| None).is_err());
+        // A stamp whose checksum holds but whose centre is not one of `dim` values is
+        // refused (the caller deletes the file and builds again).
+        let crafted = dir.path().join("c.ann");
+        read(&ann.index).save(&crafted.to_string_lossy()).unwrap();
+        let stamp = Stamp {
+            build: "build-1".into(),
+            embedder: "e".into(),
+            dim,
+            connectivity: PARAMS.connectivity,
+            rows: 100,
+            last_id: 99,
+            center: vec![0.5; dim + 1],
+        };
+        append_trailer(&crafted, &stamp).unwrap();
+        let refused = Ann::load(&crafted, "build-1", "e", dim, |r| Some(r as u64));
+        assert!(refused.unwrap_err().contains("centre"));
+        std::fs::remove_file(&crafted).unwrap();
         // A save refused (the shard's build changed meanwhile) leaves no file behind.
         let other = dir.path().join("h.ann");
         ann.save(&other, "e", 99, || false).unwrap();
