@@ -35,6 +35,10 @@ const VOCABULARY: usize = 20_000;
 const DIM: usize = 384;
 const QUERIES: usize = 200;
 const ENTRIES_PER_SESSION: usize = 100;
+/// The default rule's rows of a graph per candidate (the `ann` module of memtape-search).
+const ROWS_PER_CANDIDATE: usize = 5_000;
+/// The queries whose top 10 is compared with an exact search's.
+const RECALL_QUERIES: usize = 50;
 
 /// What to run.
 #[derive(Clone)]
@@ -91,6 +95,9 @@ pub struct SizeReport {
     /// How many of the exact top 10 the vector search returned (mean over queries); 1.0
     /// when the search is exact.
     pub vector_recall_10: f64,
+    /// Where graphs answered: vector latency and recall@10 with other candidate counts
+    /// (a half, twice and four times the default rule's in the largest shard).
+    pub ann_sweep: Vec<AnnPoint>,
     /// How many tenants the entries are spread over.
     pub tenants: usize,
     /// The largest tenant's entries.
@@ -102,6 +109,17 @@ pub struct SizeReport {
     /// A server that has just joined (a second index on the same tape, nothing loaded):
     /// its first hybrid search of each sampled tenant.
     pub cold: ColdReport,
+}
+
+/// Vector search with one candidate count for the graph.
+#[derive(Debug, Serialize)]
+pub struct AnnPoint {
+    /// The candidates a graph search asked for.
+    pub candidates: usize,
+    /// Vector query latency, ms (p50, p95).
+    pub vector_ms: [f64; 2],
+    /// Recall@10 against the exact search, as [`SizeReport::vector_recall_10`].
+    pub vector_recall_10: f64,
 }
 
 /// The first searches of a server that has just joined.
@@ -503,24 +521,57 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         let warm_hybrid_searches = warm.len();
         let warm_hybrid_ms = p50_p95(warm);
         let after = engine_index(&engine)?.shard_stats();
-        // The quality price of the one-bit scan: overlap with an exact search's top 10.
-        let mut overlap = 0.0;
-        for (q, filter) in queries.iter().take(50) {
+        // The quality price of the approximate search (the graph, or the one-bit scan):
+        // overlap with an exact search's top 10, over the first 50 queries. The exact lists
+        // do not change with the settings swept below, so they are searched once.
+        let mut exact_top = Vec::new();
+        for (q, filter) in queries.iter().take(RECALL_QUERIES) {
             let request = SearchRequest::new(q.clone(), filter.clone())
                 .mode(Mode::Vector)
                 .limit(10);
             let exact = engine.search(&SearchRequest {
                 exact: true,
-                ..request.clone()
+                ..request
             })?;
-            let got = engine.search(&request)?;
-            let hits = got
-                .iter()
-                .filter(|h| exact.iter().any(|w| w.entry.id == h.entry.id))
-                .count();
-            overlap += hits as f64 / exact.len().max(1) as f64;
+            exact_top.push(exact.into_iter().map(|h| h.entry.id).collect::<Vec<_>>());
         }
-        let vector_recall_10 = overlap / 50.0;
+        let recall = || -> Result<f64, Error> {
+            let mut overlap = 0.0;
+            for ((q, filter), exact) in queries.iter().zip(&exact_top) {
+                let request = SearchRequest::new(q.clone(), filter.clone())
+                    .mode(Mode::Vector)
+                    .limit(10);
+                let got = engine.search(&request)?;
+                let hits = got.iter().filter(|h| exact.contains(&h.entry.id)).count();
+                overlap += hits as f64 / exact.len().max(1) as f64;
+            }
+            Ok(overlap / exact_top.len().max(1) as f64)
+        };
+        let vector_recall_10 = recall()?;
+        // Where graphs answer, the trade of candidates for recall: a half, twice and four
+        // times the candidates the default rule asks for in the largest shard.
+        let mut ann_sweep = Vec::new();
+        if graph_rows > 0 {
+            let largest = sizes_of.iter().copied().max().unwrap_or(0);
+            let default = config
+                .index
+                .ann_candidates
+                .max(largest / ROWS_PER_CANDIDATE);
+            for candidates in [default / 2, default * 2, default * 4] {
+                engine_index(&engine)?.set_ann_candidates(candidates);
+                let vector_ms = time(Mode::Vector)?;
+                let vector_recall_10 = recall()?;
+                progress(&format!(
+                    "{n}: graph search from {candidates} candidates: vector ms p50/p95 {vector_ms:.2?}; recall@10 {vector_recall_10:.3}"
+                ));
+                ann_sweep.push(AnnPoint {
+                    candidates,
+                    vector_ms,
+                    vector_recall_10,
+                });
+            }
+            engine_index(&engine)?.set_ann_candidates(0);
+        }
         let rss = rss_mb();
         let rss_anon = rss_anon_mb();
         // Said before the cold searches, which build a whole shard again (minutes at 10M).
@@ -566,6 +617,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             warm_hybrid_ms,
             warm_hybrid_searches,
             vector_recall_10,
+            ann_sweep,
             tenants,
             largest_tenant: sizes_of.iter().copied().max().unwrap_or(0),
             timed_shard_loads: after.loads - before.loads,

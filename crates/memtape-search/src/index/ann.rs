@@ -657,14 +657,18 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// What the graphs of an index's shards have answered since it was opened (shared by every
-/// shard; [`ShardStats`](super::ShardStats)).
+/// What the graphs of an index's shards have answered since it was opened, and the
+/// candidate floor set while serving (shared by every shard; [`ShardStats`](super::ShardStats),
+/// [`Index::set_ann_candidates`](super::Index::set_ann_candidates)).
 #[derive(Debug, Default)]
 pub(crate) struct GraphCounts {
     /// Vector searches a graph answered.
     pub(crate) searches: AtomicU64,
     /// Graph searches usearch refused, answered by a scan instead.
     pub(crate) refused: AtomicU64,
+    /// The candidates a graph search asks for, when set in place of the default rule (0:
+    /// the default, from [`IndexConfig::ann_candidates`](super::IndexConfig::ann_candidates)).
+    pub(crate) candidates: AtomicUsize,
 }
 
 /// A shard's graph and the state of its making, shared with the thread that builds it.
@@ -1011,6 +1015,17 @@ impl Shard {
         lock(&self.ann.state).ann.as_ref().map_or(0, |a| a.memory())
     }
 
+    /// The candidates a graph search of `rows` rows asks for, for `k` results: the count
+    /// set while serving, else the configuration's and one per [`ROWS_PER_CANDIDATE`] rows,
+    /// whichever is more; never fewer than `k` times the oversampling.
+    fn ann_count(&self, k: usize, rows: usize) -> usize {
+        let wanted = match self.graphs.candidates.load(Ordering::Relaxed) {
+            0 => self.config.ann_candidates.max(rows / ROWS_PER_CANDIDATE),
+            set => set,
+        };
+        wanted.max(k * OVERSAMPLE)
+    }
+
     /// The `k` rows of `docs` nearest `query` among those `allowed` admits, best first, with
     /// their 8-bit cosines: through the graph where it applies (see the module's
     /// documentation), else as [`Vectors::search`](crate::vectors::Vectors::search) does.
@@ -1043,9 +1058,7 @@ impl Shard {
                 .vectors
                 .search_from(0, &q, k, limit, candidates, allowed);
         };
-        let count = (k * OVERSAMPLE)
-            .max(self.config.ann_candidates)
-            .max(rows / ROWS_PER_CANDIDATE);
+        let count = self.ann_count(k, rows);
         let found = match ann.search(query, count, rows, allowed) {
             Ok(found) => found,
             Err(e) => {
