@@ -56,6 +56,11 @@ pub struct Config {
     pub tenants: usize,
     /// The memory budget of the index's loaded shards (`None`: the library's default).
     pub index_memory: Option<u64>,
+    /// Index as `memtape serve` does: each append is acknowledged once durable and the
+    /// server's indexer threads ([`memtape_server::Indexer`]) follow the tape,
+    /// text on one, embedding on another; the ingest ends once they have caught up. When
+    /// `false`, each append returns once indexed (the library's default).
+    pub server_ingest: bool,
 }
 
 /// The numbers for one size.
@@ -400,6 +405,12 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         if let Some(bytes) = config.index_memory {
             engine_index(&engine)?.set_memory(bytes);
         }
+        let (engine, indexer) = if config.server_ingest {
+            let (engine, indexer) = memtape_server::Indexer::start(engine);
+            (engine, Some(indexer))
+        } else {
+            (Arc::new(engine), None)
+        };
         if config.tenants > 1 {
             // As a server's: every entry's vector is made as it is appended (and kept in
             // the store), a tenant's shard when a search first needs it.
@@ -454,6 +465,15 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
                     "{n}: {done} entries ({:.0}/s)",
                     done as f64 / started.elapsed().as_secs_f64()
                 ));
+            }
+        }
+        if indexer.is_some() {
+            // The appends are durable; the ingest ends when the indexer has every entry's
+            // text and vector in the index.
+            let index = engine_index(&engine)?;
+            let last = engine.store().last_id().map_err(memtape::Error::from)?;
+            while index.covered() < last || index.embedded() < last {
+                std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }
         let ingest = n as f64 / started.elapsed().as_secs_f64();
@@ -626,6 +646,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         };
         progress(&format!("{report:?}"));
         sizes.push(report);
+        drop(indexer);
         drop(engine);
         if let Some((admin, name, _)) = database {
             memtape_postgres::drop_database(&admin, &name).map_err(memtape::Error::from)?;

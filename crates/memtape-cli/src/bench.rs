@@ -147,6 +147,15 @@ pub struct LocomoQaArgs {
     answers: Option<PathBuf>,
 }
 
+/// How `bench scale` indexes its appends.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum IngestArg {
+    /// Before each append returns.
+    Write,
+    /// Behind the appends, on the server's indexer threads.
+    Server,
+}
+
 /// `memtape bench scale`.
 #[derive(Args)]
 pub struct ScaleArgs {
@@ -167,6 +176,12 @@ pub struct ScaleArgs {
     /// searching one tenant.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     tenants: u32,
+    /// How the entries are indexed as they are appended: `write` brings the index up to
+    /// date before each append returns (the library's default); `server` as `memtape
+    /// serve` does, an append acknowledged once durable and the index following on the
+    /// server's indexer and embedder threads (the ingest then ends when it has caught up).
+    #[arg(long, value_enum, default_value = "write")]
+    ingest: IngestArg,
     #[command(flatten)]
     tuning: Tuning,
     #[command(flatten)]
@@ -295,6 +310,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 database: a.database.clone(),
                 tenants: a.tenants as usize,
                 index_memory: a.tuning.index_memory,
+                server_ingest: matches!(a.ingest, IngestArg::Server),
             };
             let progress = Progress::spinner(&ctx, "scale: building the first tape");
             // A run logged to a file (a 10M point takes an hour) still says how far it got.

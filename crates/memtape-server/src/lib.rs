@@ -32,6 +32,7 @@ pub use crate::metrics::{EmbedCounts, ModelUse, count_embedder};
 pub use auth::DEFAULT_TENANT;
 pub use error::{ApiError, Result};
 pub use guard::Sites;
+pub use indexer::Indexer;
 pub use keys::{KeyError, KeyRecord, KeyStore};
 pub use state::{AppState, Caller, Limits, ModelSetup, Role};
 
