@@ -1309,6 +1309,25 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_search_asks_for_the_set_count_else_the_floor_or_one_per_5000_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(&dir.path().join("shard.db"));
+        let floor = shard.config.ann_candidates;
+        // The default rule: the configured floor, one per 5,000 rows above it, and never
+        // fewer than the oversampled request.
+        assert_eq!(shard.ann_count(10, 1_000_000), floor.max(200));
+        assert_eq!(shard.ann_count(10, 10_000_000), 2_000.max(floor));
+        assert_eq!(shard.ann_count(1_000, 1_000), 4_000);
+        // A count set while serving replaces the rule in every shard sharing the counts,
+        // above the oversampled request still; 0 goes back to the rule.
+        shard.graphs.candidates.store(500, Ordering::Relaxed);
+        assert_eq!(shard.ann_count(10, 10_000_000), 500);
+        assert_eq!(shard.ann_count(200, 10_000_000), 800);
+        shard.graphs.candidates.store(0, Ordering::Relaxed);
+        assert_eq!(shard.ann_count(10, 10_000_000), 2_000.max(floor));
+    }
+
+    #[test]
     fn a_shard_reads_its_saved_graph_and_extends_it_instead_of_building_it_again() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
