@@ -473,6 +473,12 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             let index = engine_index(&engine)?;
             let last = engine.store().last_id().map_err(memtape::Error::from)?;
             while index.covered() < last || index.embedded() < last {
+                // A failing indexer would never catch up: its error ends the run.
+                if let Some(failure) = engine.index_failure() {
+                    return Err(Error::Engine(memtape::Error::Internal(format!(
+                        "the indexer failed: {failure}"
+                    ))));
+                }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }

@@ -658,7 +658,7 @@ fn epoch() -> Instant {
 }
 
 /// What the graphs of an index's shards have answered since it was opened, and the
-/// candidate floor set while serving (shared by every shard; [`ShardStats`](super::ShardStats),
+/// candidate count set while serving (shared by every shard; [`ShardStats`](super::ShardStats),
 /// [`Index::set_ann_candidates`](super::Index::set_ann_candidates)).
 #[derive(Debug, Default)]
 pub(crate) struct GraphCounts {
