@@ -83,55 +83,95 @@ impl Shard {
             }
             Ok(vector)
         };
-        let bm25_then_rank = |query_vector: &dyn Fn() -> Result<Option<Vec<f32>>>| {
-            before()?;
-            // The postings are read before the mirror is read-locked, so a catch-up's
-            // commit never waits behind them, and searches never queue behind that commit.
-            let postings = match request.mode {
-                Mode::Vector => None,
-                Mode::Bm25 | Mode::Hybrid => match self.inverted_postings(request) {
-                    Some(candidates) => Some(candidates),
-                    None => self.with_reader(|conn| Postings::read(conn, &request.text))?,
-                },
-            };
-            self.rank(request, query_vector()?, postings.as_ref())
+        // The postings are read before the mirror is read-locked, so a catch-up's commit
+        // never waits behind them, and searches never queue behind that commit.
+        let postings = || -> Result<Option<Postings>> {
+            match self.inverted_postings(request) {
+                Some(candidates) => Ok(Some(candidates)),
+                None => self.with_reader(|conn| Postings::read(conn, &request.text)),
+            }
         };
-        if request.mode == Mode::Vector {
-            return bm25_then_rank(&embed_query);
+        match request.mode {
+            Mode::Vector => {
+                before()?;
+                return self.rank(request, embed_query()?, None, None);
+            }
+            Mode::Bm25 => {
+                before()?;
+                return self.rank(request, None, postings()?.as_ref(), None);
+            }
+            Mode::Hybrid => {}
         }
-        if !wants_vector {
-            return bm25_then_rank(&|| Ok(None));
-        }
-        // Hybrid: `before` (a catch-up) and FTS5's BM25 matches run on a thread of their own
-        // while this one embeds the query (most of a search's time). The embedding stays on
-        // the caller's thread: ONNX Runtime keeps per-thread buffers, which a fresh thread
-        // would set up anew.
+        // Hybrid: `before` (a catch-up), then the BM25 matches, run on a thread of their
+        // own while this one embeds the query and, once the catch-up is done, searches
+        // the vectors; the two lists meet in `rank`. The embedding stays on the caller's
+        // thread: ONNX Runtime keeps per-thread buffers, which a fresh thread would set up
+        // anew.
         std::thread::scope(|scope| {
-            let (send, receive) = std::sync::mpsc::sync_channel::<Result<Option<Vec<f32>>>>(1);
-            let ranked = scope.spawn(move || {
-                bm25_then_rank(&|| {
-                    receive.recv().unwrap_or_else(|_| {
-                        Err(Error::Embed(crate::EmbedError::from(
-                            "the query's embedding was abandoned",
-                        )))
-                    })
-                })
+            let (caught_up, wait) = std::sync::mpsc::sync_channel::<()>(1);
+            let matches = scope.spawn(move || {
+                before()?;
+                let _ = caught_up.send(());
+                postings()
             });
-            // The other side is gone only if it failed first; its error is the answer.
-            let _ = send.send(embed_query());
-            ranked
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            let joined = |matches: std::thread::ScopedJoinHandle<'_, Result<Option<Postings>>>| {
+                matches
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            };
+            let query = match embed_query() {
+                Ok(query) => query,
+                Err(e) => {
+                    let _ = joined(matches);
+                    return Err(e);
+                }
+            };
+            // The sender is gone without a word only when `before` failed: its error,
+            // from the join, is the answer.
+            let early = match (&query, wait.recv()) {
+                (Some(q), Ok(())) => Some(self.vector_list(request, q)),
+                _ => None,
+            };
+            let postings = joined(matches)?;
+            self.rank(request, query, postings.as_ref(), early)
         })
     }
 
+    /// The vector list of `request` for the query vector `q` over the mirror as it is now,
+    /// with the build it was searched in.
+    fn vector_list(&self, request: &SearchRequest, q: &[f32]) -> (String, List) {
+        let docs = self.read_docs();
+        let view = View::new(self, &docs, request);
+        (
+            docs.build.clone(),
+            self.vectors_of(&docs, &view, q, request),
+        )
+    }
+
+    /// The vector list of `request`: a search of the vectors per pass of `view` (one, or
+    /// two with a named period), hits at or below the model's floor left out.
+    fn vectors_of(&self, docs: &Docs, view: &View<'_>, q: &[f32], request: &SearchRequest) -> List {
+        let depth = self.config.candidates.max(request.limit);
+        let floor = self.min_similarity();
+        let mut vector = List::new();
+        for pass in view.passes() {
+            let mut found = self.vector_search(docs, q, depth, request.exact, &pass);
+            // Below the model's floor a document is unrelated, however it ranks.
+            found.retain(|(_, score)| *score > floor);
+            vector = fusion::union(vector, found);
+        }
+        vector
+    }
+
     /// The rest of [`Shard::search`], over the mirror, with the query's vector and BM25
-    /// matches (if any).
+    /// matches (if any), and the vector list if it was searched already (with the build
+    /// it was searched in: from another build, it is searched again).
     fn rank(
         &self,
         request: &SearchRequest,
         query_vector: Option<Vec<f32>>,
         postings: Option<&Postings>,
+        searched: Option<(String, List)>,
     ) -> Result<Vec<Hit>> {
         // Every mode looks at the same number of candidates, so the boosts below can lift a
         // document into a short list from below it.
@@ -148,54 +188,23 @@ impl Shard {
                 },
             )
         });
-        let scopes = docs.admitted_scopes(&request.filter);
-        let allowed = |row: usize| {
-            let m = &docs.meta[row];
-            scopes[m.scope as usize]
-                && request
-                    .filter
-                    .admits(EntryId(docs.ids[row]), m.kind, m.role, m.at)
-        };
-        // A date with a year, else a relative one or one without a year, read at the time
-        // of the newest message searched (the conversation's "now").
-        let period = (self.config.time_weight > 0.0)
-            .then(|| {
-                when::period(&request.text).or_else(|| {
-                    // The newest message is looked for only when there is a date to read.
-                    when::relative(&request.text, chrono::Utc::now(), true)?;
-                    let now = newest(&docs, &scopes, &request.filter)?;
-                    when::relative(&request.text, now, true)
-                })
-            })
-            .flatten();
-        let in_period = |row: usize| {
-            period.is_some_and(|p: Period| {
-                p.contains(docs.meta[row].at)
-                    || (docs
-                        .events
-                        .get(&(row as u32))
-                        .is_some_and(|event| event.overlaps(&p)))
-            })
-        };
-        // With a named period, its documents are searched on their own as well.
-        let passes: &[&dyn Fn(usize) -> bool] = if period.is_some() {
-            &[&allowed, &|row| allowed(row) && in_period(row)]
-        } else {
-            &[&allowed]
-        };
+        let view = View::new(self, &docs, request);
+        let allowed = |row: usize| view.allowed(row);
+        let in_period = |row: usize| view.in_period(row);
+        let period = view.period;
         let mut bm25 = List::new();
-        let mut vector = List::new();
-        for pass in passes {
-            if let Some(matches) = &matches {
-                bm25 = fusion::union(bm25, bm25_best(matches, depth, pass));
-            }
-            if let Some(q) = &query_vector {
-                let mut found = self.vector_search(&docs, q, depth, request.exact, *pass);
-                // Below the model's floor a document is unrelated, however it ranks.
-                found.retain(|(_, score)| *score > floor);
-                vector = fusion::union(vector, found);
+        if let Some(matches) = &matches {
+            for pass in view.passes() {
+                bm25 = fusion::union(bm25, bm25_best(matches, depth, &pass));
             }
         }
+        // Rows keep their numbers within a build, so a list searched on an earlier state
+        // of it holds; it may only miss rows added since, which came after the search.
+        let vector = match (searched, &query_vector) {
+            (Some((build, list)), _) if build == docs.build => list,
+            (_, Some(q)) => self.vectors_of(&docs, &view, q, request),
+            (_, None) => List::new(),
+        };
         let mut hits = match request.mode {
             Mode::Bm25 => fusion::only_bm25(&bm25),
             Mode::Vector => fusion::only_vector(&vector),
@@ -305,6 +314,76 @@ impl Shard {
     /// The cosine a vector match must exceed: the embedder's floor.
     pub fn min_similarity(&self) -> f32 {
         self.embedder.as_ref().map_or(0.0, |e| e.min_similarity())
+    }
+}
+
+/// What a search admits over one state of the mirror: the scopes its filter admits, and
+/// the period its query names, if any.
+struct View<'a> {
+    docs: &'a Docs,
+    request: &'a SearchRequest,
+    scopes: Vec<bool>,
+    period: Option<Period>,
+}
+
+impl<'a> View<'a> {
+    fn new(shard: &Shard, docs: &'a Docs, request: &'a SearchRequest) -> View<'a> {
+        let scopes = docs.admitted_scopes(&request.filter);
+        // A date with a year, else a relative one or one without a year, read at the time
+        // of the newest message searched (the conversation's "now").
+        let period = (shard.config.time_weight > 0.0)
+            .then(|| {
+                when::period(&request.text).or_else(|| {
+                    // The newest message is looked for only when there is a date to read.
+                    when::relative(&request.text, chrono::Utc::now(), true)?;
+                    let now = newest(docs, &scopes, &request.filter)?;
+                    when::relative(&request.text, now, true)
+                })
+            })
+            .flatten();
+        View {
+            docs,
+            request,
+            scopes,
+            period,
+        }
+    }
+
+    /// Whether the search's filter admits `row`.
+    fn allowed(&self, row: usize) -> bool {
+        let m = &self.docs.meta[row];
+        self.scopes[m.scope as usize]
+            && self
+                .request
+                .filter
+                .admits(EntryId(self.docs.ids[row]), m.kind, m.role, m.at)
+    }
+
+    /// Whether `row` falls in the period the query names (its time, or an event it
+    /// tells of).
+    fn in_period(&self, row: usize) -> bool {
+        self.period.is_some_and(|p: Period| {
+            p.contains(self.docs.meta[row].at)
+                || (self
+                    .docs
+                    .events
+                    .get(&(row as u32))
+                    .is_some_and(|event| event.overlaps(&p)))
+        })
+    }
+
+    /// The rows each retriever searches, pass by pass: those the filter admits, and with a
+    /// named period, its documents on their own as well.
+    fn passes(&self) -> Vec<impl Fn(usize) -> bool + '_> {
+        let only_period: &[bool] = if self.period.is_some() {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        only_period
+            .iter()
+            .map(move |&only| move |row| self.allowed(row) && (!only || self.in_period(row)))
+            .collect()
     }
 }
 
