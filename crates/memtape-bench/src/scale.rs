@@ -26,7 +26,7 @@ use memtape::{
 };
 use serde::Serialize;
 
-use crate::{Error, peak_rss_mb, quantile, rss_anon_mb, rss_mb};
+use crate::{Error, peak_rss_mb, quantile, read_mb, rss_anon_mb, rss_mb};
 
 const SYLLABLES: [&str; 16] = [
     "ka", "lo", "mi", "nu", "ru", "sa", "ti", "vo", "zo", "pa", "do", "fi", "gu", "ha", "ji", "bo",
@@ -35,8 +35,6 @@ const VOCABULARY: usize = 20_000;
 const DIM: usize = 384;
 const QUERIES: usize = 200;
 const ENTRIES_PER_SESSION: usize = 100;
-/// The default rule's rows of a graph per candidate (the `ann` module of memtape-search).
-const ROWS_PER_CANDIDATE: usize = 5_000;
 /// The queries whose top 10 is compared with an exact search's.
 const RECALL_QUERIES: usize = 50;
 
@@ -91,6 +89,9 @@ pub struct SizeReport {
     pub vector_ms: [f64; 2],
     /// Hybrid query latency, ms (p50, p95).
     pub hybrid_ms: [f64; 2],
+    /// MB read from storage during the timed BM25, vector and hybrid passes (what the
+    /// page cache missed: the tape's entries, the index's files).
+    pub search_read_mb: [f64; 3],
     /// Hybrid query latency of the searches whose shard was loaded already (no shard
     /// loaded during the search), ms (p50, p95), and how many of the timed hybrid searches
     /// those were.
@@ -103,6 +104,10 @@ pub struct SizeReport {
     /// Where graphs answered: vector latency and recall@10 with other candidate counts
     /// (a half, twice and four times the default rule's in the largest shard).
     pub ann_sweep: Vec<AnnPoint>,
+    /// Where graphs answered and the index was opened without huge pages
+    /// (`--huge-pages false`): the timed searches again, in the same process, after it
+    /// asked for them.
+    pub huge_pages: Option<HugePages>,
     /// How many tenants the entries are spread over.
     pub tenants: usize,
     /// The largest tenant's entries.
@@ -114,6 +119,17 @@ pub struct SizeReport {
     /// A server that has just joined (a second index on the same tape, nothing loaded):
     /// its first hybrid search of each sampled tenant.
     pub cold: ColdReport,
+}
+
+/// The timed searches again after the index asked for huge pages.
+#[derive(Debug, Serialize)]
+pub struct HugePages {
+    /// Seconds the kernel took to make the memory into huge pages.
+    pub collapse_s: f64,
+    /// Vector query latency, ms (p50, p95), before and after.
+    pub vector_ms: [[f64; 2]; 2],
+    /// Hybrid query latency, ms (p50, p95), before and after.
+    pub hybrid_ms: [[f64; 2]; 2],
 }
 
 /// Vector search with one candidate count for the graph.
@@ -528,6 +544,9 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         let settled = Instant::now();
         let graph_rows = engine_index(&engine)?.settle_graphs();
         let graph_s = settled.elapsed().as_secs_f64();
+        progress(&format!(
+            "{n}: ingest {ingest:.0}/s; graphs {graph_rows} rows, done {graph_s:.0} s after it; timing searches"
+        ));
         let before = engine_index(&engine)?.shard_stats();
         let p50_p95 = |mut ms: Vec<f64>| [quantile(&mut ms.clone(), 0.5), quantile(&mut ms, 0.95)];
         let time = |mode: Mode| -> Result<[f64; 2], Error> {
@@ -535,9 +554,17 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
                 run_all(mode)?.into_iter().map(|(ms, _)| ms).collect(),
             ))
         };
+        let read_before = read_mb();
         let bm25_ms = time(Mode::Bm25)?;
+        let read_bm25 = read_mb();
         let vector_ms = time(Mode::Vector)?;
+        let read_vector = read_mb();
         let hybrid = run_all(Mode::Hybrid)?;
+        let search_read_mb = [
+            read_bm25 - read_before,
+            read_vector - read_bm25,
+            read_mb() - read_vector,
+        ];
         let hybrid_ms = p50_p95(hybrid.iter().map(|(ms, _)| *ms).collect());
         let warm: Vec<f64> = hybrid
             .iter()
@@ -579,10 +606,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         let mut ann_sweep = Vec::new();
         if graph_rows > 0 {
             let largest = sizes_of.iter().copied().max().unwrap_or(0);
-            let default = config
-                .index
-                .ann_candidates
-                .max(largest / ROWS_PER_CANDIDATE);
+            let default = config.index.ann_candidates_for(largest);
             for candidates in [default / 2, default * 2, default * 4] {
                 engine_index(&engine)?.set_ann_candidates(candidates);
                 let vector_ms = time(Mode::Vector)?;
@@ -598,11 +622,29 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             }
             engine_index(&engine)?.set_ann_candidates(0);
         }
+        let huge_pages = if graph_rows > 0 && !config.index.huge_pages {
+            let before = [time(Mode::Vector)?, time(Mode::Hybrid)?];
+            let started = Instant::now();
+            engine_index(&engine)?.use_huge_pages();
+            let collapse_s = started.elapsed().as_secs_f64();
+            let after = [time(Mode::Vector)?, time(Mode::Hybrid)?];
+            progress(&format!(
+                "{n}: huge pages ({collapse_s:.1} s): vector ms p50/p95 {:.2?} -> {:.2?}; hybrid {:.2?} -> {:.2?}",
+                before[0], after[0], before[1], after[1]
+            ));
+            Some(HugePages {
+                collapse_s,
+                vector_ms: [before[0], after[0]],
+                hybrid_ms: [before[1], after[1]],
+            })
+        } else {
+            None
+        };
         let rss = rss_mb();
         let rss_anon = rss_anon_mb();
         // Said before the cold searches, which build a whole shard again (minutes at 10M).
         progress(&format!(
-            "{n}: warm: graph {graph_rows} rows {graph_s:.0} s after ingest; ms p50/p95 bm25 {bm25_ms:.2?} vector {vector_ms:.2?} hybrid {hybrid_ms:.2?} (warm {warm_hybrid_ms:.2?}); recall@10 {vector_recall_10:.3}; rss {rss:.0} MB (anon {rss_anon:.0})"
+            "{n}: warm: graph {graph_rows} rows {graph_s:.0} s after ingest; ms p50/p95 bm25 {bm25_ms:.2?} vector {vector_ms:.2?} hybrid {hybrid_ms:.2?} (warm {warm_hybrid_ms:.2?}); read from storage MB {search_read_mb:.1?}; recall@10 {vector_recall_10:.3}; rss {rss:.0} MB (anon {rss_anon:.0})"
         ));
         let cold = cold_searches(
             config,
@@ -640,10 +682,12 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             bm25_ms,
             vector_ms,
             hybrid_ms,
+            search_read_mb,
             warm_hybrid_ms,
             warm_hybrid_searches,
             vector_recall_10,
             ann_sweep,
+            huge_pages,
             tenants,
             largest_tenant: sizes_of.iter().copied().max().unwrap_or(0),
             timed_shard_loads: after.loads - before.loads,

@@ -310,6 +310,10 @@ pub struct Tuning {
     /// one per 5,000 rows of the graph); the graph looks that wide (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     ann_candidates: Option<usize>,
+    /// Whether a shard with a graph asks the kernel for transparent huge pages for the
+    /// process's large memory (default true; advice only).
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
+    huge_pages: Option<bool>,
 }
 
 impl Tuning {
@@ -412,6 +416,7 @@ impl Tuning {
             ann_background: base.ann_background,
             inverted_from: self.inverted_from.unwrap_or(base.inverted_from),
             inverted_candidates: self.inverted_candidates.unwrap_or(base.inverted_candidates),
+            huge_pages: self.huge_pages.unwrap_or(base.huge_pages),
         }
     }
 }

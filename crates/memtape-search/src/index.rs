@@ -18,6 +18,7 @@ mod bm25;
 mod catch_up;
 pub use catch_up::PendingVectors;
 mod file;
+mod huge;
 mod inverted;
 mod rank;
 mod shards;
@@ -131,6 +132,12 @@ pub struct IndexConfig {
     /// request's depth): enough that the exact top documents are nearly always among
     /// them (measured in docs/benchmarks.md).
     pub inverted_candidates: usize,
+    /// Whether a shard with a graph asks the kernel for transparent huge pages for the
+    /// process's large anonymous memory (the graph's, the mirror's vectors): a graph walk
+    /// reads at random from gigabytes, and 2 MiB pages spare it most TLB misses (vector
+    /// search p50 10.6 → 7.7 ms at 1M rows, docs/scaling.md). Advice only: nothing
+    /// happens where the kernel has none.
+    pub huge_pages: bool,
 }
 
 impl Default for IndexConfig {
@@ -163,6 +170,7 @@ impl Default for IndexConfig {
             neighbour_length: 0.5,
             inverted_from: 100_000,
             inverted_candidates: 1000,
+            huge_pages: true,
         }
     }
 }
@@ -191,6 +199,13 @@ impl IndexConfig {
             bm25_b: 0.75,
             ..IndexConfig::default()
         }
+    }
+
+    /// The candidates a graph search of a shard of `rows` rows asks for by default (before
+    /// the oversampling floor of four per hit): [`IndexConfig::ann_candidates`], or one
+    /// per 5,000 rows, whichever is more.
+    pub fn ann_candidates_for(&self, rows: usize) -> usize {
+        self.ann_candidates.max(rows / ann::ROWS_PER_CANDIDATE)
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) const PARAMS: Params = Params {
 
 /// Rows of the graph per candidate a search asks it for, at least: the walk widens as the
 /// graph grows (1,000 candidates up to 5M rows, 2,000 at 10M).
-const ROWS_PER_CANDIDATE: usize = 5_000;
+pub(crate) const ROWS_PER_CANDIDATE: usize = 5_000;
 
 /// Candidates taken from the graph per hit asked for, at least, all rescored (a search
 /// for more than `expansion_search` looks that much wider); see
@@ -757,6 +757,8 @@ struct Build {
     embedder: String,
     dim: usize,
     build: String,
+    /// Whether to ask for huge pages ([`IndexConfig::huge_pages`](super::IndexConfig::huge_pages)).
+    huge_pages: bool,
 }
 
 impl Build {
@@ -805,7 +807,13 @@ impl Build {
                     Ann::load(&self.path, &self.build, &self.embedder, self.dim, id_of)
                 };
                 let ann = match loaded {
-                    Ok(Some(ann)) => ann,
+                    Ok(Some(ann)) => {
+                        // Read from its file, every page of the graph is touched already.
+                        if self.huge_pages {
+                            super::huge::advise(true);
+                        }
+                        ann
+                    }
                     other => {
                         if let Err(e) = other {
                             tracing::info!(
@@ -854,7 +862,13 @@ impl Build {
             let pace = Pace {
                 slot: Some(&self.slot),
             };
-            if let Err(e) = ann.add(&chunk, &pace) {
+            let added = ann.add(&chunk, &pace);
+            // The pages faulted in from here on (a new arena of usearch's, the mirror
+            // grown) are huge; what one chunk touched before stays small.
+            if self.huge_pages {
+                super::huge::advise(false);
+            }
+            if let Err(e) = added {
                 // Some of the chunk may be in: the graph goes, and the next step starts
                 // another from the mirror (a dropped shard's goes with it; its file holds
                 // what was saved).
@@ -993,6 +1007,7 @@ impl Shard {
             embedder: embedder.id().to_owned(),
             dim: embedder.dim(),
             build,
+            huge_pages: self.config.huge_pages,
         };
         if self.config.ann_background {
             match std::thread::Builder::new()
@@ -1020,7 +1035,7 @@ impl Shard {
     /// whichever is more; never fewer than `k` times the oversampling.
     fn ann_count(&self, k: usize, rows: usize) -> usize {
         let wanted = match self.graphs.candidates.load(Ordering::Relaxed) {
-            0 => self.config.ann_candidates.max(rows / ROWS_PER_CANDIDATE),
+            0 => self.config.ann_candidates_for(rows),
             set => set,
         };
         wanted.max(k * OVERSAMPLE)

@@ -333,6 +333,15 @@ impl Index {
             .store(candidates, Ordering::Relaxed);
     }
 
+    /// Asks the kernel now for transparent huge pages for the process's large memory (the
+    /// loaded graphs and mirrors), making what is there into huge pages at once: what
+    /// [`IndexConfig::huge_pages`](crate::IndexConfig::huge_pages) does after a graph is
+    /// read from its file, for an index opened without it (seconds for gigabytes). Returns
+    /// how many mappings were asked for (0 where the system has no huge pages).
+    pub fn use_huge_pages(&self) -> usize {
+        super::huge::advise(true)
+    }
+
     /// How many shards may be loaded at once (default 1,024; each holds a few open files).
     pub fn set_max_shards(&self, shards: usize) {
         self.max_shards.store(shards.max(1), Ordering::SeqCst);
