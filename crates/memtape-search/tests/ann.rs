@@ -14,7 +14,8 @@ use memtape_core::{EntryId, Message, NewEntry, Payload, Scope};
 use memtape_search::{EmbedError, Embedder, Index, IndexConfig, Mode, SearchFilter, SearchRequest};
 use memtape_store::{EraseMode, EraseRequest, EraseTarget, SqliteStore, Store};
 
-const DIM: usize = 64;
+/// More dimensions than a graph links (64): every graph here is on principal axes.
+const DIM: usize = 96;
 const CLUSTERS: u64 = 200;
 const SESSIONS: usize = 40;
 const SECRET: &str = "secret 4111-1111";
@@ -59,7 +60,7 @@ fn clustered(text: &str, dim: usize) -> Vec<f32> {
 
 impl Embedder for Clusters {
     fn id(&self) -> &str {
-        "test-clusters-64"
+        "test-clusters-96"
     }
     fn dim(&self) -> usize {
         DIM
@@ -332,25 +333,30 @@ fn stored_bytes(v: &[f32]) -> Vec<u8> {
         .collect()
 }
 
-/// The centre the graph file at `path` links its vectors less (read from its trailer's
-/// stamp: the JSON before the last 24 bytes, whose first four give its length).
-fn graph_center(path: &Path) -> Vec<f32> {
+/// The frame the graph file at `path` links its vectors in: its centre and principal
+/// axes (read from its trailer's stamp: the JSON before the last 24 bytes, whose first
+/// four give its length).
+fn graph_frame(path: &Path) -> (Vec<f32>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
     let tail = &bytes[bytes.len() - 24..];
     let json_len = u32::from_le_bytes(tail[..4].try_into().unwrap()) as usize;
     let json = &bytes[bytes.len() - 24 - json_len..bytes.len() - 24];
     let stamp: serde_json::Value = serde_json::from_slice(json).unwrap();
-    stamp["center"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
+    let floats = |key: &str| -> Vec<f32> {
+        stamp[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    (floats("center"), floats("axes"))
 }
 
-/// The bytes the graph links for `v` when its centre is `center`: the mirror's 8-bit
-/// vector, read back as the graph's builder reads it, less the centre, in 8 bits again.
-fn linked_bytes(v: &[f32], center: &[f32]) -> Vec<u8> {
+/// The bytes the graph links for `v` in the frame `(center, axes)`: the mirror's 8-bit
+/// vector, read back as the graph's builder reads it, less the centre, projected on the
+/// axes, in 8 bits again.
+fn linked_bytes(v: &[f32], (center, axes): &(Vec<f32>, Vec<f32>)) -> Vec<u8> {
     let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let scale = max / 127.0;
     let centred: Vec<f32> = v
@@ -358,7 +364,12 @@ fn linked_bytes(v: &[f32], center: &[f32]) -> Vec<u8> {
         .zip(center)
         .map(|(x, c)| f32::from((x / scale).round().clamp(-127.0, 127.0) as i8) * scale - c)
         .collect();
-    stored_bytes(&centred)
+    assert_eq!(axes.len(), 64 * DIM, "the graph links 64 principal axes");
+    let projected: Vec<f32> = axes
+        .chunks_exact(DIM)
+        .map(|axis| axis.iter().zip(&centred).map(|(a, x)| a * x).sum())
+        .collect();
+    stored_bytes(&projected)
 }
 
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
@@ -395,7 +406,7 @@ fn an_erased_vector_leaves_the_graph_file() {
     index.catch_up(&f.store).unwrap();
     let needle = stored_bytes(&secret_vector());
     let path = graph_file(&index);
-    let linked = linked_bytes(&secret_vector(), &graph_center(&path));
+    let linked = linked_bytes(&secret_vector(), &graph_frame(&path));
     let index_dir = f.dir.path().join("index");
     assert!(
         files_holding(&index_dir, &linked).contains(&path.display().to_string()),
@@ -452,7 +463,7 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
     let a = open(f.dir.path());
     a.catch_up(&f.store).unwrap();
     let path = graph_file(&a);
-    let linked = linked_bytes(&secret_vector(), &graph_center(&path));
+    let linked = linked_bytes(&secret_vector(), &graph_frame(&path));
     let saved = identity(&path);
     let b = open(f.dir.path());
     b.catch_up(&f.store).unwrap();
