@@ -307,7 +307,7 @@ pub struct Tuning {
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     ann_from: Option<usize>,
     /// How many candidates a graph search returns for exact rescoring, at least (also
-    /// one per 5,000 rows of the graph); the graph looks that wide (at least 1).
+    /// one per 2,500 rows of the graph); the graph looks that wide (at least 1).
     #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = count)]
     ann_candidates: Option<usize>,
     /// Whether a shard with a graph asks the kernel for transparent huge pages for the

@@ -75,7 +75,7 @@ pub struct IndexConfig {
     /// being scanned; `usize::MAX` = never. Exact requests never use it.
     pub ann_min: usize,
     /// How many candidates a graph search returns for exact rescoring, at least (and at
-    /// least four per hit of the search's depth, and one per 5,000 rows the graph covers,
+    /// least four per hit of the search's depth, and one per 2,500 rows the graph covers,
     /// so that recall holds as a shard grows past a million); the graph's search looks
     /// that wide (HNSW's ef), so this trades latency for recall (measured in
     /// docs/scaling.md).
@@ -154,7 +154,7 @@ impl Default for IndexConfig {
             exact_limit: 20_000,
             oversample: 100,
             ann_min: 100_000,
-            ann_candidates: 1000,
+            ann_candidates: 2000,
             ann_background: true,
             context_weight: 0.2,
             bm25_k1: 1.2,
@@ -203,7 +203,7 @@ impl IndexConfig {
 
     /// The candidates a graph search of a shard of `rows` rows asks for by default (before
     /// the oversampling floor of four per hit): [`IndexConfig::ann_candidates`], or one
-    /// per 5,000 rows, whichever is more.
+    /// per 2,500 rows, whichever is more.
     pub fn ann_candidates_for(&self, rows: usize) -> usize {
         self.ann_candidates.max(rows / ann::ROWS_PER_CANDIDATE)
     }

@@ -63,8 +63,10 @@ pub(crate) const PARAMS: Params = Params {
 };
 
 /// Rows of the graph per candidate a search asks it for, at least: the walk widens as the
-/// graph grows (1,000 candidates up to 5M rows, 2,000 at 10M).
-pub(crate) const ROWS_PER_CANDIDATE: usize = 5_000;
+/// graph grows (2,000 candidates up to 5M rows, 4,000 at 10M; the graph on 64 principal
+/// axes at M 16 needs twice the candidates of the whole vectors' at M 32 for the same
+/// recall, and costs less at that count: docs/scaling.md, "A smaller graph").
+pub(crate) const ROWS_PER_CANDIDATE: usize = 2_500;
 
 /// Candidates taken from the graph per hit asked for, at least, all rescored (a search
 /// for more than `expansion_search` looks that much wider); see
@@ -267,7 +269,7 @@ impl Ann {
                 frame.center.len()
             ));
         }
-        if frame.axes.len() % dim.max(1) != 0
+        if !frame.axes.len().is_multiple_of(dim.max(1))
             || frame.axes.len() / dim.max(1) > dim
             || frame.axes.iter().any(|x| !x.is_finite())
         {
@@ -1451,14 +1453,14 @@ mod tests {
     }
 
     #[test]
-    fn a_graph_search_asks_for_the_set_count_else_the_floor_or_one_per_5000_rows() {
+    fn a_graph_search_asks_for_the_set_count_else_the_floor_or_one_per_2500_rows() {
         let dir = tempfile::tempdir().unwrap();
         let shard = shard(&dir.path().join("shard.db"));
         let floor = shard.config.ann_candidates;
-        // The default rule: the configured floor, one per 5,000 rows above it, and never
+        // The default rule: the configured floor, one per 2,500 rows above it, and never
         // fewer than the oversampled request.
-        assert_eq!(shard.ann_count(10, 1_000_000), floor.max(200));
-        assert_eq!(shard.ann_count(10, 10_000_000), 2_000.max(floor));
+        assert_eq!(shard.ann_count(10, 1_000_000), floor.max(400));
+        assert_eq!(shard.ann_count(10, 10_000_000), 4_000.max(floor));
         assert_eq!(shard.ann_count(1_000, 1_000), 4_000);
         // A count set while serving replaces the rule in every shard sharing the counts,
         // above the oversampled request still; 0 goes back to the rule.
@@ -1466,7 +1468,7 @@ mod tests {
         assert_eq!(shard.ann_count(10, 10_000_000), 500);
         assert_eq!(shard.ann_count(200, 10_000_000), 800);
         shard.graphs.candidates.store(0, Ordering::Relaxed);
-        assert_eq!(shard.ann_count(10, 10_000_000), 2_000.max(floor));
+        assert_eq!(shard.ann_count(10, 10_000_000), 4_000.max(floor));
     }
 
     #[test]

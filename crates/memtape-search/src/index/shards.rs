@@ -324,7 +324,7 @@ impl Index {
 
     /// Sets how many candidates a graph search asks for, in every shard from the next
     /// search on, in place of the default rule ([`IndexConfig::ann_candidates`](crate::IndexConfig::ann_candidates),
-    /// or one per 5,000 rows of a larger shard): more buys recall with latency. 0 goes back
+    /// or one per 2,500 rows of a larger shard): more buys recall with latency. 0 goes back
     /// to the default rule.
     pub fn set_ann_candidates(&self, candidates: usize) {
         self.spec
