@@ -1332,6 +1332,29 @@ mod tests {
         writer.join().unwrap();
     }
 
+    /// Adds every row of `vectors` to the empty graph `ann`, then gives the share of each
+    /// query's exact top 10 (by the 8-bit scan) found among `candidates` from the graph,
+    /// rescored, over `queries`.
+    fn graph_recall(ann: &Ann, vectors: &Vectors, queries: &[Vec<f32>], candidates: usize) -> f64 {
+        let n = vectors.len();
+        ann.add(&ann.linked_rows(vectors, 0, n), &Pace::FULL)
+            .unwrap();
+        let mut found = 0;
+        for q in queries {
+            let exact = vectors.search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true);
+            let got = ann.search(q, candidates, n, &|_| true).unwrap();
+            let got = top_k(
+                10,
+                got.into_iter().map(|r| (r, vectors.score(r, &quantize(q)))),
+            );
+            found += got
+                .iter()
+                .filter(|(r, _)| exact.iter().any(|(e, _)| e == r))
+                .count();
+        }
+        found as f64 / (10 * queries.len()) as f64
+    }
+
     /// Vectors in a narrow cone (a large common part, as mean-pooled sentence vectors
     /// have) searched with queries from outside it: a graph linking them raw loses its
     /// way, one linking them centred finds the exact top 10.
@@ -1361,23 +1384,8 @@ mod tests {
                 axes: Vec::new(),
             };
             let ann = Ann::new(dim, "b", PARAMS, frame).unwrap();
-            ann.add(&ann.linked_rows(&vectors, 0, n), &Pace::FULL)
-                .unwrap();
-            let mut found = 0;
-            for q in &qs {
-                let exact = vectors.search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true);
-                // M 16 needs a wider walk than 200 on these nearly uniform vectors.
-                let got = ann.search(q, 400, n, &|_| true).unwrap();
-                let got = top_k(
-                    10,
-                    got.into_iter().map(|r| (r, vectors.score(r, &quantize(q)))),
-                );
-                found += got
-                    .iter()
-                    .filter(|(r, _)| exact.iter().any(|(e, _)| e == r))
-                    .count();
-            }
-            found as f64 / (10 * queries) as f64
+            // M 16 needs a wider walk than 200 on these nearly uniform vectors.
+            graph_recall(&ann, &vectors, &qs, 400)
         };
         let centred = recall(mean(&vectors));
         let raw = recall(vec![0.0; dim]);
@@ -1616,22 +1624,7 @@ mod tests {
         );
         let ann = Ann::new(dim, "b", PARAMS, Frame { center, axes }).unwrap();
         assert_eq!(ann.dims(), PROJECTED);
-        ann.add(&ann.linked_rows(&vectors, 0, n), &Pace::FULL)
-            .unwrap();
-        let mut found = 0;
-        for q in &qs {
-            let exact = vectors.search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true);
-            let got = ann.search(q, 200, n, &|_| true).unwrap();
-            let got = top_k(
-                10,
-                got.into_iter().map(|r| (r, vectors.score(r, &quantize(q)))),
-            );
-            found += got
-                .iter()
-                .filter(|(r, _)| exact.iter().any(|(e, _)| e == r))
-                .count();
-        }
-        let recall = found as f64 / (10 * queries) as f64;
+        let recall = graph_recall(&ann, &vectors, &qs, 200);
         println!("recall@10 from 200 candidates on {PROJECTED} axes: {recall:.3}");
         assert!(recall >= 0.95, "recall {recall}");
     }
