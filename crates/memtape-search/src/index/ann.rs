@@ -522,11 +522,25 @@ impl Ann {
                 axes: stamp.axes,
             };
             let ann = Ann::new(dim, build, PARAMS, frame)?;
+            if ann.dims() != stamp.projected {
+                return Err(format!(
+                    "{} axes for a graph of {} dimensions",
+                    ann.frame.axes.len() / dim.max(1),
+                    stamp.projected
+                ));
+            }
             {
                 let index = read(&ann.index);
                 index
                     .load(&source.to_string_lossy())
                     .map_err(|e| e.to_string())?;
+                if index.dimensions() != ann.dims() {
+                    return Err(format!(
+                        "links {} dimensions, not {}",
+                        index.dimensions(),
+                        ann.dims()
+                    ));
+                }
                 if index.size() != stamp.rows {
                     return Err(format!("holds {} rows, not {}", index.size(), stamp.rows));
                 }
@@ -1673,6 +1687,18 @@ mod tests {
         append_trailer(&crafted, &stamp).unwrap();
         let refused = Ann::load(&crafted, "build-1", "e", dim, |r| Some(r as u64));
         assert!(refused.unwrap_err().contains("centre"));
+        std::fs::remove_file(&crafted).unwrap();
+        // So is one whose axes would put the queries in fewer dimensions than the graph
+        // links (8 axes over a graph of all 16).
+        read(&ann.index).save(&crafted.to_string_lossy()).unwrap();
+        let stamp = Stamp {
+            center: vec![0.5; dim],
+            axes: vec![0.25; 8 * dim],
+            ..stamp
+        };
+        append_trailer(&crafted, &stamp).unwrap();
+        let refused = Ann::load(&crafted, "build-1", "e", dim, |r| Some(r as u64));
+        assert!(refused.unwrap_err().contains("axes"));
         std::fs::remove_file(&crafted).unwrap();
         // A save refused (the shard's build changed meanwhile) leaves no file behind.
         let other = dir.path().join("h.ann");
