@@ -63,22 +63,17 @@ pub fn rss_anon_mb() -> f64 {
 /// The bytes the process has had read from storage so far, in MB (`read_bytes` of
 /// /proc/self/io: page-cache misses, mapped files' included; Linux, 0 elsewhere).
 pub fn read_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("read_bytes:"))?.to_owned();
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |bytes| bytes / 1e6)
+    proc_figure("/proc/self/io", "read_bytes:").map_or(0.0, |bytes| bytes / 1e6)
 }
 
 /// A kB figure of /proc/self/status, in MB.
 fn status_mb(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with(field))?.to_owned();
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    proc_figure("/proc/self/status", field).map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The number after `field` on its line of the /proc file at `path`, if any.
+fn proc_figure(path: &str, field: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse::<f64>().ok()
 }
