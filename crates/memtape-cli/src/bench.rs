@@ -19,10 +19,23 @@ use crate::retrieval::{ModeArg, Tuning, embedder};
 /// Where the scale benchmark's vectors come from.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorsArg {
-    /// The WordLlama model.
+    /// The WordLlama model (256 dimensions).
     Wordllama,
+    /// all-MiniLM-L6-v2 (384 dimensions; about a hundred times slower to embed with).
+    Minilm,
     /// Seeded random word vectors (no model files needed).
     Synthetic,
+}
+
+impl VectorsArg {
+    /// The model that makes the vectors (`None` for the synthetic ones).
+    fn model(self) -> Option<ModelName> {
+        match self {
+            VectorsArg::Wordllama => Some(ModelName::Wordllama),
+            VectorsArg::Minilm => Some(ModelName::Minilm),
+            VectorsArg::Synthetic => None,
+        }
+    }
 }
 
 /// `memtape bench …`.
@@ -296,10 +309,10 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
         BenchCommand::Follow(a) => crate::bench_follow::run(ctx, a, out),
         BenchCommand::Scale(a) => {
             let mut ctx = ctx.clone().models(&a.models);
-            let embedder = match a.vectors {
-                VectorsArg::Synthetic => None,
-                VectorsArg::Wordllama => {
-                    ctx.models.model = ModelName::Wordllama;
+            let embedder = match a.vectors.model() {
+                None => None,
+                Some(model) => {
+                    ctx.models.model = model;
                     embedder(&ctx)?
                 }
             };

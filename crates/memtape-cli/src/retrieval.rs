@@ -314,6 +314,10 @@ pub struct Tuning {
     /// process's large memory (default true; advice only).
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     huge_pages: Option<bool>,
+    /// Whether a large shard's approximate index is inverted lists over short codes
+    /// (true: less memory, seconds to build) rather than a graph (default false).
+    #[arg(long, help_heading = TUNING, hide_short_help = true)]
+    ann_lists: Option<bool>,
 }
 
 impl Tuning {
@@ -417,6 +421,7 @@ impl Tuning {
             inverted_from: self.inverted_from.unwrap_or(base.inverted_from),
             inverted_candidates: self.inverted_candidates.unwrap_or(base.inverted_candidates),
             huge_pages: self.huge_pages.unwrap_or(base.huge_pages),
+            ann_lists: self.ann_lists.unwrap_or(base.ann_lists),
         }
     }
 }

@@ -20,6 +20,7 @@ pub use catch_up::PendingVectors;
 mod file;
 mod huge;
 mod inverted;
+mod ivf;
 mod rank;
 mod shards;
 pub use shards::{DEFAULT_MAX_SHARDS, DEFAULT_MEMORY, Index, ShardStats, ShardStatus};
@@ -138,6 +139,10 @@ pub struct IndexConfig {
     /// search p50 10.6 → 7.7 ms at 1M rows, docs/scaling.md). Advice only: nothing
     /// happens where the kernel has none.
     pub huge_pages: bool,
+    /// Whether a large shard's approximate index is inverted lists over 64-value codes
+    /// (about 72 bytes a row in memory, trained in seconds) rather than an HNSW graph
+    /// (about 400 bytes a row, minutes to build): compared in docs/scaling.md.
+    pub ann_lists: bool,
 }
 
 impl Default for IndexConfig {
@@ -171,6 +176,7 @@ impl Default for IndexConfig {
             inverted_from: 100_000,
             inverted_candidates: 1000,
             huge_pages: true,
+            ann_lists: false,
         }
     }
 }

@@ -65,7 +65,7 @@ pub fn quantize(v: &[f32]) -> Quantized {
 
 /// The integer dot product of two equal-length 8-bit vectors. Pairs of products are summed
 /// before widening (the shape of SIMD multiply-add instructions), in 16 lanes.
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+pub(crate) fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let mut lanes = [0i32; 16];
     let (ca, cb) = (a.chunks_exact(32), b.chunks_exact(32));
     let tail: i32 = ca

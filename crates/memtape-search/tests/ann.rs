@@ -101,17 +101,19 @@ fn append(store: &SqliteStore, from: usize, to: usize) {
     }
 }
 
-fn config() -> IndexConfig {
+/// The tests below run twice: on a graph, and with `lists` on inverted lists.
+fn config(lists: bool) -> IndexConfig {
     IndexConfig {
         ann_min: 1_000,
         ann_background: false,
+        ann_lists: lists,
         // The rows after the graph are few here; a scan of them is exact.
         ..IndexConfig::plain()
     }
 }
 
-fn open(dir: &Path) -> Index {
-    Index::open(&dir.join("index"), Some(Arc::new(Clusters)), config()).unwrap()
+fn open(dir: &Path, lists: bool) -> Index {
+    Index::open(&dir.join("index"), Some(Arc::new(Clusters)), config(lists)).unwrap()
 }
 
 fn graph_file(index: &Index) -> PathBuf {
@@ -181,10 +183,9 @@ fn identity(path: &Path) -> (u64, std::time::SystemTime) {
     (m.ino(), m.modified().unwrap())
 }
 
-#[test]
-fn the_graph_finds_what_an_exact_scan_finds_with_the_same_scores() {
+fn the_graph_finds_what_an_exact_scan_finds_with_the_same_scores(lists: bool) {
     let f = fixture(20_000);
-    let index = open(f.dir.path());
+    let index = open(f.dir.path(), lists);
     index.catch_up(&f.store).unwrap();
     let tenant = SearchFilter::tenant("acme");
     let r = recall(&index, 60, &tenant);
@@ -217,10 +218,9 @@ fn the_graph_finds_what_an_exact_scan_finds_with_the_same_scores() {
 
 /// 64 threads searching one graph at once (more than usearch has thread contexts) each
 /// get what one search alone gets, while the graph is extended beside them.
-#[test]
-fn sixty_four_threads_search_one_graph_while_it_grows() {
+fn sixty_four_threads_search_one_graph_while_it_grows(lists: bool) {
     let f = fixture(12_000);
-    let index = Arc::new(open(f.dir.path()));
+    let index = Arc::new(open(f.dir.path(), lists));
     index.catch_up(&f.store).unwrap();
     let tenant = SearchFilter::tenant("acme");
     let alone: Vec<_> = (0..64)
@@ -259,18 +259,17 @@ fn sixty_four_threads_search_one_graph_while_it_grows() {
     );
 }
 
-#[test]
-fn a_saved_graph_is_read_again_after_a_reopen_and_extended_after_appends() {
+fn a_saved_graph_is_read_again_after_a_reopen_and_extended_after_appends(lists: bool) {
     let f = fixture(12_000);
     let path = {
-        let index = open(f.dir.path());
+        let index = open(f.dir.path(), lists);
         index.catch_up(&f.store).unwrap();
         graph_file(&index)
     };
     let saved = identity(&path);
     // Reopened with nothing new: the graph is read from its file, which stays as it was
     // (a graph built again would be written again), and searches through it.
-    let index = open(f.dir.path());
+    let index = open(f.dir.path(), lists);
     index.catch_up(&f.store).unwrap();
     let tenant = SearchFilter::tenant("acme");
     assert!(recall(&index, 30, &tenant) >= 0.95);
@@ -293,11 +292,10 @@ fn a_saved_graph_is_read_again_after_a_reopen_and_extended_after_appends() {
     }
 }
 
-#[test]
-fn a_truncated_or_corrupt_graph_file_is_built_again() {
+fn a_truncated_or_corrupt_graph_file_is_built_again(lists: bool) {
     let f = fixture(8_000);
     let path = {
-        let index = open(f.dir.path());
+        let index = open(f.dir.path(), lists);
         index.catch_up(&f.store).unwrap();
         graph_file(&index)
     };
@@ -308,7 +306,7 @@ fn a_truncated_or_corrupt_graph_file_is_built_again() {
     flipped[whole.len() / 3] ^= 0x5a;
     for broken in [whole[..whole.len() / 2].to_vec(), flipped] {
         std::fs::write(&path, &broken).unwrap();
-        let index = open(f.dir.path());
+        let index = open(f.dir.path(), lists);
         index.catch_up(&f.store).unwrap();
         assert!(recall(&index, 20, &tenant) >= 0.95);
         let now = std::fs::read(&path).unwrap();
@@ -389,8 +387,7 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     out
 }
 
-#[test]
-fn an_erased_vector_leaves_the_graph_file() {
+fn an_erased_vector_leaves_the_graph_file(lists: bool) {
     let f = fixture(6_000);
     let secret = f
         .store
@@ -402,7 +399,7 @@ fn an_erased_vector_leaves_the_graph_file() {
         .unwrap()[0]
         .id;
     append(&f.store, 6_001, 7_000);
-    let index = open(f.dir.path());
+    let index = open(f.dir.path(), lists);
     index.catch_up(&f.store).unwrap();
     let needle = stored_bytes(&secret_vector());
     let path = graph_file(&index);
@@ -446,8 +443,7 @@ fn an_erased_vector_leaves_the_graph_file() {
     assert!(recall(&index, 20, &tenant) >= 0.95);
 }
 
-#[test]
-fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
+fn two_processes_share_the_graph_file_and_an_erasure_reaches_both(lists: bool) {
     let f = fixture(5_000);
     let secret = f
         .store
@@ -460,12 +456,12 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
         .id;
     append(&f.store, 5_001, 6_000);
     // Two indexes on one folder, as a CLI beside a server.
-    let a = open(f.dir.path());
+    let a = open(f.dir.path(), lists);
     a.catch_up(&f.store).unwrap();
     let path = graph_file(&a);
     let linked = linked_bytes(&secret_vector(), &graph_frame(&path));
     let saved = identity(&path);
-    let b = open(f.dir.path());
+    let b = open(f.dir.path(), lists);
     b.catch_up(&f.store).unwrap();
     assert_eq!(identity(&path), saved, "the second reads the first's graph");
     let tenant = SearchFilter::tenant("acme");
@@ -500,7 +496,7 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both() {
     }
     // Whichever wrote last, the file is whole and for the new build: a third reads it.
     let saved = identity(&path);
-    let c = open(f.dir.path());
+    let c = open(f.dir.path(), lists);
     c.catch_up(&f.store).unwrap();
     assert_eq!(identity(&path), saved);
 }
@@ -561,8 +557,7 @@ fn ingest_while_the_graph_is_built() {
 /// A graph built in the background (a server's) can be waited for: `settle_graphs` brings
 /// every loaded shard's graph to its last vector and returns the rows they hold, so a
 /// benchmark times searches on a built graph; a shard too small for one holds none.
-#[test]
-fn settle_graphs_waits_for_the_background_build() {
+fn settle_graphs_waits_for_the_background_build(lists: bool) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(dir.path()).unwrap();
     append(&store, 0, 5_000);
@@ -571,7 +566,7 @@ fn settle_graphs_waits_for_the_background_build() {
         Some(Arc::new(Clusters)),
         IndexConfig {
             ann_background: true,
-            ..config()
+            ..config(lists)
         },
     )
     .unwrap();
@@ -586,7 +581,35 @@ fn settle_graphs_waits_for_the_background_build() {
     let small_dir = tempfile::tempdir().unwrap();
     let small_store = SqliteStore::create(small_dir.path()).unwrap();
     append(&small_store, 0, 500);
-    let small = open(small_dir.path());
+    let small = open(small_dir.path(), lists);
     small.catch_up(&small_store).unwrap();
     assert_eq!(small.settle_graphs(), 0);
 }
+
+/// Each test above on a graph, and on inverted lists.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod graph {
+            $(#[test]
+            fn $name() {
+                super::$name(false)
+            })*
+        }
+        mod lists {
+            $(#[test]
+            fn $name() {
+                super::$name(true)
+            })*
+        }
+    };
+}
+
+on_both!(
+    the_graph_finds_what_an_exact_scan_finds_with_the_same_scores,
+    sixty_four_threads_search_one_graph_while_it_grows,
+    a_saved_graph_is_read_again_after_a_reopen_and_extended_after_appends,
+    a_truncated_or_corrupt_graph_file_is_built_again,
+    an_erased_vector_leaves_the_graph_file,
+    two_processes_share_the_graph_file_and_an_erasure_reaches_both,
+    settle_graphs_waits_for_the_background_build,
+);

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use usearch::{IndexOptions, MetricKind, ScalarKind};
 
+use super::ivf::{self, Lists};
 use super::{Docs, ONE_BIT_HITS, Shard, lock};
 use crate::vectors::{Quantized, Vectors, quantize, top_k};
 
@@ -67,6 +68,11 @@ pub(crate) const PARAMS: Params = Params {
 /// axes at M 16 needs twice the candidates of the whole vectors' at M 32 for the same
 /// recall, and costs less at that count: docs/scaling.md, "A smaller graph").
 pub(crate) const ROWS_PER_CANDIDATE: usize = 2_500;
+
+/// Rows inverted lists scan per candidate they return: a search for the default 2,000
+/// candidates of a million rows scans a tenth of them (lists found 0.973 of the exact top
+/// 10 there, scanning 14%: docs/scaling.md, "Inverted lists").
+pub(crate) const SCAN_PER_CANDIDATE: usize = 50;
 
 /// Candidates taken from the graph per hit asked for, at least, all rescored (a search
 /// for more than `expansion_search` looks that much wider); see
@@ -155,6 +161,10 @@ struct Stamp {
     /// How many axes: part of what the stamp must match, so a graph made in another
     /// frame (an older file's) is built again.
     projected: usize,
+    /// Whether the body is inverted lists ([`Lists`]) rather than a graph (files from
+    /// before lists have no such key).
+    #[serde(default)]
+    lists: bool,
 }
 
 /// The frame a graph links its vectors in: less a centre, then (for vectors of more than
@@ -216,9 +226,8 @@ fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// beside an addition (they read nodes being written), so the memory is measured by the
 /// adding thread and kept.
 pub(crate) struct Ann {
-    /// Written only to grow its capacity; added to and searched under the read lock
-    /// (usearch allows both at once).
-    index: RwLock<usearch::Index>,
+    /// The graph or the lists.
+    structure: Structure,
     /// How many rows, from the first, are in the graph.
     rows: AtomicUsize,
     /// The bytes the graph held after its last addition.
@@ -231,6 +240,16 @@ pub(crate) struct Ann {
     dim: usize,
     /// The frame every vector the graph links, and every query, is put in.
     frame: Frame,
+}
+
+/// What an [`Ann`] is made of.
+enum Structure {
+    /// An HNSW graph. Written only to grow its capacity; added to and searched under the
+    /// read lock (usearch allows both at once).
+    Graph(RwLock<usearch::Index>),
+    /// Inverted lists: written to add rows (briefly: their lists are found before),
+    /// searched under the read lock.
+    Lists(RwLock<Lists>),
 }
 
 impl std::fmt::Debug for Ann {
@@ -282,7 +301,7 @@ impl Ann {
         let index = usearch::Index::new(&options(dims, params)).map_err(|e| e.to_string())?;
         Ok(Ann {
             frame,
-            index: RwLock::new(index),
+            structure: Structure::Graph(RwLock::new(index)),
             rows: AtomicUsize::new(0),
             memory: AtomicUsize::new(0),
             searching: Mutex::new(0),
@@ -290,6 +309,42 @@ impl Ann {
             build: build.to_owned(),
             dim,
         })
+    }
+
+    /// Empty inverted lists over `dim`-long vectors for shard build `build`, their codes
+    /// in `frame`, with the centroids `lists` was trained with (it must hold no rows).
+    pub(crate) fn with_lists(
+        dim: usize,
+        build: &str,
+        frame: Frame,
+        lists: Lists,
+    ) -> Result<Ann, String> {
+        let mut ann = Ann::new(dim, build, PARAMS, frame)?;
+        if lists.dims() != ann.dims() || lists.rows() != 0 {
+            return Err(format!(
+                "lists of {}-value codes holding {} rows for a frame of {}",
+                lists.dims(),
+                lists.rows(),
+                ann.dims()
+            ));
+        }
+        ann.memory.store(lists.memory(), Ordering::Release);
+        ann.structure = Structure::Lists(RwLock::new(lists));
+        Ok(ann)
+    }
+
+    /// Whether this is inverted lists rather than a graph.
+    pub(crate) fn is_lists(&self) -> bool {
+        matches!(self.structure, Structure::Lists(_))
+    }
+
+    /// The graph (tests look inside it); panics for lists.
+    #[cfg(test)]
+    fn graph(&self) -> RwLockReadGuard<'_, usearch::Index> {
+        match &self.structure {
+            Structure::Graph(index) => read(index),
+            Structure::Lists(_) => panic!("not a graph"),
+        }
     }
 
     /// Makes room for `capacity` rows and the threads that use the graph at once.
@@ -326,22 +381,25 @@ impl Ann {
     /// time adds (see the type's documentation). After an error the graph may hold some
     /// of the rows: it is dropped (see [`Build::try_run`]).
     pub(crate) fn add(&self, values: &[i8], pace: &Pace<'_>) -> Result<(), String> {
+        let graph = match &self.structure {
+            Structure::Graph(graph) => graph,
+            Structure::Lists(lists) => return self.add_to_lists(lists, values, pace),
+        };
         let n = values.len() / self.dims().max(1);
         let first = self.rows();
         {
-            let index = read(&self.index);
+            let index = read(graph);
             let wanted = index.size() + n;
             if wanted > index.capacity() {
                 drop(index);
-                let index = self
-                    .index
+                let index = graph
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let capacity = wanted.next_power_of_two().max(CHUNK);
                 Ann::reserve(&index, capacity)?;
             }
         }
-        let index = read(&self.index);
+        let index = read(graph);
         let rows: Vec<&[i8]> = values.chunks_exact(self.dims()).collect();
         // Each adder takes every `adders`-th row; usearch links concurrent additions.
         let adders = adders().min(rows.len().div_ceil(ADD_SHARE)).max(1);
@@ -388,8 +446,36 @@ impl Ann {
         added
     }
 
+    /// [`Ann::add`] for lists: each row's list is found outside the lock, a pace's turn
+    /// at a time, then the rows go in at once.
+    fn add_to_lists(
+        &self,
+        lists: &RwLock<Lists>,
+        values: &[i8],
+        pace: &Pace<'_>,
+    ) -> Result<(), String> {
+        let mut turn = Turn::new();
+        let mut assigned = Vec::with_capacity(values.len() / self.dims().max(1));
+        for part in values.chunks(ADD_SHARE * self.dims()) {
+            if !pace.wait(&mut turn) {
+                return Err(STOPPED.to_owned());
+            }
+            let started = Instant::now();
+            assigned.extend(read(lists).assign(part));
+            turn.worked += started.elapsed();
+        }
+        let mut lists = lists
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        lists.add(values, &assigned);
+        self.rows.store(lists.rows(), Ordering::Release);
+        self.memory.store(lists.memory(), Ordering::Release);
+        Ok(())
+    }
+
     /// Up to `count` rows below `rows` that `allowed` admits, nearest `query` (a unit
-    /// vector) first; an error when usearch refuses the search.
+    /// vector) first; an error when usearch refuses the search. Lists scan
+    /// [`SCAN_PER_CANDIDATE`] rows per candidate.
     pub(crate) fn search(
         &self,
         query: &[f32],
@@ -398,8 +484,15 @@ impl Ann {
         allowed: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<usize>, String> {
         let q = self.frame.linked(query);
+        let graph = match &self.structure {
+            Structure::Graph(graph) => graph,
+            Structure::Lists(lists) => {
+                let scan = count.saturating_mul(SCAN_PER_CANDIDATE);
+                return Ok(read(lists).search(q.values(), scan, count, rows, allowed));
+            }
+        };
         let _turn = self.turn();
-        let index = read(&self.index);
+        let index = read(graph);
         let found = index.filtered_search(q.values(), count, |key| {
             let row = key as usize;
             row < rows && allowed(row)
@@ -447,22 +540,36 @@ impl Ann {
     ) -> io::Result<()> {
         let temp = temp_path(path, "tmp");
         let out = (|| {
-            let index = read(&self.index);
-            let stamp = Stamp {
+            let mut stamp = Stamp {
                 build: self.build.clone(),
                 embedder: embedder.to_owned(),
                 dim: self.dim,
-                connectivity: index.connectivity(),
-                rows: index.size(),
+                connectivity: 0,
+                rows: 0,
                 last_id,
                 center: self.frame.center.clone(),
                 axes: self.frame.axes.clone(),
                 projected: self.dims(),
+                lists: self.is_lists(),
             };
-            index
-                .save(&temp.to_string_lossy())
-                .map_err(|e| io::Error::other(e.to_string()))?;
-            drop(index);
+            match &self.structure {
+                Structure::Graph(graph) => {
+                    let index = read(graph);
+                    stamp.connectivity = index.connectivity();
+                    stamp.rows = index.size();
+                    index
+                        .save(&temp.to_string_lossy())
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                }
+                Structure::Lists(lists) => {
+                    let bytes = {
+                        let lists = read(lists);
+                        stamp.rows = lists.rows();
+                        lists.to_bytes()
+                    };
+                    fs::write(&temp, bytes)?;
+                }
+            }
             append_trailer(&temp, &stamp)?;
             if keep() {
                 fs::rename(&temp, path)?;
@@ -474,14 +581,16 @@ impl Ann {
         out
     }
 
-    /// Reads the graph at `path` if its stamp matches: `build` and `embedder`, `dim`, the
-    /// graph degree, and a last covered row whose entry id `id_of` gives. `Ok(None)` when
-    /// there is no file; an error when it is stale or unreadable (the caller deletes it).
+    /// Reads the graph (or, with `lists`, the inverted lists) at `path` if its stamp
+    /// matches: `build` and `embedder`, `dim`, the kind and graph degree, and a last
+    /// covered row whose entry id `id_of` gives. `Ok(None)` when there is no file; an
+    /// error when it is stale or unreadable (the caller deletes it).
     fn load(
         path: &Path,
         build: &str,
         embedder: &str,
         dim: usize,
+        lists: bool,
         id_of: impl Fn(usize) -> Option<u64>,
     ) -> Result<Option<Ann>, String> {
         if !path.exists() {
@@ -493,18 +602,20 @@ impl Ann {
         let linked = fs::hard_link(path, &snapshot).is_ok();
         let source = if linked { snapshot.as_path() } else { path };
         let out = (|| {
-            let stamp = read_stamp(source).map_err(|e| e.to_string())?;
+            let (stamp, body) = read_stamp(source).map_err(|e| e.to_string())?;
             let wanted = (
                 build,
                 embedder,
                 dim,
-                PARAMS.connectivity,
+                lists,
+                if lists { 0 } else { PARAMS.connectivity },
                 dim.min(PROJECTED),
             );
             let found = (
                 stamp.build.as_str(),
                 stamp.embedder.as_str(),
                 stamp.dim,
+                stamp.lists,
                 stamp.connectivity,
                 stamp.projected,
             );
@@ -521,7 +632,7 @@ impl Ann {
                 center: stamp.center,
                 axes: stamp.axes,
             };
-            let ann = Ann::new(dim, build, PARAMS, frame)?;
+            let mut ann = Ann::new(dim, build, PARAMS, frame)?;
             if ann.dims() != stamp.projected {
                 return Err(format!(
                     "{} axes for a graph of {} dimensions",
@@ -529,8 +640,19 @@ impl Ann {
                     stamp.projected
                 ));
             }
-            {
-                let index = read(&ann.index);
+            if lists {
+                let mut bytes = Vec::new();
+                File::open(source)
+                    .and_then(|f| f.take(body).read_to_end(&mut bytes))
+                    .map_err(|e| e.to_string())?;
+                let lists = Lists::from_bytes(&bytes, ann.dims())?;
+                if lists.rows() != stamp.rows {
+                    return Err(format!("holds {} rows, not {}", lists.rows(), stamp.rows));
+                }
+                ann.memory.store(lists.memory(), Ordering::Release);
+                ann.structure = Structure::Lists(RwLock::new(lists));
+            } else if let Structure::Graph(graph) = &ann.structure {
+                let index = read(graph);
                 index
                     .load(&source.to_string_lossy())
                     .map_err(|e| e.to_string())?;
@@ -606,8 +728,9 @@ fn crc_of(file: &mut File, len: u64) -> io::Result<crc32fast::Hasher> {
     Ok(crc)
 }
 
-/// The stamp of the graph file at `path`, after checking its trailer and checksum.
-fn read_stamp(path: &Path) -> io::Result<Stamp> {
+/// The stamp of the graph file at `path` and the length of the body before it, after
+/// checking its trailer and checksum.
+fn read_stamp(path: &Path) -> io::Result<(Stamp, u64)> {
     let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
     let mut file = File::open(path)?;
     let len = file.metadata()?.len();
@@ -635,7 +758,8 @@ fn read_stamp(path: &Path) -> io::Result<Stamp> {
     if hasher.finalize() != crc {
         return Err(bad("checksum mismatch"));
     }
-    serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))
+    let stamp = serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))?;
+    Ok((stamp, body))
 }
 
 /// The stamp of the graph file at `path` without checking its body: which build it is for.
@@ -850,6 +974,9 @@ struct Build {
     build: String,
     /// Whether to ask for huge pages ([`IndexConfig::huge_pages`](super::IndexConfig::huge_pages)).
     huge_pages: bool,
+    /// Whether to make inverted lists rather than a graph
+    /// ([`IndexConfig::ann_lists`](super::IndexConfig::ann_lists)).
+    lists: bool,
 }
 
 impl Build {
@@ -895,7 +1022,14 @@ impl Build {
                         (docs.build == self.build && row < docs.vectors.len())
                             .then(|| docs.ids[row])
                     };
-                    Ann::load(&self.path, &self.build, &self.embedder, self.dim, id_of)
+                    Ann::load(
+                        &self.path,
+                        &self.build,
+                        &self.embedder,
+                        self.dim,
+                        self.lists,
+                        id_of,
+                    )
                 };
                 let ann = match loaded {
                     Ok(Some(ann)) => {
@@ -914,16 +1048,42 @@ impl Build {
                             let _ = fs::remove_file(&self.path);
                         }
                         self.slot.fresh.fetch_add(1, Ordering::SeqCst);
-                        let (center, sample) = {
+                        let (center, sample, count) = {
                             let docs = read(&self.docs);
                             if docs.build != self.build {
                                 return Ok(());
                             }
-                            (mean(&docs.vectors), sample(&docs.vectors, AXES_ROWS))
+                            let count = ivf::lists_for(docs.vectors.len());
+                            let rows = if self.lists {
+                                AXES_ROWS.max(count * ivf::SAMPLE_PER_LIST)
+                            } else {
+                                AXES_ROWS
+                            };
+                            (mean(&docs.vectors), sample(&docs.vectors, rows), count)
                         };
-                        // Outside the mirror's lock: a few hundred milliseconds.
-                        let axes = principal_axes(&sample, &center, PROJECTED);
-                        Ann::new(self.dim, &self.build, PARAMS, Frame { center, axes })?
+                        // Outside the mirror's lock: a few hundred milliseconds (the lists'
+                        // training a few seconds).
+                        let dim = self.dim.max(1);
+                        let every = (sample.len() / dim).div_ceil(AXES_ROWS).max(1);
+                        let axes_sample: Vec<f32> = sample
+                            .chunks_exact(dim)
+                            .step_by(every)
+                            .flatten()
+                            .copied()
+                            .collect();
+                        let axes = principal_axes(&axes_sample, &center, PROJECTED);
+                        let frame = Frame { center, axes };
+                        if self.lists {
+                            let codes: Vec<i8> = sample
+                                .chunks_exact(dim)
+                                .flat_map(|v| frame.linked(v).values().to_vec())
+                                .collect();
+                            let dims = frame.dims(self.dim);
+                            let trained = Lists::train(&codes, dims, count);
+                            Ann::with_lists(self.dim, &self.build, frame, trained)?
+                        } else {
+                            Ann::new(self.dim, &self.build, PARAMS, frame)?
+                        }
                     }
                 };
                 let ann = Arc::new(ann);
@@ -1101,6 +1261,7 @@ impl Shard {
             dim: embedder.dim(),
             build,
             huge_pages: self.config.huge_pages,
+            lists: self.config.ann_lists,
         };
         if self.config.ann_background {
             match std::thread::Builder::new()
@@ -1461,11 +1622,17 @@ mod tests {
     }
 
     fn shard(path: &Path) -> Shard {
+        shard_of(path, false)
+    }
+
+    /// A shard whose approximate index is a graph, or with `lists` inverted lists.
+    fn shard_of(path: &Path, lists: bool) -> Shard {
         let spec = ShardSpec {
             embedder: Some(Arc::new(Seeds)),
             config: IndexConfig {
                 ann_min: 1_000,
                 ann_background: false,
+                ann_lists: lists,
                 ..IndexConfig::plain()
             },
             queries: Arc::default(),
@@ -1495,11 +1662,17 @@ mod tests {
 
     #[test]
     fn a_shard_reads_its_saved_graph_and_extends_it_instead_of_building_it_again() {
+        for lists in [false, true] {
+            reads_its_saved_index_and_extends_it(lists);
+        }
+    }
+
+    fn reads_its_saved_index_and_extends_it(lists: bool) {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
         let path = dir.path().join("shard.db");
         append(&store, 0, 900);
-        let first = shard(&path);
+        let first = shard_of(&path, lists);
         first.catch_up(&store).unwrap();
         assert_eq!(first.ann.rows(), 0, "below ann_min: no graph");
         assert!(!ann_path(&path).exists());
@@ -1508,7 +1681,7 @@ mod tests {
         assert_eq!((first.ann.fresh(), first.ann.rows()), (1, 3_000));
         drop(first);
         // Reopened: read from its file, not built again; then extended by the new rows.
-        let second = shard(&path);
+        let second = shard_of(&path, lists);
         assert_eq!((second.ann.fresh(), second.ann.rows()), (0, 3_000));
         append(&store, 3_000, 4_000);
         second.catch_up(&store).unwrap();
@@ -1521,6 +1694,7 @@ mod tests {
             embedder: Some(Arc::new(Seeds)),
             config: IndexConfig {
                 ann_min: 1_000,
+                ann_lists: lists,
                 ..IndexConfig::plain()
             },
             queries: Arc::default(),
@@ -1529,15 +1703,23 @@ mod tests {
         let third = Shard::open(&path, "acme", &spec, false).unwrap();
         third.ann.wait();
         assert_eq!((third.ann.fresh(), third.ann.rows()), (0, 4_000));
+        let kind = lock(&third.ann.state).ann.as_ref().map(|a| a.is_lists());
+        assert_eq!(kind, Some(lists), "the kind configured");
     }
 
     #[test]
     fn the_graph_answers_wide_searches_and_leaves_exact_and_selective_ones_to_the_scan() {
+        for lists in [false, true] {
+            answers_wide_searches_only(lists);
+        }
+    }
+
+    fn answers_wide_searches_only(lists: bool) {
         use crate::{Mode, SearchFilter, SearchRequest};
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
         append(&store, 0, 3_000);
-        let shard = shard(&dir.path().join("shard.db"));
+        let shard = shard_of(&dir.path().join("shard.db"), lists);
         shard.catch_up(&store).unwrap();
         let wide = SearchRequest::new("v7", SearchFilter::tenant("acme")).mode(Mode::Vector);
         let graph = shard.search(&wide).unwrap();
@@ -1656,23 +1838,23 @@ mod tests {
         let rows: Vec<i8> = (0..dim * 100).map(|i| ((i * 7) % 255) as i8).collect();
         ann.add(&rows, &Pace::FULL).unwrap();
         assert!(
-            Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64))
+            Ann::load(&path, "build-1", "e", dim, false, |r| Some(r as u64))
                 .unwrap()
                 .is_none()
         );
         ann.save(&path, "e", 99, || true).unwrap();
-        let loaded = Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64))
+        let loaded = Ann::load(&path, "build-1", "e", dim, false, |r| Some(r as u64))
             .unwrap()
             .unwrap();
         assert_eq!(loaded.rows(), 100);
-        assert!(Ann::load(&path, "build-2", "e", dim, |r| Some(r as u64)).is_err());
-        assert!(Ann::load(&path, "build-1", "other", dim, |r| Some(r as u64)).is_err());
-        assert!(Ann::load(&path, "build-1", "e", dim, |r| Some(r as u64 + 1)).is_err());
-        assert!(Ann::load(&path, "build-1", "e", dim, |_| None).is_err());
+        assert!(Ann::load(&path, "build-2", "e", dim, false, |r| Some(r as u64)).is_err());
+        assert!(Ann::load(&path, "build-1", "other", dim, false, |r| Some(r as u64)).is_err());
+        assert!(Ann::load(&path, "build-1", "e", dim, false, |r| Some(r as u64 + 1)).is_err());
+        assert!(Ann::load(&path, "build-1", "e", dim, false, |_| None).is_err());
         // A stamp whose checksum holds but whose centre is not one of `dim` values is
         // refused (the caller deletes the file and builds again).
         let crafted = dir.path().join("c.ann");
-        read(&ann.index).save(&crafted.to_string_lossy()).unwrap();
+        ann.graph().save(&crafted.to_string_lossy()).unwrap();
         let stamp = Stamp {
             build: "build-1".into(),
             embedder: "e".into(),
@@ -1683,21 +1865,22 @@ mod tests {
             center: vec![0.5; dim + 1],
             axes: Vec::new(),
             projected: dim,
+            lists: false,
         };
         append_trailer(&crafted, &stamp).unwrap();
-        let refused = Ann::load(&crafted, "build-1", "e", dim, |r| Some(r as u64));
+        let refused = Ann::load(&crafted, "build-1", "e", dim, false, |r| Some(r as u64));
         assert!(refused.unwrap_err().contains("centre"));
         std::fs::remove_file(&crafted).unwrap();
         // So is one whose axes would put the queries in fewer dimensions than the graph
         // links (8 axes over a graph of all 16).
-        read(&ann.index).save(&crafted.to_string_lossy()).unwrap();
+        ann.graph().save(&crafted.to_string_lossy()).unwrap();
         let stamp = Stamp {
             center: vec![0.5; dim],
             axes: vec![0.25; 8 * dim],
             ..stamp
         };
         append_trailer(&crafted, &stamp).unwrap();
-        let refused = Ann::load(&crafted, "build-1", "e", dim, |r| Some(r as u64));
+        let refused = Ann::load(&crafted, "build-1", "e", dim, false, |r| Some(r as u64));
         assert!(refused.unwrap_err().contains("axes"));
         std::fs::remove_file(&crafted).unwrap();
         // A save refused (the shard's build changed meanwhile) leaves no file behind.
@@ -1705,6 +1888,48 @@ mod tests {
         ann.save(&other, "e", 99, || false).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         assert_eq!(peek_build(&path).as_deref(), Some("build-1"));
+    }
+
+    #[test]
+    fn a_lists_file_is_read_back_whole_and_only_as_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, graph_path) = (dir.path().join("l.ann"), dir.path().join("g.ann"));
+        let dim = 16;
+        let frame = Frame {
+            center: vec![0.01; dim],
+            axes: Vec::new(),
+        };
+        let rows: Vec<i8> = (0..dim * 300).map(|i| ((i * 7) % 255) as i8).collect();
+        let ann =
+            Ann::with_lists(dim, "build-1", frame.clone(), Lists::train(&rows, dim, 8)).unwrap();
+        ann.add(&rows, &Pace::FULL).unwrap();
+        assert_eq!(ann.rows(), 300);
+        ann.save(&path, "e", 299, || true).unwrap();
+        let id = |r: usize| Some(r as u64);
+        let loaded = Ann::load(&path, "build-1", "e", dim, true, id)
+            .unwrap()
+            .unwrap();
+        assert!(loaded.is_lists());
+        assert_eq!(loaded.rows(), 300);
+        let query: Vec<f32> = (0..dim).map(|i| (i as f32).sin()).collect();
+        assert_eq!(
+            loaded.search(&query, 20, 300, &|_| true).unwrap(),
+            ann.search(&query, 20, 300, &|_| true).unwrap(),
+            "the same lists answer the same"
+        );
+        // Not as a graph; and a graph's file not as lists.
+        assert!(Ann::load(&path, "build-1", "e", dim, false, id).is_err());
+        let graph = Ann::new(dim, "build-1", PARAMS, frame).unwrap();
+        graph.add(&rows, &Pace::FULL).unwrap();
+        graph.save(&graph_path, "e", 299, || true).unwrap();
+        assert!(Ann::load(&graph_path, "build-1", "e", dim, true, id).is_err());
+        // A body cut short under an intact-looking trailer is refused, not trusted.
+        let whole = std::fs::read(&path).unwrap();
+        let (stamp, body) = read_stamp(&path).unwrap();
+        let crafted = dir.path().join("c.ann");
+        std::fs::write(&crafted, &whole[..body as usize / 2]).unwrap();
+        append_trailer(&crafted, &stamp).unwrap();
+        assert!(Ann::load(&crafted, "build-1", "e", dim, true, id).is_err());
     }
 
     /// Reads a number from the environment, or `default`.

@@ -1,0 +1,491 @@
+//! Inverted lists over short 8-bit codes: an approximate vector search for large shards
+//! that keeps about 72 bytes a row in memory and scans memory in order.
+//!
+//! Each row's code is its vector in a graph's [`Frame`](super::ann::Frame) (less the
+//! centre, on the first 64 principal axes, 8-bit). Spherical k-means over a sample of the
+//! codes gives the lists' centroids; every row joins the list of its nearest centroid. A
+//! search scores the centroids, scans the lists nearest the query until it has looked at
+//! enough rows, and keeps the rows whose codes are nearest; the caller rescores those with
+//! their whole vectors. On a million WordLlama vectors of `bench scale`'s texts, scanning
+//! the nearest 7.6% of the rows in 4,000 lists and rescoring the best 1,000 found 0.966 of
+//! the exact top 10, where the graph of the same codes at M 16 needs its 394 bytes a row
+//! (docs/scaling.md, "Inverted lists").
+//!
+//! Adding rows never moves others, so the lists grow with the shard as a graph did; the
+//! centroids stay those of the first build (an erasure or a rebuild trains new ones).
+
+use nalgebra::DMatrix;
+
+use crate::vectors::{dot_i8, top_k};
+
+/// Rounds of k-means (each one assignment of the sample and one update of the centroids).
+const ROUNDS: usize = 8;
+
+/// Sample rows a list is trained from, at most: more rows make better centroids, and
+/// cost linearly.
+pub(crate) const SAMPLE_PER_LIST: usize = 48;
+
+/// Rows assigned to their lists at once (one matrix product of this many rows by the
+/// centroids).
+const BLOCK: usize = 1024;
+
+/// One list: the rows whose code is nearest its centroid, in the order they were added.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct List {
+    rows: Vec<u32>,
+    /// `dims` values per row, in the order of `rows`.
+    codes: Vec<i8>,
+    /// One over the length of each row's code: rows are ranked by cosine.
+    inv_norms: Vec<f32>,
+}
+
+/// Inverted lists over the codes of a shard's first [`Lists::rows`] rows.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Lists {
+    dims: usize,
+    /// One unit vector of `dims` per list, one after another.
+    centroids: Vec<f32>,
+    lists: Vec<List>,
+    rows: usize,
+}
+
+/// How many lists a shard of `rows` rows is given: about twice the square root (a list
+/// then holds about half the root), at least one.
+pub(crate) fn lists_for(rows: usize) -> usize {
+    ((2.0 * (rows as f64).sqrt()).round() as usize).max(1)
+}
+
+/// `code` as floats of unit length (zeros stay zeros).
+fn unit(code: &[i8], out: &mut [f32]) {
+    let norm = code
+        .iter()
+        .map(|v| f32::from(*v) * f32::from(*v))
+        .sum::<f32>()
+        .sqrt();
+    let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    for (o, v) in out.iter_mut().zip(code) {
+        *o = f32::from(*v) * inv;
+    }
+}
+
+/// One over the length of `code` (0 for a zero code, which then scores 0).
+fn inv_norm(code: &[i8]) -> f32 {
+    let sq: i32 = code.iter().map(|v| i32::from(*v) * i32::from(*v)).sum();
+    if sq > 0 {
+        1.0 / (sq as f32).sqrt()
+    } else {
+        0.0
+    }
+}
+
+impl Lists {
+    /// Lists of `count` centroids (fewer when the sample has fewer rows) trained by
+    /// spherical k-means on `sample`, codes of `dims` values one after another. The first
+    /// centroids are sample rows spread evenly over it (the sample is itself spread over
+    /// the shard), so training is deterministic.
+    pub(crate) fn train(sample: &[i8], dims: usize, count: usize) -> Lists {
+        let n = sample.len() / dims.max(1);
+        let k = count.min(n).max(1);
+        let mut points = vec![0f32; n * dims];
+        for (code, out) in sample.chunks_exact(dims).zip(points.chunks_exact_mut(dims)) {
+            unit(code, out);
+        }
+        let mut centroids = vec![0f32; k * dims];
+        if n > 0 {
+            for (j, c) in centroids.chunks_exact_mut(dims).enumerate() {
+                let row = j * n / k;
+                c.copy_from_slice(&points[row * dims..(row + 1) * dims]);
+            }
+        }
+        for _ in 0..ROUNDS {
+            let (assigned, scores) = nearest(&centroids, dims, &points);
+            let mut sums = vec![0f32; k * dims];
+            let mut counts = vec![0usize; k];
+            for (p, &a) in points.chunks_exact(dims).zip(&assigned) {
+                counts[a as usize] += 1;
+                for (s, x) in sums[a as usize * dims..(a as usize + 1) * dims]
+                    .iter_mut()
+                    .zip(p)
+                {
+                    *s += x;
+                }
+            }
+            // A list left empty takes the sample row its centroid fits worst, worst first.
+            let mut worst: Vec<usize> = (0..n).collect();
+            worst.sort_by(|a, b| scores[*a].total_cmp(&scores[*b]));
+            let mut spare = worst.into_iter();
+            for (j, c) in centroids.chunks_exact_mut(dims).enumerate() {
+                let sum = &sums[j * dims..(j + 1) * dims];
+                if counts[j] == 0 {
+                    if let Some(row) = spare.next() {
+                        c.copy_from_slice(&points[row * dims..(row + 1) * dims]);
+                    }
+                    continue;
+                }
+                let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    for (c, s) in c.iter_mut().zip(sum) {
+                        *c = s / norm;
+                    }
+                }
+            }
+        }
+        Lists {
+            dims,
+            centroids,
+            lists: vec![List::default(); k],
+            rows: 0,
+        }
+    }
+
+    /// How many rows, from the first, the lists hold.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The values of each code.
+    pub(crate) fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// The list of each of `codes` (`dims` values per row), nearest centroid first.
+    pub(crate) fn assign(&self, codes: &[i8]) -> Vec<u32> {
+        let mut points = vec![0f32; codes.len()];
+        for (code, out) in codes
+            .chunks_exact(self.dims)
+            .zip(points.chunks_exact_mut(self.dims))
+        {
+            unit(code, out);
+        }
+        nearest(&self.centroids, self.dims, &points).0
+    }
+
+    /// Adds `codes` (`dims` values per row) as rows `rows()..`, each to list `lists[i]`
+    /// (from [`Lists::assign`]).
+    pub(crate) fn add(&mut self, codes: &[i8], lists: &[u32]) {
+        for (code, &l) in codes.chunks_exact(self.dims).zip(lists) {
+            let list = &mut self.lists[l as usize];
+            list.rows.push(self.rows as u32);
+            list.codes.extend_from_slice(code);
+            list.inv_norms.push(inv_norm(code));
+            self.rows += 1;
+        }
+    }
+
+    /// Up to `count` rows below `below` that `allowed` admits, the nearest `query` (a
+    /// code of `dims` values) by the cosine of their codes, best first. Lists are scanned
+    /// nearest centroid first until at least `scan` rows have been looked at.
+    pub(crate) fn search(
+        &self,
+        query: &[i8],
+        scan: usize,
+        count: usize,
+        below: usize,
+        allowed: &dyn Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        let mut q = vec![0f32; self.dims];
+        unit(query, &mut q);
+        let mut order: Vec<(usize, f32)> = self
+            .centroids
+            .chunks_exact(self.dims)
+            .map(|c| crate::vectors::dot(c, &q))
+            .enumerate()
+            .collect();
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let q_inv = inv_norm(query);
+        let dims = self.dims;
+        let mut seen = 0;
+        let probed = order
+            .into_iter()
+            .map(|(l, _)| &self.lists[l])
+            .take_while(|list| {
+                let more = seen < scan;
+                seen += list.rows.len();
+                more
+            });
+        let scored = probed.flat_map(|list| {
+            list.rows
+                .iter()
+                .zip(list.codes.chunks_exact(dims))
+                .zip(&list.inv_norms)
+                .filter(|((row, _), _)| (**row as usize) < below && allowed(**row as usize))
+                .map(|((row, code), inv)| (*row as usize, dot_i8(code, query) as f32 * inv * q_inv))
+        });
+        top_k(count, scored)
+            .into_iter()
+            .map(|(row, _)| row)
+            .collect()
+    }
+
+    /// The bytes the lists hold in memory.
+    pub(crate) fn memory(&self) -> usize {
+        self.centroids.len() * 4
+            + self
+                .lists
+                .iter()
+                .map(|l| l.rows.capacity() * 4 + l.codes.capacity() + l.inv_norms.capacity() * 4)
+                .sum::<usize>()
+            + self.lists.len() * std::mem::size_of::<List>()
+    }
+
+    /// The stored form: dims, list count and rows (u64 each, little-endian), the
+    /// centroids (f32), then each list's length (u64), rows (u32) and codes.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(24 + self.centroids.len() * 4 + self.rows * (4 + self.dims));
+        for n in [self.dims, self.lists.len(), self.rows] {
+            out.extend_from_slice(&(n as u64).to_le_bytes());
+        }
+        for c in &self.centroids {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        for list in &self.lists {
+            out.extend_from_slice(&(list.rows.len() as u64).to_le_bytes());
+            for r in &list.rows {
+                out.extend_from_slice(&r.to_le_bytes());
+            }
+            out.extend(list.codes.iter().map(|v| v.to_le_bytes()[0]));
+        }
+        out
+    }
+
+    /// Reads [`Lists::to_bytes`]'s form, refusing (with what is wrong) anything that is
+    /// not lists of `dims`-value codes holding each of their rows exactly once.
+    pub(crate) fn from_bytes(bytes: &[u8], dims: usize) -> Result<Lists, String> {
+        let mut r = Reader { bytes, at: 0 };
+        let (found_dims, count, rows) = (r.word()?, r.word()?, r.word()?);
+        if found_dims != dims || dims == 0 {
+            return Err(format!(
+                "codes of {found_dims} values where {dims} were expected"
+            ));
+        }
+        // Every centroid takes 4 bytes a value and every row 4 + dims: counts the bytes
+        // cannot hold are refused before anything is made for them.
+        if count == 0 || count > bytes.len() / (4 * dims) || rows > bytes.len() / (4 + dims) {
+            return Err(format!(
+                "{count} lists of {rows} rows in {} bytes",
+                bytes.len()
+            ));
+        }
+        let centroids: Vec<f32> = r
+            .take(count * dims * 4)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if centroids.iter().any(|c| !c.is_finite()) {
+            return Err("a centroid that is not finite".to_owned());
+        }
+        let mut held = vec![false; rows];
+        let mut lists = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = r.word()?;
+            if len > rows {
+                return Err(format!("a list of {len} rows among {rows}"));
+            }
+            let list_rows: Vec<u32> = r
+                .take(len * 4)?
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            for row in &list_rows {
+                match held.get_mut(*row as usize) {
+                    Some(h) if !*h => *h = true,
+                    _ => return Err(format!("row {row} twice, or past the {rows} rows")),
+                }
+            }
+            let codes: Vec<i8> = r
+                .take(len * dims)?
+                .iter()
+                .map(|b| i8::from_le_bytes([*b]))
+                .collect();
+            let inv_norms = codes.chunks_exact(dims).map(inv_norm).collect();
+            lists.push(List {
+                rows: list_rows,
+                codes,
+                inv_norms,
+            });
+        }
+        if r.at != bytes.len() {
+            return Err(format!("{} bytes after the lists", bytes.len() - r.at));
+        }
+        if held.iter().any(|h| !h) {
+            return Err("a row in no list".to_owned());
+        }
+        Ok(Lists {
+            dims,
+            centroids,
+            lists,
+            rows,
+        })
+    }
+}
+
+/// Reads a stored form front to back.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// The next `n` bytes.
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
+        let end = end.ok_or_else(|| format!("the lists end early, at byte {}", self.at))?;
+        let part = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(part)
+    }
+
+    /// The next u64 (little-endian), as a count.
+    fn word(&mut self) -> Result<usize, String> {
+        let b = self.take(8)?;
+        let n = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        usize::try_from(n).map_err(|_| format!("a count of {n}"))
+    }
+}
+
+/// For each of `points` (unit vectors of `dims`, one after another), the centroid of
+/// the highest cosine and that cosine, by blocks of [`BLOCK`] rows (one matrix product
+/// each).
+fn nearest(centroids: &[f32], dims: usize, points: &[f32]) -> (Vec<u32>, Vec<f32>) {
+    let k = centroids.len() / dims.max(1);
+    let n = points.len() / dims.max(1);
+    let mut lists = Vec::with_capacity(n);
+    let mut scores = Vec::with_capacity(n);
+    if k == 0 {
+        return (vec![0; n], vec![0.0; n]);
+    }
+    // Column j of `c` is centroid j; the product's column i holds point i's cosines.
+    let c = DMatrix::from_column_slice(dims, k, centroids).transpose();
+    for block in points.chunks(BLOCK * dims) {
+        let x = DMatrix::from_column_slice(dims, block.len() / dims, block);
+        let s = &c * x;
+        for column in s.column_iter() {
+            let (best, score) =
+                column
+                    .iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |(bj, bs), (j, &v)| {
+                        if v > bs { (j, v) } else { (bj, bs) }
+                    });
+            lists.push(best as u32);
+            scores.push(score);
+        }
+    }
+    (lists, scores)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::vectors::quantize;
+
+    /// `n` codes of `dims` values around `clusters` random centres (noise of about the
+    /// centres' own spread), 8-bit.
+    fn codes(n: usize, dims: usize, clusters: usize, seed: u64) -> Vec<i8> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let centres: Vec<Vec<f32>> = (0..clusters)
+            .map(|_| (0..dims).map(|_| rng.f32() - 0.5).collect())
+            .collect();
+        let mut out = Vec::with_capacity(n * dims);
+        for _ in 0..n {
+            let c = &centres[rng.usize(..clusters)];
+            let v: Vec<f32> = c.iter().map(|x| x + (rng.f32() - 0.5) * 0.8).collect();
+            out.extend_from_slice(quantize(&v).values());
+        }
+        out
+    }
+
+    fn cosine(a: &[i8], b: &[i8]) -> f32 {
+        dot_i8(a, b) as f32 * inv_norm(a) * inv_norm(b)
+    }
+
+    fn exact(all: &[i8], dims: usize, q: &[i8], k: usize) -> Vec<usize> {
+        let scored = all.chunks_exact(dims).map(|c| cosine(c, q)).enumerate();
+        top_k(k, scored).into_iter().map(|(r, _)| r).collect()
+    }
+
+    fn built(all: &[i8], dims: usize) -> Lists {
+        let n = all.len() / dims;
+        let mut lists = Lists::train(all, dims, lists_for(n));
+        for chunk in all.chunks(300 * dims) {
+            let assigned = lists.assign(chunk);
+            lists.add(chunk, &assigned);
+        }
+        lists
+    }
+
+    #[test]
+    fn scanning_a_fifth_of_the_rows_finds_nearly_all_of_the_exact_top_ten() {
+        let dims = 32;
+        let all = codes(20_000, dims, 50, 1);
+        let lists = built(&all, dims);
+        assert_eq!(lists.rows(), 20_000);
+        assert_eq!(lists.lists.len(), lists_for(20_000));
+        let queries = codes(50, dims, 50, 2);
+        let mut found = 0;
+        for q in queries.chunks_exact(dims) {
+            let truth = exact(&all, dims, q, 10);
+            let got = lists.search(q, 4_000, 10, usize::MAX, &|_| true);
+            found += got.iter().filter(|r| truth.contains(r)).count();
+        }
+        let recall = found as f64 / 500.0;
+        assert!(recall >= 0.95, "recall@10 {recall}");
+    }
+
+    #[test]
+    fn a_full_scan_is_the_exact_search_and_filters_and_bounds_apply() {
+        let dims = 16;
+        let all = codes(3_000, dims, 20, 3);
+        let lists = built(&all, dims);
+        let q = &codes(1, dims, 20, 4)[..];
+        let everything = lists.search(q, usize::MAX, 10, usize::MAX, &|_| true);
+        assert_eq!(everything, exact(&all, dims, q, 10));
+        let even = lists.search(q, usize::MAX, 10, 2_000, &|r| r % 2 == 0);
+        assert_eq!(even.len(), 10);
+        assert!(even.iter().all(|r| r % 2 == 0 && *r < 2_000), "{even:?}");
+    }
+
+    #[test]
+    fn every_row_is_in_exactly_one_list_and_the_stored_form_round_trips() {
+        let dims = 8;
+        let all = codes(2_000, dims, 10, 5);
+        let lists = built(&all, dims);
+        let mut held: Vec<u32> = lists.lists.iter().flat_map(|l| l.rows.clone()).collect();
+        held.sort_unstable();
+        assert_eq!(held, (0..2_000).collect::<Vec<u32>>());
+        let bytes = lists.to_bytes();
+        assert_eq!(Lists::from_bytes(&bytes, dims).unwrap(), lists);
+        assert!(Lists::from_bytes(&bytes, dims + 1).is_err());
+        // Truncated, extended, a row twice: each refused, none panics.
+        assert!(Lists::from_bytes(&bytes[..bytes.len() - 1], dims).is_err());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Lists::from_bytes(&longer, dims).is_err());
+        let first_rows = 24 + lists.centroids.len() * 4 + 8;
+        let mut twice = bytes.clone();
+        let other = lists.lists[0].rows[1].to_le_bytes();
+        twice[first_rows..first_rows + 4].copy_from_slice(&other);
+        assert!(Lists::from_bytes(&twice, dims).is_err());
+        for cut in [0, 7, 8, 24, 100] {
+            assert!(Lists::from_bytes(&bytes[..cut], dims).is_err(), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn fewer_sample_rows_than_lists_train_as_many_lists_as_rows() {
+        let dims = 8;
+        let all = codes(5, dims, 2, 6);
+        let lists = Lists::train(&all, dims, 100);
+        assert_eq!(lists.lists.len(), 5);
+        let empty = Lists::train(&[], dims, 10);
+        assert_eq!(empty.lists.len(), 1);
+        assert!(
+            empty
+                .search(&all[..dims], 10, 5, usize::MAX, &|_| true)
+                .is_empty()
+        );
+    }
+}
