@@ -114,29 +114,59 @@ impl<T: PartialOrd> Ord for Scored<T> {
     }
 }
 
+/// The `k` best (highest-scoring) rows offered so far.
+pub(crate) struct TopK<T> {
+    k: usize,
+    heap: BinaryHeap<Scored<T>>,
+}
+
+impl<T: PartialOrd + Copy> TopK<T> {
+    /// Keeps up to `k` rows.
+    pub(crate) fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    /// Whether a row scoring `score` would be kept now: a caller can skip what it costs
+    /// to admit a row (a filter's look at it) when it would not.
+    pub(crate) fn would_keep(&self, score: T) -> bool {
+        self.heap.len() < self.k || self.heap.peek().is_some_and(|worst| score > worst.score)
+    }
+
+    /// Offers `row` with `score`.
+    pub(crate) fn offer(&mut self, row: usize, score: T) {
+        if self.heap.len() < self.k {
+            self.heap.push(Scored { score, row });
+        } else if self.would_keep(score) {
+            self.heap.pop();
+            self.heap.push(Scored { score, row });
+        }
+    }
+
+    /// The rows kept, best first (ties: the earlier row first).
+    pub(crate) fn into_sorted(self) -> Vec<(usize, T)> {
+        let mut out: Vec<(usize, T)> = self.heap.into_iter().map(|s| (s.row, s.score)).collect();
+        out.sort_by(|a, b| {
+            b.1.partial_cmp(&a.1)
+                .unwrap_or(Ordering::Equal)
+                .then(a.0.cmp(&b.0))
+        });
+        out
+    }
+}
+
 /// Keeps the `k` best (highest-scoring) rows seen.
 pub(crate) fn top_k<T: PartialOrd + Copy>(
     k: usize,
     scored: impl Iterator<Item = (usize, T)>,
 ) -> Vec<(usize, T)> {
-    let mut heap: BinaryHeap<Scored<T>> = BinaryHeap::with_capacity(k + 1);
+    let mut top = TopK::new(k);
     for (row, score) in scored {
-        if heap.len() < k {
-            heap.push(Scored { score, row });
-        } else if let Some(worst) = heap.peek()
-            && score > worst.score
-        {
-            heap.pop();
-            heap.push(Scored { score, row });
-        }
+        top.offer(row, score);
     }
-    let mut out: Vec<(usize, T)> = heap.into_iter().map(|s| (s.row, s.score)).collect();
-    out.sort_by(|a, b| {
-        b.1.partial_cmp(&a.1)
-            .unwrap_or(Ordering::Equal)
-            .then(a.0.cmp(&b.0))
-    });
-    out
+    top.into_sorted()
 }
 
 /// The dot product of two equal-length slices, in eight lanes so it vectorises.

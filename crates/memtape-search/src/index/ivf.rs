@@ -14,9 +14,11 @@
 //! Adding rows never moves others, so the lists grow with the shard as a graph did; the
 //! centroids stay those of the first build (an erasure or a rebuild trains new ones).
 
+use std::io::{self, Read, Write};
+
 use nalgebra::DMatrix;
 
-use crate::vectors::{dot_i8, top_k};
+use crate::vectors::{TopK, dot_i8};
 
 /// Rounds of k-means (each one assignment of the sample and one update of the centroids).
 const ROUNDS: usize = 8;
@@ -193,28 +195,26 @@ impl Lists {
             .collect();
         order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let q_inv = inv_norm(query);
-        let dims = self.dims;
+        let mut top = TopK::new(count);
         let mut seen = 0;
-        let probed = order
-            .into_iter()
-            .map(|(l, _)| &self.lists[l])
-            .take_while(|list| {
-                let more = seen < scan;
-                seen += list.rows.len();
-                more
-            });
-        let scored = probed.flat_map(|list| {
-            list.rows
-                .iter()
-                .zip(list.codes.chunks_exact(dims))
-                .zip(&list.inv_norms)
-                .filter(|((row, _), _)| (**row as usize) < below && allowed(**row as usize))
-                .map(|((row, code), inv)| (*row as usize, dot_i8(code, query) as f32 * inv * q_inv))
-        });
-        top_k(count, scored)
-            .into_iter()
-            .map(|(row, _)| row)
-            .collect()
+        for (l, _) in order {
+            if seen >= scan {
+                break;
+            }
+            let list = &self.lists[l];
+            seen += list.rows.len();
+            let rows = list.rows.iter().zip(list.codes.chunks_exact(self.dims));
+            for ((row, code), inv) in rows.zip(&list.inv_norms) {
+                let score = dot_i8(code, query) as f32 * inv * q_inv;
+                // The filter looks at the row's metadata, a read from anywhere in memory:
+                // only for rows that would be kept.
+                let row = *row as usize;
+                if top.would_keep(score) && row < below && allowed(row) {
+                    top.offer(row, score);
+                }
+            }
+        }
+        top.into_sorted().into_iter().map(|(row, _)| row).collect()
     }
 
     /// The bytes the lists hold in memory.
@@ -228,44 +228,42 @@ impl Lists {
             + self.lists.len() * std::mem::size_of::<List>()
     }
 
-    /// The stored form: dims, list count and rows (u64 each, little-endian), the
-    /// centroids (f32), then each list's length (u64), rows (u32) and codes.
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut out =
-            Vec::with_capacity(24 + self.centroids.len() * 4 + self.rows * (4 + self.dims));
+    /// Writes the stored form to `out`: dims, list count and rows (u64 each,
+    /// little-endian), the centroids (f32), then each list's length (u64), rows (u32) and
+    /// codes. Streamed, so a large shard's lists are not copied in memory to be saved.
+    pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
         for n in [self.dims, self.lists.len(), self.rows] {
-            out.extend_from_slice(&(n as u64).to_le_bytes());
+            out.write_all(&(n as u64).to_le_bytes())?;
         }
         for c in &self.centroids {
-            out.extend_from_slice(&c.to_le_bytes());
+            out.write_all(&c.to_le_bytes())?;
         }
         for list in &self.lists {
-            out.extend_from_slice(&(list.rows.len() as u64).to_le_bytes());
+            out.write_all(&(list.rows.len() as u64).to_le_bytes())?;
             for r in &list.rows {
-                out.extend_from_slice(&r.to_le_bytes());
+                out.write_all(&r.to_le_bytes())?;
             }
-            out.extend(list.codes.iter().map(|v| v.to_le_bytes()[0]));
+            let codes: Vec<u8> = list.codes.iter().map(|v| v.to_le_bytes()[0]).collect();
+            out.write_all(&codes)?;
         }
-        out
+        Ok(())
     }
 
-    /// Reads [`Lists::to_bytes`]'s form, refusing (with what is wrong) anything that is
-    /// not lists of `dims`-value codes holding each of their rows exactly once.
-    pub(crate) fn from_bytes(bytes: &[u8], dims: usize) -> Result<Lists, String> {
-        let mut r = Reader { bytes, at: 0 };
+    /// Reads [`Lists::write_to`]'s form, `len` bytes of `input`, refusing (with what is
+    /// wrong) anything that is not lists of `dims`-value codes holding each of their rows
+    /// exactly once; no count is believed beyond what `len` bytes can hold.
+    pub(crate) fn read_from(input: impl Read, len: u64, dims: usize) -> Result<Lists, String> {
+        let mut r = Reader { input, left: len };
         let (found_dims, count, rows) = (r.word()?, r.word()?, r.word()?);
         if found_dims != dims || dims == 0 {
             return Err(format!(
                 "codes of {found_dims} values where {dims} were expected"
             ));
         }
-        // Every centroid takes 4 bytes a value and every row 4 + dims: counts the bytes
-        // cannot hold are refused before anything is made for them.
-        if count == 0 || count > bytes.len() / (4 * dims) || rows > bytes.len() / (4 + dims) {
-            return Err(format!(
-                "{count} lists of {rows} rows in {} bytes",
-                bytes.len()
-            ));
+        // Every centroid takes 4 bytes a value and every row 4 + dims.
+        let fits = |n: usize, each: usize| (n as u64).saturating_mul(each as u64) <= len;
+        if count == 0 || !fits(count, 4 * dims) || !fits(rows, 4 + dims) {
+            return Err(format!("{count} lists of {rows} rows in {len} bytes"));
         }
         let centroids: Vec<f32> = r
             .take(count * dims * 4)?
@@ -278,12 +276,12 @@ impl Lists {
         let mut held = vec![false; rows];
         let mut lists = Vec::with_capacity(count);
         for _ in 0..count {
-            let len = r.word()?;
-            if len > rows {
-                return Err(format!("a list of {len} rows among {rows}"));
+            let n = r.word()?;
+            if n > rows {
+                return Err(format!("a list of {n} rows among {rows}"));
             }
             let list_rows: Vec<u32> = r
-                .take(len * 4)?
+                .take(n * 4)?
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect();
@@ -294,9 +292,9 @@ impl Lists {
                 }
             }
             let codes: Vec<i8> = r
-                .take(len * dims)?
-                .iter()
-                .map(|b| i8::from_le_bytes([*b]))
+                .take(n * dims)?
+                .into_iter()
+                .map(|b| i8::from_le_bytes([b]))
                 .collect();
             let inv_norms = codes.chunks_exact(dims).map(inv_norm).collect();
             lists.push(List {
@@ -305,8 +303,8 @@ impl Lists {
                 inv_norms,
             });
         }
-        if r.at != bytes.len() {
-            return Err(format!("{} bytes after the lists", bytes.len() - r.at));
+        if r.left != 0 {
+            return Err(format!("{} bytes after the lists", r.left));
         }
         if held.iter().any(|h| !h) {
             return Err("a row in no list".to_owned());
@@ -320,20 +318,27 @@ impl Lists {
     }
 }
 
-/// Reads a stored form front to back.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+/// Reads a stored form front to back, never past its length.
+struct Reader<R> {
+    input: R,
+    left: u64,
 }
 
-impl<'a> Reader<'a> {
+impl<R: Read> Reader<R> {
     /// The next `n` bytes.
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
-        let end = end.ok_or_else(|| format!("the lists end early, at byte {}", self.at))?;
-        let part = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(part)
+    fn take(&mut self, n: usize) -> Result<Vec<u8>, String> {
+        if n as u64 > self.left {
+            return Err(format!(
+                "the lists end early, {} bytes short",
+                n as u64 - self.left
+            ));
+        }
+        let mut out = vec![0u8; n];
+        self.input
+            .read_exact(&mut out)
+            .map_err(|e| format!("reading the lists: {e}"))?;
+        self.left -= n as u64;
+        Ok(out)
     }
 
     /// The next u64 (little-endian), as a count.
@@ -380,7 +385,19 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::vectors::quantize;
+    use crate::vectors::{quantize, top_k};
+
+    impl Lists {
+        fn to_bytes(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            self.write_to(&mut out).unwrap();
+            out
+        }
+
+        fn from_bytes(bytes: &[u8], dims: usize) -> Result<Lists, String> {
+            Lists::read_from(bytes, bytes.len() as u64, dims)
+        }
+    }
 
     /// `n` codes of `dims` values around `clusters` random centres (noise of about the
     /// centres' own spread), 8-bit.
