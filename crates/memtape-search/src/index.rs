@@ -140,8 +140,9 @@ pub struct IndexConfig {
     /// happens where the kernel has none.
     pub huge_pages: bool,
     /// Whether a large shard's approximate index is inverted lists over 64-value codes
-    /// (about 72 bytes a row in memory, trained in seconds) rather than an HNSW graph
-    /// (about 400 bytes a row, minutes to build): compared in docs/scaling.md.
+    /// (about 72 bytes a row in memory; built by a k-means over a sample, then one
+    /// nearest centroid per row) rather than an HNSW graph (about 400 bytes a row, minutes
+    /// to build): compared in docs/scaling.md, "Inverted lists".
     pub ann_lists: bool,
 }
 

@@ -491,6 +491,39 @@ mod tests {
         }
     }
 
+    /// How fast a scan reads codes: `cargo test --release -p memtape-search --lib
+    /// lists_scan_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a benchmark"]
+    fn lists_scan_speed() {
+        let dims = 64;
+        let n = 1_000_000;
+        let all = codes(n, dims, 1, 7);
+        let mut lists = Lists::train(&all[..dims], dims, 1);
+        lists.add(&all, &vec![0; n]);
+        let q = codes(1, dims, 1, 8);
+        for _ in 0..3 {
+            let started = std::time::Instant::now();
+            let got = lists.search(&q, n, 4_000, usize::MAX, &|_| true);
+            let ns = started.elapsed().as_nanos() as f64 / n as f64;
+            println!("scan of {n} codes: {ns:.1} ns a row ({} kept)", got.len());
+        }
+        // The kernel alone, over codes read from memory and over codes in the cache: a
+        // scan is bound by how fast memory streams (docs/scaling.md, "Inverted lists").
+        let hot = &all[..10_000 * dims];
+        for (name, codes, rounds) in [("from memory", &all[..], 1), ("in cache", hot, 100)] {
+            let started = std::time::Instant::now();
+            let mut sum = 0i64;
+            for _ in 0..rounds {
+                for code in codes.chunks_exact(dims) {
+                    sum += i64::from(dot_i8(std::hint::black_box(code), &q));
+                }
+            }
+            let ns = started.elapsed().as_nanos() as f64 / n as f64;
+            println!("dot_i8, {name}: {ns:.1} ns a row ({sum})");
+        }
+    }
+
     #[test]
     fn fewer_sample_rows_than_lists_train_as_many_lists_as_rows() {
         let dims = 8;
