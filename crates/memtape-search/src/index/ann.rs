@@ -1051,32 +1051,17 @@ impl Build {
                                 return Ok(());
                             }
                             let count = ivf::lists_for(docs.vectors.len());
-                            let rows = if self.lists {
-                                AXES_ROWS.max(count * ivf::SAMPLE_PER_LIST)
-                            } else {
-                                AXES_ROWS
-                            };
-                            (mean(&docs.vectors), sample(&docs.vectors, rows), count)
+                            (mean(&docs.vectors), sample(&docs.vectors, AXES_ROWS), count)
                         };
-                        // Outside the mirror's lock: a few hundred milliseconds (the lists'
-                        // training a few seconds).
-                        let dim = self.dim.max(1);
-                        let every = (sample.len() / dim).div_ceil(AXES_ROWS).max(1);
-                        let axes_sample: Vec<f32> = sample
-                            .chunks_exact(dim)
-                            .step_by(every)
-                            .flatten()
-                            .copied()
-                            .collect();
-                        let axes = principal_axes(&axes_sample, &center, PROJECTED);
+                        // Outside the mirror's lock: a few hundred milliseconds.
+                        let axes = principal_axes(&sample, &center, PROJECTED);
+                        drop(sample);
                         let frame = Frame { center, axes };
                         if self.lists {
-                            let codes: Vec<i8> = sample
-                                .chunks_exact(dim)
-                                .flat_map(|v| frame.linked(v).values().to_vec())
-                                .collect();
-                            let dims = frame.dims(self.dim);
-                            let trained = Lists::train(&codes, dims, count);
+                            let Some(codes) = self.sample_codes(&frame, count) else {
+                                return Ok(());
+                            };
+                            let trained = Lists::train(&codes, frame.dims(self.dim), count);
                             Ann::with_lists(self.dim, &self.build, frame, trained)?
                         } else {
                             Ann::new(self.dim, &self.build, PARAMS, frame)?
@@ -1137,6 +1122,29 @@ impl Build {
         // so that saving costs a bounded share of building.
         let saved = lock(&self.slot.state).saved;
         self.save_past(&ann, saved + saved / 8)
+    }
+
+    /// The codes in `frame` of [`ivf::SAMPLE_PER_LIST`] rows per list of `lists`, spread
+    /// evenly over the mirror (all of them when it has fewer), to train the lists on; made
+    /// [`CHUNK`] rows at a time under the mirror's read lock, so that writes wait for no
+    /// more than a chunk, and so that only the codes are held (64 bytes a row, not the
+    /// vectors' 1 KiB). `None` when the shard's build changed meanwhile.
+    fn sample_codes(&self, frame: &Frame, lists: usize) -> Option<Vec<i8>> {
+        let len = read(&self.docs).vectors.len();
+        let n = (lists * ivf::SAMPLE_PER_LIST).min(len);
+        let mut codes = Vec::with_capacity(n * frame.dims(self.dim));
+        let mut v = vec![0f32; self.dim];
+        for part in (0..n).collect::<Vec<_>>().chunks(CHUNK) {
+            let docs = read(&self.docs);
+            if docs.build != self.build {
+                return None;
+            }
+            for i in part {
+                docs.vectors.vector_into(i * len / n, &mut v);
+                codes.extend_from_slice(frame.linked(&v).values());
+            }
+        }
+        Some(codes)
     }
 
     /// Saves the graph if it holds more than `rows` rows and still belongs to the shard.

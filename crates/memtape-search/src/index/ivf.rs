@@ -51,10 +51,16 @@ pub(crate) struct Lists {
     rows: usize,
 }
 
+/// Lists at most: training costs the square of the count (each of its sample rows is
+/// compared with every centroid), about 100 billion multiply-adds at this many, and a
+/// search's recall depends on the share of rows it scans, not on how finely the lists cut
+/// them (docs/scaling.md, "Inverted lists").
+const MAX_LISTS: usize = 2_048;
+
 /// How many lists a shard of `rows` rows is given: about twice the square root (a list
-/// then holds about half the root), at least one.
+/// then holds about half the root), at least one and at most [`MAX_LISTS`].
 pub(crate) fn lists_for(rows: usize) -> usize {
-    ((2.0 * (rows as f64).sqrt()).round() as usize).max(1)
+    ((2.0 * (rows as f64).sqrt()).round() as usize).clamp(1, MAX_LISTS)
 }
 
 /// `code` as floats of unit length (zeros stay zeros).
