@@ -74,6 +74,11 @@ pub(crate) const ROWS_PER_CANDIDATE: usize = 2_500;
 /// `bench scale`, against 0.924 for a tenth: docs/scaling.md, "Inverted lists").
 pub(crate) const SCAN_PER_CANDIDATE: usize = 100;
 
+/// The share of its rows a lists search scans at least, unless a candidate count was set
+/// while serving: recall depends on the share (0.924 at 8% and 0.974 at 16% of ten
+/// million rows), so a rule in candidates alone would lose recall as a shard grows.
+pub(crate) const SCAN_SHARE: f64 = 0.15;
+
 /// Candidates taken from the graph per hit asked for, at least, all rescored (a search
 /// for more than `expansion_search` looks that much wider); see
 /// [`IndexConfig::ann_candidates`](super::IndexConfig::ann_candidates).
@@ -474,12 +479,13 @@ impl Ann {
     }
 
     /// Up to `count` rows below `rows` that `allowed` admits, nearest `query` (a unit
-    /// vector) first; an error when usearch refuses the search. Lists scan
-    /// [`SCAN_PER_CANDIDATE`] rows per candidate.
+    /// vector) first; an error when usearch refuses the search. Lists scan at least
+    /// `scan` rows (a graph looks `count` wide).
     pub(crate) fn search(
         &self,
         query: &[f32],
         count: usize,
+        scan: usize,
         rows: usize,
         allowed: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<usize>, String> {
@@ -487,7 +493,6 @@ impl Ann {
         let graph = match &self.structure {
             Structure::Graph(graph) => graph,
             Structure::Lists(lists) => {
-                let scan = count.saturating_mul(SCAN_PER_CANDIDATE);
                 return Ok(read(lists).search(q.values(), scan, count, rows, allowed));
             }
         };
@@ -1300,6 +1305,18 @@ impl Shard {
         wanted.max(k * OVERSAMPLE)
     }
 
+    /// The rows a lists search of `rows` rows for `count` candidates scans:
+    /// [`SCAN_PER_CANDIDATE`] per candidate, and at least [`SCAN_SHARE`] of the rows unless
+    /// a count was set while serving (which then decides alone, as `bench scale`'s sweep
+    /// needs).
+    fn ann_scan(&self, count: usize, rows: usize) -> usize {
+        let per_candidate = count.saturating_mul(SCAN_PER_CANDIDATE);
+        match self.graphs.candidates.load(Ordering::Relaxed) {
+            0 => per_candidate.max((rows as f64 * SCAN_SHARE) as usize),
+            _ => per_candidate,
+        }
+    }
+
     /// The `k` rows of `docs` nearest `query` among those `allowed` admits, best first, with
     /// their 8-bit cosines: through the graph where it applies (see the module's
     /// documentation), else as [`Vectors::search`](crate::vectors::Vectors::search) does.
@@ -1333,7 +1350,8 @@ impl Shard {
                 .search_from(0, &q, k, limit, candidates, allowed);
         };
         let count = self.ann_count(k, rows);
-        let found = match ann.search(query, count, rows, allowed) {
+        let scan = self.ann_scan(count, rows);
+        let found = match ann.search(query, count, scan, rows, allowed) {
             Ok(found) => found,
             Err(e) => {
                 self.graphs.refused.fetch_add(1, Ordering::Relaxed);
@@ -1522,7 +1540,7 @@ mod tests {
         let mut found = 0;
         for q in queries {
             let exact = vectors.search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true);
-            let got = ann.search(q, candidates, n, &|_| true).unwrap();
+            let got = ann.search(q, candidates, 0, n, &|_| true).unwrap();
             let got = top_k(
                 10,
                 got.into_iter().map(|r| (r, vectors.score(r, &quantize(q)))),
@@ -1663,6 +1681,12 @@ mod tests {
         assert_eq!(shard.ann_count(200, 10_000_000), 800);
         shard.graphs.candidates.store(0, Ordering::Relaxed);
         assert_eq!(shard.ann_count(10, 10_000_000), 4_000.max(floor));
+        // Lists scan 100 rows per candidate and at least 15% of the rows, unless a count
+        // was set: then the count alone decides.
+        assert_eq!(shard.ann_scan(2_000, 1_000_000), 200_000);
+        assert_eq!(shard.ann_scan(4_000, 10_000_000), 1_500_000);
+        shard.graphs.candidates.store(4_000, Ordering::Relaxed);
+        assert_eq!(shard.ann_scan(4_000, 10_000_000), 400_000);
     }
 
     #[test]
@@ -1918,8 +1942,8 @@ mod tests {
         assert_eq!(loaded.rows(), 300);
         let query: Vec<f32> = (0..dim).map(|i| (i as f32).sin()).collect();
         assert_eq!(
-            loaded.search(&query, 20, 300, &|_| true).unwrap(),
-            ann.search(&query, 20, 300, &|_| true).unwrap(),
+            loaded.search(&query, 20, 100, 300, &|_| true).unwrap(),
+            ann.search(&query, 20, 100, 300, &|_| true).unwrap(),
             "the same lists answer the same"
         );
         // Not as a graph; and a graph's file not as lists.
@@ -2043,7 +2067,7 @@ mod tests {
                     .map(|r| *r as usize)
                     .collect()
             } else {
-                ann.search(&query, k * oversample, n, &admits).unwrap()
+                ann.search(&query, k * oversample, 0, n, &admits).unwrap()
             };
             let got = top_k(k, found.iter().map(|r| (*r, vectors.score(*r, &q))));
             ms.push(started.elapsed().as_secs_f64() * 1000.0);
