@@ -266,6 +266,27 @@ impl std::fmt::Debug for Ann {
     }
 }
 
+/// Refuses a frame that is not a finite centre of `dim` values and at most `dim` finite
+/// axes of `dim` values each.
+fn check_frame(dim: usize, frame: &Frame) -> Result<(), String> {
+    if frame.center.len() != dim || frame.center.iter().any(|x| !x.is_finite()) {
+        return Err(format!(
+            "a centre of {} values where {dim} finite ones were expected",
+            frame.center.len()
+        ));
+    }
+    if !frame.axes.len().is_multiple_of(dim.max(1))
+        || frame.axes.len() / dim.max(1) > dim
+        || frame.axes.iter().any(|x| !x.is_finite())
+    {
+        return Err(format!(
+            "{} axis values for {dim}-long vectors",
+            frame.axes.len()
+        ));
+    }
+    Ok(())
+}
+
 fn options(dim: usize, params: Params) -> IndexOptions {
     IndexOptions {
         dimensions: dim,
@@ -287,55 +308,52 @@ impl Ann {
         params: Params,
         frame: Frame,
     ) -> Result<Ann, String> {
-        if frame.center.len() != dim || frame.center.iter().any(|x| !x.is_finite()) {
-            return Err(format!(
-                "a centre of {} values where {dim} finite ones were expected",
-                frame.center.len()
-            ));
-        }
-        if !frame.axes.len().is_multiple_of(dim.max(1))
-            || frame.axes.len() / dim.max(1) > dim
-            || frame.axes.iter().any(|x| !x.is_finite())
-        {
-            return Err(format!(
-                "{} axis values for {dim}-long vectors",
-                frame.axes.len()
-            ));
-        }
-        let dims = frame.dims(dim);
-        let index = usearch::Index::new(&options(dims, params)).map_err(|e| e.to_string())?;
-        Ok(Ann {
-            frame,
-            structure: Structure::Graph(RwLock::new(index)),
-            rows: AtomicUsize::new(0),
-            memory: AtomicUsize::new(0),
-            searching: Mutex::new(0),
-            turn: Condvar::new(),
-            build: build.to_owned(),
+        check_frame(dim, &frame)?;
+        let index =
+            usearch::Index::new(&options(frame.dims(dim), params)).map_err(|e| e.to_string())?;
+        Ok(Ann::holding(
             dim,
-        })
+            build,
+            frame,
+            Structure::Graph(RwLock::new(index)),
+        ))
     }
 
-    /// Empty inverted lists over `dim`-long vectors for shard build `build`, their codes
-    /// in `frame`, with the centroids `lists` was trained with (it must hold no rows).
+    /// Inverted lists over `dim`-long vectors for shard build `build`, their codes in
+    /// `frame` (trained and empty for a new build, or read from a file).
     pub(crate) fn with_lists(
         dim: usize,
         build: &str,
         frame: Frame,
         lists: Lists,
     ) -> Result<Ann, String> {
-        let mut ann = Ann::new(dim, build, PARAMS, frame)?;
-        if lists.dims() != ann.dims() || lists.rows() != 0 {
+        check_frame(dim, &frame)?;
+        if lists.dims() != frame.dims(dim) {
             return Err(format!(
-                "lists of {}-value codes holding {} rows for a frame of {}",
+                "lists of {}-value codes for a frame of {}",
                 lists.dims(),
-                lists.rows(),
-                ann.dims()
+                frame.dims(dim)
             ));
         }
-        ann.memory.store(lists.memory(), Ordering::Release);
-        ann.structure = Structure::Lists(RwLock::new(lists));
+        let (rows, memory) = (lists.rows(), lists.memory());
+        let ann = Ann::holding(dim, build, frame, Structure::Lists(RwLock::new(lists)));
+        ann.rows.store(rows, Ordering::Release);
+        ann.memory.store(memory, Ordering::Release);
         Ok(ann)
+    }
+
+    /// An `Ann` of `structure` (its frame checked by the caller), counting no rows yet.
+    fn holding(dim: usize, build: &str, frame: Frame, structure: Structure) -> Ann {
+        Ann {
+            frame,
+            structure,
+            rows: AtomicUsize::new(0),
+            memory: AtomicUsize::new(0),
+            searching: Mutex::new(0),
+            turn: Condvar::new(),
+            build: build.to_owned(),
+            dim,
+        }
     }
 
     /// Whether this is inverted lists rather than a graph.
@@ -637,23 +655,24 @@ impl Ann {
                 center: stamp.center,
                 axes: stamp.axes,
             };
-            let mut ann = Ann::new(dim, build, PARAMS, frame)?;
-            if ann.dims() != stamp.projected {
+            check_frame(dim, &frame)?;
+            if frame.dims(dim) != stamp.projected {
                 return Err(format!(
                     "{} axes for a graph of {} dimensions",
-                    ann.frame.axes.len() / dim.max(1),
+                    frame.axes.len() / dim.max(1),
                     stamp.projected
                 ));
             }
             if lists {
                 let file = File::open(source).map_err(|e| e.to_string())?;
-                let lists = Lists::read_from(io::BufReader::new(file), body, ann.dims())?;
+                let lists = Lists::read_from(io::BufReader::new(file), body, frame.dims(dim))?;
                 if lists.rows() != stamp.rows {
                     return Err(format!("holds {} rows, not {}", lists.rows(), stamp.rows));
                 }
-                ann.memory.store(lists.memory(), Ordering::Release);
-                ann.structure = Structure::Lists(RwLock::new(lists));
-            } else if let Structure::Graph(graph) = &ann.structure {
+                return Ann::with_lists(dim, build, frame, lists).map(Some);
+            }
+            let ann = Ann::new(dim, build, PARAMS, frame)?;
+            if let Structure::Graph(graph) = &ann.structure {
                 let index = read(graph);
                 index
                     .load(&source.to_string_lossy())
@@ -1139,12 +1158,12 @@ impl Build {
         let n = (lists * ivf::SAMPLE_PER_LIST).min(len);
         let mut codes = Vec::with_capacity(n * frame.dims(self.dim));
         let mut v = vec![0f32; self.dim];
-        for part in (0..n).collect::<Vec<_>>().chunks(CHUNK) {
+        for first in (0..n).step_by(CHUNK) {
             let docs = read(&self.docs);
             if docs.build != self.build {
                 return None;
             }
-            for i in part {
+            for i in first..(first + CHUNK).min(n) {
                 docs.vectors.vector_into(i * len / n, &mut v);
                 codes.extend_from_slice(frame.linked(&v).values());
             }

@@ -65,12 +65,7 @@ pub(crate) fn lists_for(rows: usize) -> usize {
 
 /// `code` as floats of unit length (zeros stay zeros).
 fn unit(code: &[i8], out: &mut [f32]) {
-    let norm = code
-        .iter()
-        .map(|v| f32::from(*v) * f32::from(*v))
-        .sum::<f32>()
-        .sqrt();
-    let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    let inv = inv_norm(code);
     for (o, v) in out.iter_mut().zip(code) {
         *o = f32::from(*v) * inv;
     }
@@ -118,9 +113,13 @@ impl Lists {
                     *s += x;
                 }
             }
-            // A list left empty takes the sample row its centroid fits worst, worst first.
-            let mut worst: Vec<usize> = (0..n).collect();
-            worst.sort_by(|a, b| scores[*a].total_cmp(&scores[*b]));
+            // A list left empty takes the sample row its centroid fits worst, worst first
+            // (sorted only when a list is empty).
+            let mut worst: Vec<usize> = Vec::new();
+            if counts.contains(&0) {
+                worst = (0..n).collect();
+                worst.sort_by(|a, b| scores[*a].total_cmp(&scores[*b]));
+            }
             let mut spare = worst.into_iter();
             for (j, c) in centroids.chunks_exact_mut(dims).enumerate() {
                 let sum = &sums[j * dims..(j + 1) * dims];
