@@ -318,6 +318,21 @@ pub struct Tuning {
     /// (true: less memory, seconds to build) rather than a graph (default false).
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     ann_lists: Option<bool>,
+    /// From this many vectors, a shard keeps its 8-bit vectors in a private file instead
+    /// of memory and reads back only the rows a search rescores ("never" = always in
+    /// memory).
+    #[arg(long, help_heading = TUNING, hide_short_help = true, value_parser = on_disk)]
+    vectors_on_disk: Option<usize>,
+}
+
+/// A row count, or "never" (`usize::MAX`).
+fn on_disk(value: &str) -> Result<usize, String> {
+    if value == "never" {
+        return Ok(usize::MAX);
+    }
+    value
+        .parse()
+        .map_err(|_| format!("a number of vectors or \"never\", not {value:?}"))
 }
 
 impl Tuning {
@@ -422,6 +437,7 @@ impl Tuning {
             inverted_candidates: self.inverted_candidates.unwrap_or(base.inverted_candidates),
             huge_pages: self.huge_pages.unwrap_or(base.huge_pages),
             ann_lists: self.ann_lists.unwrap_or(base.ann_lists),
+            vectors_on_disk: self.vectors_on_disk.unwrap_or(base.vectors_on_disk),
         }
     }
 }

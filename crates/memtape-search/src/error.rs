@@ -109,6 +109,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The vectors a large shard keeps on disk could not be read back.
+    #[error("search index: reading vectors back from disk: {0}")]
+    VectorsOnDisk(#[source] std::io::Error),
     /// The tape was replaced while a catch-up was running.
     #[error("search index: the tape changed during a catch-up; run the search again")]
     TapeChanged,

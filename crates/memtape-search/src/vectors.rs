@@ -7,19 +7,62 @@
 //! million scan in milliseconds), and the best candidates are rescored with the 8-bit
 //! vectors. Neither scan needs training or a graph; both take filters for free and never go
 //! stale, which suits an index that grows by appends.
+//!
+//! A large shard's 8-bit values can be kept on disk instead ([`Spill`]): searches read
+//! back only the rows they rescore, while the one-bit codes and scales stay in memory.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 
 /// Vectors stored row by row, 8-bit quantized, with their one-bit codes.
 #[derive(Debug, Default)]
 pub struct Vectors {
     dim: usize,
     words: usize,
+    /// The 8-bit values of the rows not on disk (rows `spill.rows..`, or all of them).
     values: Vec<i8>,
     scales: Vec<f32>,
     codes: Vec<u64>,
+    spill: Option<Spill>,
 }
+
+/// When and where a collection moves its 8-bit values out of memory: from `from` rows on,
+/// a chunk of [`SPILL_CHUNK`] rows (or `from`, if fewer) at a time, into a private file made in `dir` (unlinked
+/// from the start, so it is never seen by another process and goes when the collection
+/// does, a kill included). Searches read back only the rows they rescore (a few thousand,
+/// with `pread`: the kernel's file cache holds the rest, outside the process); exact scans
+/// read the file in blocks.
+#[derive(Clone, Debug)]
+pub struct SpillAt {
+    /// The directory the file is made in (the shard's, inside the data directory).
+    pub dir: PathBuf,
+    /// From how many rows on values are moved to disk.
+    pub from: usize,
+}
+
+/// The values moved to disk so far.
+#[derive(Debug)]
+struct Spill {
+    at: SpillAt,
+    /// Made at the first move.
+    file: Option<File>,
+    /// Rows `0..rows` are in the file.
+    rows: usize,
+    /// A move failed (a full or read-only disk): the values stay in memory, as they
+    /// would without spilling, and no more moves are tried.
+    failed: bool,
+}
+
+/// How many rows' values are moved to disk at once: 2 MiB of 256-long vectors.
+const SPILL_CHUNK: usize = 8192;
+
+/// How many rows an exact scan reads from disk at once.
+const READ_ROWS: usize = 4096;
 
 /// A vector quantized to 8 bits: `v[i] ≈ values[i] × scale`.
 #[derive(Clone, Debug, PartialEq)]
@@ -199,7 +242,7 @@ fn encode(v: &[i8], words: usize, out: &mut Vec<u64>) {
 }
 
 impl Vectors {
-    /// The bytes the vectors take in memory.
+    /// The bytes the vectors take in memory (not the values moved to disk).
     pub fn memory(&self) -> usize {
         self.values.len() + self.scales.len() * 4 + self.codes.len() * 8
     }
@@ -212,7 +255,27 @@ impl Vectors {
             values: Vec::new(),
             scales: Vec::new(),
             codes: Vec::new(),
+            spill: None,
         }
+    }
+
+    /// An empty collection of `dim`-long vectors that moves its 8-bit values to disk as
+    /// `at` says (never, for `None`).
+    pub fn spilling(dim: usize, at: Option<SpillAt>) -> Self {
+        Vectors {
+            spill: at.map(|at| Spill {
+                at,
+                file: None,
+                rows: 0,
+                failed: false,
+            }),
+            ..Vectors::new(dim)
+        }
+    }
+
+    /// How many rows have their values on disk (the first ones).
+    pub fn on_disk(&self) -> usize {
+        self.spill.as_ref().map_or(0, |s| s.rows)
     }
 
     /// The length of every vector held.
@@ -227,7 +290,7 @@ impl Vectors {
 
     /// Whether no vector is held.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.scales.is_empty() || self.dim == 0
     }
 
     /// Adds a quantized vector as the next row. The caller guarantees its length is `dim`.
@@ -236,35 +299,135 @@ impl Vectors {
         self.values.extend_from_slice(&q.values);
         self.scales.push(q.scale);
         encode(&q.values, self.words, &mut self.codes);
+        self.move_to_disk();
     }
 
-    /// The cosine of rows `a` and `b` (`None` when either has no vector yet).
+    /// Moves the values held in memory to disk once the spill's threshold and a chunk are
+    /// reached. A failure leaves them in memory (and stops further moves): nothing is lost,
+    /// only the memory not saved.
+    fn move_to_disk(&mut self) {
+        let (dim, len) = (self.dim, self.len());
+        let Some(spill) = self.spill.as_mut().filter(|s| !s.failed) else {
+            return;
+        };
+        // A chunk is smaller when the threshold is (a small shard's tests).
+        let chunk = SPILL_CHUNK.min(spill.at.from.max(1));
+        if dim == 0 || len < spill.at.from || len - spill.rows < chunk {
+            return;
+        }
+        let moved = (|| -> io::Result<()> {
+            if spill.file.is_none() {
+                spill.file = Some(tempfile::tempfile_in(&spill.at.dir)?);
+            }
+            let bytes: Vec<u8> = self.values.iter().map(|v| v.to_le_bytes()[0]).collect();
+            if let Some(file) = &spill.file {
+                file.write_all_at(&bytes, (spill.rows * dim) as u64)?;
+            }
+            Ok(())
+        })();
+        match moved {
+            Ok(()) => {
+                spill.rows = len;
+                self.values = Vec::new();
+            }
+            Err(e) => {
+                spill.failed = true;
+                tracing::warn!(
+                    "search index: cannot keep vectors on disk in {} ({e}); they stay in memory",
+                    spill.at.dir.display()
+                );
+            }
+        }
+    }
+
+    /// The cosine of rows `a` and `b` (`None` when either has no vector yet, or cannot be
+    /// read back from disk).
     pub fn between(&self, a: usize, b: usize) -> Option<f32> {
         if a >= self.len() || b >= self.len() {
             return None;
         }
-        let row = |r: usize| &self.values[r * self.dim..(r + 1) * self.dim];
-        Some(dot_i8(row(a), row(b)) as f32 * self.scales[a] * self.scales[b])
+        let read = |r: usize| {
+            self.row(r)
+                .inspect_err(|e| tracing::warn!("search index: reading a vector back: {e}"))
+                .ok()
+        };
+        let (va, vb) = (read(a)?, read(b)?);
+        Some(dot_i8(&va, &vb) as f32 * self.scales[a] * self.scales[b])
     }
 
-    /// The 8-bit values of row `row` (its vector divided by its scale).
-    pub(crate) fn row(&self, row: usize) -> &[i8] {
-        &self.values[row * self.dim..(row + 1) * self.dim]
+    /// The 8-bit values of row `row` (its vector divided by its scale): borrowed from
+    /// memory, or read back from disk.
+    pub(crate) fn row(&self, row: usize) -> io::Result<Cow<'_, [i8]>> {
+        let on_disk = self.on_disk();
+        if row >= on_disk {
+            let r = row - on_disk;
+            return Ok(Cow::Borrowed(
+                &self.values[r * self.dim..(r + 1) * self.dim],
+            ));
+        }
+        let mut bytes = vec![0u8; self.dim];
+        self.read_at(row, &mut bytes)?;
+        Ok(Cow::Owned(bytes.into_iter().map(|b| b as i8).collect()))
+    }
+
+    /// Reads the values of the rows from `row` on that fill `bytes` from the spill file.
+    fn read_at(&self, row: usize, bytes: &mut [u8]) -> io::Result<()> {
+        match self.spill.as_ref().and_then(|s| s.file.as_ref()) {
+            Some(file) => file.read_exact_at(bytes, (row * self.dim) as u64),
+            None => Err(io::Error::other("no spill file")),
+        }
+    }
+
+    /// Calls `f` with each row of `rows` and its 8-bit values, in order, reading the rows
+    /// on disk [`READ_ROWS`] at a time.
+    pub(crate) fn each_row(
+        &self,
+        rows: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, &[i8]),
+    ) -> io::Result<()> {
+        let on_disk = self.on_disk();
+        let mut row = rows.start;
+        let mut bytes = Vec::new();
+        while row < rows.end.min(on_disk) {
+            let n = READ_ROWS.min(rows.end.min(on_disk) - row);
+            bytes.resize(n * self.dim, 0);
+            self.read_at(row, &mut bytes)?;
+            let values: Vec<i8> = bytes.iter().map(|b| *b as i8).collect();
+            for (i, v) in values.chunks_exact(self.dim.max(1)).enumerate() {
+                f(row + i, v);
+            }
+            row += n;
+        }
+        for r in row..rows.end {
+            let m = r - on_disk;
+            f(r, &self.values[m * self.dim..(m + 1) * self.dim]);
+        }
+        Ok(())
     }
 
     /// Writes row `row`'s vector ([`Vectors::row`] times its scale) into `out` (`dim`
     /// long).
-    pub(crate) fn vector_into(&self, row: usize, out: &mut [f32]) {
+    pub(crate) fn vector_into(&self, row: usize, out: &mut [f32]) -> io::Result<()> {
         let scale = self.scales[row];
-        for (x, q) in out.iter_mut().zip(self.row(row)) {
+        for (x, q) in out.iter_mut().zip(self.row(row)?.iter()) {
             *x = f32::from(*q) * scale;
         }
+        Ok(())
+    }
+
+    /// The scale of row `row` (its vector is its 8-bit values times this).
+    pub(crate) fn scale(&self, row: usize) -> f32 {
+        self.scales[row]
+    }
+
+    /// The cosine of row `row`, whose values are `values`, with the quantized query `q`.
+    fn score_values(&self, row: usize, values: &[i8], q: &Quantized) -> f32 {
+        dot_i8(values, &q.values) as f32 * self.scales[row] * q.scale
     }
 
     /// The cosine of row `row` with the quantized query `q`.
-    pub(crate) fn score(&self, row: usize, q: &Quantized) -> f32 {
-        let values = &self.values[row * self.dim..(row + 1) * self.dim];
-        dot_i8(values, &q.values) as f32 * self.scales[row] * q.scale
+    pub(crate) fn score(&self, row: usize, q: &Quantized) -> io::Result<f32> {
+        Ok(self.score_values(row, &self.row(row)?, q))
     }
 
     /// The `k` rows most similar to `query` (by cosine; vectors are unit length) among
@@ -281,6 +444,7 @@ impl Vectors {
         allowed: impl Fn(usize) -> bool,
     ) -> Vec<(usize, f32)> {
         self.search_from(0, &quantize(query), k, exact_limit, candidates, allowed)
+            .expect("in memory")
     }
 
     /// [`Vectors::search`] among the rows from `first` on only (those after the part an
@@ -294,16 +458,19 @@ impl Vectors {
         exact_limit: usize,
         candidates: usize,
         allowed: impl Fn(usize) -> bool,
-    ) -> Vec<(usize, f32)> {
+    ) -> io::Result<Vec<(usize, f32)>> {
         if k == 0 || self.is_empty() || first >= self.len() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let rows = first..self.len();
         if rows.len() <= exact_limit {
-            return top_k(
-                k,
-                rows.filter(|r| allowed(*r)).map(|r| (r, self.score(r, q))),
-            );
+            let mut top = TopK::new(k);
+            self.each_row(rows, |r, values| {
+                if allowed(r) {
+                    top.offer(r, self.score_values(r, values, q));
+                }
+            })?;
+            return Ok(top.into_sorted());
         }
         let mut code = Vec::with_capacity(self.words);
         encode(&q.values, self.words, &mut code);
@@ -338,11 +505,13 @@ impl Vectors {
                 break;
             }
         }
-        let candidates = rows
-            .zip(&distances)
-            .filter(|(_, d)| usize::from(**d) <= threshold)
-            .map(|(r, _)| (r, self.score(r, q)));
-        top_k(k, candidates)
+        let mut top = TopK::new(k);
+        for (r, d) in rows.zip(&distances) {
+            if usize::from(*d) <= threshold {
+                top.offer(r, self.score(r, q)?);
+            }
+        }
+        Ok(top.into_sorted())
     }
 }
 
@@ -406,7 +575,10 @@ mod tests {
         let query = quantize(&rows[0]);
         for (r, v) in rows.iter().enumerate() {
             let exact = dot(v, &rows[0]);
-            assert!((vectors.score(r, &query) - exact).abs() < 0.01, "row {r}");
+            assert!(
+                (vectors.score(r, &query).unwrap() - exact).abs() < 0.01,
+                "row {r}"
+            );
         }
     }
 
@@ -415,6 +587,96 @@ mod tests {
         let q = quantize(&unit(&[0.3, -0.2, 0.0, 0.9]));
         assert_eq!(Quantized::from_bytes(&q.to_bytes(), 4), Some(q.clone()));
         assert_eq!(Quantized::from_bytes(&q.to_bytes(), 5), None);
+    }
+
+    /// Vectors on disk answer every question as vectors in memory do, for a fraction of the
+    /// memory; the newest rows (less than a chunk) stay in memory.
+    #[test]
+    fn vectors_on_disk_search_as_vectors_in_memory_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = fastrand::Rng::with_seed(11);
+        let dim = 48;
+        let at = SpillAt {
+            dir: dir.path().to_owned(),
+            from: 300,
+        };
+        let (mut memory, mut disk) = (Vectors::new(dim), Vectors::spilling(dim, Some(at)));
+        let rows: Vec<Vec<f32>> = (0..1000)
+            .map(|_| unit(&(0..dim).map(|_| rng.f32() - 0.5).collect::<Vec<_>>()))
+            .collect();
+        for (i, v) in rows.iter().enumerate() {
+            memory.push(&quantize(v));
+            disk.push(&quantize(v));
+            // Nothing moves before the threshold; then a chunk (300 rows) at a time.
+            assert_eq!(
+                disk.on_disk(),
+                if i + 1 < 300 { 0 } else { (i + 1) / 300 * 300 }
+            );
+        }
+        assert_eq!(disk.on_disk(), 900);
+        assert_eq!(disk.memory(), memory.memory() - 900 * dim);
+        let q = quantize(&rows[7]);
+        for exact_limit in [usize::MAX, 0] {
+            for first in [0, 450, 950] {
+                let filter = |r: usize| !r.is_multiple_of(3);
+                assert_eq!(
+                    disk.search_from(first, &q, 10, exact_limit, 40, filter)
+                        .unwrap(),
+                    memory
+                        .search_from(first, &q, 10, exact_limit, 40, filter)
+                        .unwrap(),
+                    "exact_limit {exact_limit}, first {first}"
+                );
+            }
+        }
+        let (mut a, mut b) = (vec![0.0; dim], vec![0.0; dim]);
+        for r in [0, 299, 300, 899, 900, 999] {
+            assert_eq!(disk.score(r, &q).unwrap(), memory.score(r, &q).unwrap());
+            assert_eq!(disk.between(r, 5), memory.between(r, 5));
+            disk.vector_into(r, &mut a).unwrap();
+            memory.vector_into(r, &mut b).unwrap();
+            assert_eq!(a, b);
+        }
+        let mut seen = Vec::new();
+        disk.each_row(295..905, |r, v| {
+            assert_eq!(v, &*memory.row(r).unwrap());
+            seen.push(r);
+        })
+        .unwrap();
+        assert_eq!(seen, (295..905).collect::<Vec<_>>());
+        // The file is private: nothing is left in the directory.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A directory that cannot take the file (here: none) leaves the vectors in memory,
+    /// all of them still there.
+    #[test]
+    fn vectors_that_cannot_go_to_disk_stay_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = SpillAt {
+            dir: dir.path().join("missing"),
+            from: 10,
+        };
+        let mut disk = Vectors::spilling(8, Some(at));
+        let mut memory = Vectors::new(8);
+        for i in 0..100 {
+            let v = unit(
+                &(0..8)
+                    .map(|d| ((i * 8 + d) as f32).sin())
+                    .collect::<Vec<_>>(),
+            );
+            disk.push(&quantize(&v));
+            memory.push(&quantize(&v));
+        }
+        assert_eq!(disk.on_disk(), 0);
+        assert_eq!(disk.memory(), memory.memory());
+        let q = quantize(&unit(&[1.0; 8]));
+        assert_eq!(
+            disk.search_from(0, &q, 5, usize::MAX, 0, |_| true).unwrap(),
+            memory
+                .search_from(0, &q, 5, usize::MAX, 0, |_| true)
+                .unwrap()
+        );
     }
 
     #[test]

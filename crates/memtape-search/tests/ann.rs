@@ -101,12 +101,14 @@ fn append(store: &SqliteStore, from: usize, to: usize) {
     }
 }
 
-/// The tests below run twice: on a graph, and with `lists` on inverted lists.
+/// The tests below run twice: on a graph with its vectors in memory, and with `lists` on
+/// inverted lists with the vectors (all but the newest few hundred) on disk.
 fn config(lists: bool) -> IndexConfig {
     IndexConfig {
         ann_min: 1_000,
         ann_background: false,
         ann_lists: lists,
+        vectors_on_disk: if lists { 500 } else { usize::MAX },
         // The rows after the graph are few here; a scan of them is exact.
         ..IndexConfig::plain()
     }
@@ -387,6 +389,31 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     out
 }
 
+/// The files this process has open that were unlinked (a shard's vectors on disk are kept
+/// in such a private file) and whose directory is `dir`, read through `/proc`, that hold
+/// `needle`.
+fn private_files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let fd = entry.unwrap().path();
+        let Ok(target) = std::fs::read_link(&fd) else {
+            continue;
+        };
+        let target = target.display().to_string();
+        if !target.starts_with(&dir.display().to_string()) || !target.ends_with(" (deleted)") {
+            continue;
+        }
+        if std::fs::read(&fd)
+            .unwrap_or_default()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            out.push(target);
+        }
+    }
+    out
+}
+
 fn an_erased_vector_leaves_the_graph_file(lists: bool) {
     let f = fixture(6_000);
     let secret = f
@@ -413,6 +440,11 @@ fn an_erased_vector_leaves_the_graph_file(lists: bool) {
         !files_holding(&index_dir, &needle).is_empty(),
         "the shard file holds the mirror's bytes"
     );
+    assert_eq!(
+        private_files_holding(&index_dir, &needle).len(),
+        usize::from(lists),
+        "with the lists, the vectors on disk hold the vector's bytes"
+    );
     let tenant = SearchFilter::tenant("acme");
     let hits = vector_search(&index, SECRET, tenant.clone(), false);
     assert_eq!(hits[0].0, secret);
@@ -436,6 +468,10 @@ fn an_erased_vector_leaves_the_graph_file(lists: bool) {
         files_holding(&index_dir, &needle).is_empty()
             && files_holding(&index_dir, &linked).is_empty(),
         "no file of the index holds the erased vector"
+    );
+    assert!(
+        private_files_holding(&index_dir, &needle).is_empty(),
+        "no private file of the process holds it either"
     );
     assert!(path.exists(), "the graph is built again without it");
     let hits = vector_search(&index, SECRET, tenant.clone(), false);

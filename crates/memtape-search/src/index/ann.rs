@@ -389,14 +389,17 @@ impl Ann {
 
     /// The graph's form of rows `from..to` of `vectors`: each row's vector (its 8-bit
     /// values times its scale) in the graph's frame, quantized, row after row.
-    fn linked_rows(&self, vectors: &Vectors, from: usize, to: usize) -> Vec<i8> {
+    fn linked_rows(&self, vectors: &Vectors, from: usize, to: usize) -> io::Result<Vec<i8>> {
         let mut out = Vec::with_capacity((to - from) * self.dims());
         let mut v = vec![0f32; self.dim];
-        for r in from..to {
-            vectors.vector_into(r, &mut v);
+        vectors.each_row(from..to, |r, values| {
+            let scale = vectors.scale(r);
+            for (x, q) in v.iter_mut().zip(values) {
+                *x = f32::from(*q) * scale;
+            }
             out.extend_from_slice(self.frame.linked(&v).values());
-        }
-        out
+        })?;
+        Ok(out)
     }
 
     /// Adds rows `rows()..` with their centred 8-bit `values` (`dim` per row, in row order), on
@@ -1075,14 +1078,20 @@ impl Build {
                                 return Ok(());
                             }
                             let count = ivf::lists_for(docs.vectors.len());
-                            (mean(&docs.vectors), sample(&docs.vectors, AXES_ROWS), count)
+                            let center = mean(&docs.vectors).map_err(|e| e.to_string())?;
+                            let sample =
+                                sample(&docs.vectors, AXES_ROWS).map_err(|e| e.to_string())?;
+                            (center, sample, count)
                         };
                         // Outside the mirror's lock: a few hundred milliseconds.
                         let axes = principal_axes(&sample, &center, PROJECTED);
                         drop(sample);
                         let frame = Frame { center, axes };
                         if self.lists {
-                            let Some(codes) = self.sample_codes(&frame, count) else {
+                            let codes = self
+                                .sample_codes(&frame, count)
+                                .map_err(|e| format!("reading vectors back from disk: {e}"))?;
+                            let Some(codes) = codes else {
                                 return Ok(());
                             };
                             let trained = Lists::train(&codes, frame.dims(self.dim), count);
@@ -1114,6 +1123,7 @@ impl Build {
                 let from = ann.rows();
                 let to = docs.vectors.len().min(from + CHUNK);
                 ann.linked_rows(&docs.vectors, from, to)
+                    .map_err(|e| format!("reading vectors back from disk: {e}"))?
             };
             if chunk.is_empty() {
                 break;
@@ -1153,7 +1163,7 @@ impl Build {
     /// [`CHUNK`] rows at a time under the mirror's read lock, so that writes wait for no
     /// more than a chunk, and so that only the codes are held (64 bytes a row, not the
     /// vectors' 1 KiB). `None` when the shard's build changed meanwhile.
-    fn sample_codes(&self, frame: &Frame, lists: usize) -> Option<Vec<i8>> {
+    fn sample_codes(&self, frame: &Frame, lists: usize) -> io::Result<Option<Vec<i8>>> {
         let len = read(&self.docs).vectors.len();
         let n = (lists * ivf::SAMPLE_PER_LIST).min(len);
         let mut codes = Vec::with_capacity(n * frame.dims(self.dim));
@@ -1161,14 +1171,14 @@ impl Build {
         for first in (0..n).step_by(CHUNK) {
             let docs = read(&self.docs);
             if docs.build != self.build {
-                return None;
+                return Ok(None);
             }
             for i in first..(first + CHUNK).min(n) {
-                docs.vectors.vector_into(i * len / n, &mut v);
+                docs.vectors.vector_into(i * len / n, &mut v)?;
                 codes.extend_from_slice(frame.linked(&v).values());
             }
         }
-        Some(codes)
+        Ok(Some(codes))
     }
 
     /// Saves the graph if it holds more than `rows` rows and still belongs to the shard.
@@ -1346,7 +1356,7 @@ impl Shard {
         k: usize,
         exact: bool,
         allowed: &dyn Fn(usize) -> bool,
-    ) -> Vec<(usize, f32)> {
+    ) -> Result<Vec<(usize, f32)>, crate::Error> {
         let limit = if exact {
             usize::MAX
         } else {
@@ -1363,10 +1373,13 @@ impl Shard {
             let share = admitted(rows, allowed);
             share >= MIN_ADMITTED && share * rows as f64 >= self.config.ann_min as f64 / 2.0
         };
+        let rest = |first: usize| {
+            docs.vectors
+                .search_from(first, &q, k, limit, candidates, allowed)
+                .map_err(crate::Error::VectorsOnDisk)
+        };
         let Some(ann) = ann.filter(|_| rows > 0 && wide(rows)) else {
-            return docs
-                .vectors
-                .search_from(0, &q, k, limit, candidates, allowed);
+            return rest(0);
         };
         let count = self.ann_count(k, rows);
         let scan = self.ann_scan(count, rows);
@@ -1375,17 +1388,23 @@ impl Shard {
             Err(e) => {
                 self.graphs.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("approximate vector search failed ({e}); scanning instead");
-                return docs
-                    .vectors
-                    .search_from(0, &q, k, limit, candidates, allowed);
+                return rest(0);
             }
         };
         self.graphs.searches.fetch_add(1, Ordering::Relaxed);
-        let scored = found.into_iter().map(|r| (r, docs.vectors.score(r, &q)));
-        let tail = docs
-            .vectors
-            .search_from(rows, &q, k, limit, candidates, allowed);
-        top_k(k, scored.chain(tail))
+        // Rescored in row order: rows read back from disk are then read front to back.
+        let mut found = found;
+        found.sort_unstable();
+        let mut scored = Vec::with_capacity(found.len());
+        for r in found {
+            let score = docs
+                .vectors
+                .score(r, &q)
+                .map_err(crate::Error::VectorsOnDisk)?;
+            scored.push((r, score));
+        }
+        let tail = rest(rows)?;
+        Ok(top_k(k, scored.into_iter().chain(tail)))
     }
 }
 
@@ -1417,29 +1436,30 @@ const MEAN_ROWS: usize = 100_000;
 
 /// The mean of the vectors `vectors` holds, over at most [`MEAN_ROWS`] rows spread evenly
 /// (zeros for none): a new graph's centre.
-fn mean(vectors: &Vectors) -> Vec<f32> {
+fn mean(vectors: &Vectors) -> io::Result<Vec<f32>> {
     let mut sum = vec![0f64; vectors.dim()];
     let mut v = vec![0f32; vectors.dim()];
     let n = vectors.len().min(MEAN_ROWS);
     for i in 0..n {
-        vectors.vector_into(i * vectors.len() / n, &mut v);
+        vectors.vector_into(i * vectors.len() / n, &mut v)?;
         for (s, x) in sum.iter_mut().zip(&v) {
             *s += f64::from(*x);
         }
     }
-    sum.into_iter()
+    Ok(sum
+        .into_iter()
         .map(|s| (s / n.max(1) as f64) as f32)
-        .collect()
+        .collect())
 }
 
 /// Up to `n` rows of `vectors` spread evenly over them, as floats, one after another.
-fn sample(vectors: &Vectors, n: usize) -> Vec<f32> {
+fn sample(vectors: &Vectors, n: usize) -> io::Result<Vec<f32>> {
     let rows = vectors.len().min(n);
     let mut out = vec![0f32; rows * vectors.dim()];
     for (i, v) in out.chunks_exact_mut(vectors.dim().max(1)).enumerate() {
-        vectors.vector_into(i * vectors.len() / rows, v);
+        vectors.vector_into(i * vectors.len() / rows, v)?;
     }
-    out
+    Ok(out)
 }
 
 /// The first `k` principal axes of the `sample` rows less `center` (their covariance's
@@ -1554,15 +1574,18 @@ mod tests {
     /// rescored, over `queries`.
     fn graph_recall(ann: &Ann, vectors: &Vectors, queries: &[Vec<f32>], candidates: usize) -> f64 {
         let n = vectors.len();
-        ann.add(&ann.linked_rows(vectors, 0, n), &Pace::FULL)
+        ann.add(&ann.linked_rows(vectors, 0, n).unwrap(), &Pace::FULL)
             .unwrap();
         let mut found = 0;
         for q in queries {
-            let exact = vectors.search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true);
+            let exact = vectors
+                .search_from(0, &quantize(q), 10, usize::MAX, 0, |_| true)
+                .unwrap();
             let got = ann.search(q, candidates, 0, n, &|_| true).unwrap();
             let got = top_k(
                 10,
-                got.into_iter().map(|r| (r, vectors.score(r, &quantize(q)))),
+                got.into_iter()
+                    .map(|r| (r, vectors.score(r, &quantize(q)).unwrap())),
             );
             found += got
                 .iter()
@@ -1604,7 +1627,7 @@ mod tests {
             // M 16 needs a wider walk than 200 on these nearly uniform vectors.
             graph_recall(&ann, &vectors, &qs, 400)
         };
-        let centred = recall(mean(&vectors));
+        let centred = recall(mean(&vectors).unwrap());
         let raw = recall(vec![0.0; dim]);
         println!("recall@10 from 400 candidates: centred {centred:.3}, raw {raw:.3}");
         assert!(centred >= 0.95, "centred {centred}");
@@ -1843,8 +1866,8 @@ mod tests {
             vectors.push(&quantize(&draw(&mut rng, 4.0)));
         }
         let qs: Vec<Vec<f32>> = (0..queries).map(|_| draw(&mut rng, 0.0)).collect();
-        let center = mean(&vectors);
-        let axes = principal_axes(&sample(&vectors, AXES_ROWS), &center, PROJECTED);
+        let center = mean(&vectors).unwrap();
+        let axes = principal_axes(&sample(&vectors, AXES_ROWS).unwrap(), &center, PROJECTED);
         assert_eq!(axes.len(), PROJECTED * dim);
         for i in 0..PROJECTED {
             for j in 0..PROJECTED {
@@ -2019,14 +2042,14 @@ mod tests {
         // The i8 graph goes through `Ann`, centred as the index's (`ANN_CENTER=0` links
         // the raw vectors).
         let center = if env("ANN_CENTER", 1) == 1 {
-            mean(&vectors)
+            mean(&vectors).unwrap()
         } else {
             vec![0.0; dim]
         };
         // Projected on the principal axes as the index's (`ANN_PROJECT=0` links the whole
         // vectors).
         let axes = if env("ANN_PROJECT", 1) == 1 {
-            principal_axes(&sample(&vectors, AXES_ROWS), &center, PROJECTED)
+            principal_axes(&sample(&vectors, AXES_ROWS).unwrap(), &center, PROJECTED)
         } else {
             Vec::new()
         };
@@ -2057,13 +2080,16 @@ mod tests {
         if b1 {
             for r in 0..n {
                 index
-                    .add(r as u64, usearch::b1x8::from_u8s(&bits(vectors.row(r))))
+                    .add(
+                        r as u64,
+                        usearch::b1x8::from_u8s(&bits(&vectors.row(r).unwrap())),
+                    )
                     .unwrap();
             }
         } else {
             for from in (0..n).step_by(CHUNK) {
                 let to = n.min(from + CHUNK);
-                ann.add(&ann.linked_rows(&vectors, from, to), &Pace::FULL)
+                ann.add(&ann.linked_rows(&vectors, from, to).unwrap(), &Pace::FULL)
                     .unwrap();
             }
         }
@@ -2074,7 +2100,9 @@ mod tests {
             let query = clustered(dim, clusters, noise, 10_000_000_000 + i as u64);
             let q = quantize(&query);
             let started = Instant::now();
-            let exact = vectors.search_from(0, &q, k, usize::MAX, 0, admits);
+            let exact = vectors
+                .search_from(0, &q, k, usize::MAX, 0, admits)
+                .unwrap();
             exact_ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let started = Instant::now();
             let found: Vec<usize> = if b1 {
@@ -2088,7 +2116,10 @@ mod tests {
             } else {
                 ann.search(&query, k * oversample, 0, n, &admits).unwrap()
             };
-            let got = top_k(k, found.iter().map(|r| (*r, vectors.score(*r, &q))));
+            let got = top_k(
+                k,
+                found.iter().map(|r| (*r, vectors.score(*r, &q).unwrap())),
+            );
             ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let top: Vec<usize> = exact.iter().take(10).map(|(r, _)| *r).collect();
             recall += got.iter().take(10).filter(|(r, _)| top.contains(r)).count() as f64 / 10.0;

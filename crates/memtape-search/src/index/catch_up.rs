@@ -290,7 +290,12 @@ impl Shard {
                 });
             }
             let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
-            let fresh = file::load(&tx, dim, &self.path)?;
+            let fresh = file::load(
+                &tx,
+                dim,
+                &self.path,
+                super::spill_at(&self.config, &self.path),
+            )?;
             *self.write_docs() = fresh;
             // A new build may be an erasure's: no query vector outlives it.
             self.forget_queries();
@@ -518,7 +523,12 @@ impl Shard {
             // from the file (as every other process does, seeing the new build id), and
             // no cached query vector outlives the erasure.
             let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
-            *self.write_docs() = file::load(conn, dim, &self.path)?;
+            *self.write_docs() = file::load(
+                conn,
+                dim,
+                &self.path,
+                super::spill_at(&self.config, &self.path),
+            )?;
             self.forget_queries();
             if !file::truncate_wal(conn)? {
                 tracing::warn!(
@@ -600,7 +610,7 @@ impl Shard {
         let build = file::new_build(&tx)?;
         file::set_meta(&tx, "origin", &build)?;
         let dim = self.embedder.as_ref().map_or(0, |e| e.dim());
-        let mut fresh = Docs::empty(dim, build);
+        let mut fresh = Docs::empty(dim, build, super::spill_at(&self.config, &self.path));
         let last = store.last_id()?;
         let total = last.0 as usize;
         // Text only while vectors are behind ([`Shard::set_vectors_behind`]).

@@ -16,7 +16,7 @@ use memtape_core::{EntryId, Scope};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::{AddedDoc, DocMeta, Docs};
-use crate::vectors::Quantized;
+use crate::vectors::{Quantized, SpillAt};
 use crate::when::Period;
 use crate::{Error, Result};
 
@@ -318,13 +318,35 @@ fn bad(path: &Path, why: String) -> Error {
 }
 
 /// Reads the whole index file into memory.
-pub(crate) fn load(conn: &Connection, dim: usize, path: &Path) -> Result<Docs> {
+pub(crate) fn load(
+    conn: &Connection,
+    dim: usize,
+    path: &Path,
+    spill: Option<SpillAt>,
+) -> Result<Docs> {
+    // One snapshot for the meta and every chunk (the caller's transaction, or this one,
+    // only read, so dropped unfinished).
+    let _snapshot = if conn.is_autocommit() {
+        Some(conn.unchecked_transaction()?)
+    } else {
+        None
+    };
     let meta = meta(conn)?;
-    let mut docs = Docs::empty(dim, meta.build.clone());
-    let added = load_after(conn, &docs, &meta, path)?;
-    docs.extend(added);
-    Ok(docs)
+    let mut docs = Docs::empty(dim, meta.build.clone(), spill);
+    // A chunk at a time, so that a large shard's documents are never all held twice (as
+    // read, and as mirrored) and its vectors can move to disk as they come.
+    loop {
+        let added = load_some(conn, &docs, &meta, path, LOAD_CHUNK)?;
+        let more = added.docs.len() == LOAD_CHUNK;
+        docs.extend(added);
+        if !more {
+            return Ok(docs);
+        }
+    }
 }
+
+/// How many documents [`load`] reads at once.
+const LOAD_CHUNK: usize = 65_536;
 
 /// Documents and scopes another process committed since `docs` was read: scopes after
 /// its last one, documents after its covered mark up to `meta`'s. A document after
@@ -334,6 +356,18 @@ pub(crate) fn load_after(
     docs: &Docs,
     meta: &Meta,
     path: &Path,
+) -> Result<super::Added> {
+    load_some(conn, docs, meta, path, usize::MAX)
+}
+
+/// [`load_after`]'s first `limit` documents: when there are that many, the marks are the
+/// last one's id (at most `meta`'s), so that the next call goes on after it.
+fn load_some(
+    conn: &Connection,
+    docs: &Docs,
+    meta: &Meta,
+    path: &Path,
+    limit: usize,
 ) -> Result<super::Added> {
     let (covered, embedded) = (meta.covered, meta.embedded);
     let mut added = super::Added {
@@ -358,9 +392,13 @@ pub(crate) fn load_after(
     let mut stmt = conn.prepare_cached(
         "SELECT docs.id, scope, kind, role, at, vec, speaker, event_start, event_end, sz
          FROM docs LEFT JOIN fts_docsize ON fts_docsize.id = docs.id
-         WHERE docs.id > ?1 AND docs.id <= ?2 ORDER BY docs.id",
+         WHERE docs.id > ?1 AND docs.id <= ?2 ORDER BY docs.id LIMIT ?3",
     )?;
-    let mut rows = stmt.query([docs.covered.0 as i64, covered.0 as i64])?;
+    let mut rows = stmt.query([
+        docs.covered.0 as i64,
+        covered.0 as i64,
+        i64::try_from(limit).unwrap_or(i64::MAX),
+    ])?;
     let dim = docs.vectors.dim();
     let scope_count = docs.scopes.len() + added.scopes.len();
     while let Some(r) = rows.next()? {
@@ -421,6 +459,12 @@ pub(crate) fn load_after(
             speaker: r.get(6)?,
             event,
         });
+    }
+    if added.docs.len() == limit
+        && let Some(last) = added.docs.last()
+    {
+        added.covered = last.id;
+        added.embedded = embedded.min(last.id);
     }
     Ok(added)
 }

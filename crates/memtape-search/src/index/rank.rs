@@ -133,34 +133,41 @@ impl Shard {
                 _ => None,
             };
             let postings = joined(matches)?;
+            let early = early.transpose()?;
             self.rank(request, query, postings.as_ref(), early)
         })
     }
 
     /// The vector list of `request` for the query vector `q` over the mirror as it is now,
     /// with the build it was searched in.
-    fn vector_list(&self, request: &SearchRequest, q: &[f32]) -> (String, List) {
+    fn vector_list(&self, request: &SearchRequest, q: &[f32]) -> Result<(String, List)> {
         let docs = self.read_docs();
         let view = View::new(self, &docs, request);
-        (
+        Ok((
             docs.build.clone(),
-            self.vectors_of(&docs, &view, q, request),
-        )
+            self.vectors_of(&docs, &view, q, request)?,
+        ))
     }
 
     /// The vector list of `request`: a search of the vectors per pass of `view` (one, or
     /// two with a named period), hits at or below the model's floor left out.
-    fn vectors_of(&self, docs: &Docs, view: &View<'_>, q: &[f32], request: &SearchRequest) -> List {
+    fn vectors_of(
+        &self,
+        docs: &Docs,
+        view: &View<'_>,
+        q: &[f32],
+        request: &SearchRequest,
+    ) -> Result<List> {
         let depth = self.config.candidates.max(request.limit);
         let floor = self.min_similarity();
         let mut vector = List::new();
         for pass in view.passes() {
-            let mut found = self.vector_search(docs, q, depth, request.exact, &pass);
+            let mut found = self.vector_search(docs, q, depth, request.exact, &pass)?;
             // Below the model's floor a document is unrelated, however it ranks.
             found.retain(|(_, score)| *score > floor);
             vector = fusion::union(vector, found);
         }
-        vector
+        Ok(vector)
     }
 
     /// The rest of [`Shard::search`], over the mirror, with the query's vector and BM25
@@ -202,7 +209,7 @@ impl Shard {
         // of it holds; it may only miss rows added since, which came after the search.
         let vector = match (searched, &query_vector) {
             (Some((build, list)), _) if build == docs.build => list,
-            (_, Some(q)) => self.vectors_of(&docs, &view, q, request),
+            (_, Some(q)) => self.vectors_of(&docs, &view, q, request)?,
             (_, None) => List::new(),
         };
         let mut hits = match request.mode {
