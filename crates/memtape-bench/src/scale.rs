@@ -83,6 +83,9 @@ pub struct SizeReport {
     pub rss_mb: f64,
     /// The part of `rss_mb` that is not mapped files, MB.
     pub rss_anon_mb: f64,
+    /// What the index estimates its loaded shards hold (what `--index-memory` bounds),
+    /// MB, when `rss_mb` is taken.
+    pub shards_mb: f64,
     /// BM25 query latency, ms (p50, p95).
     pub bm25_ms: [f64; 2],
     /// Vector query latency, ms (p50, p95), query embedding included.
@@ -642,9 +645,10 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         };
         let rss = rss_mb();
         let rss_anon = rss_anon_mb();
+        let shards_mb = engine_index(&engine)?.shard_stats().bytes as f64 / 1e6;
         // Said before the cold searches, which build a whole shard again (minutes at 10M).
         progress(&format!(
-            "{n}: warm: graph {graph_rows} rows {graph_s:.0} s after ingest; ms p50/p95 bm25 {bm25_ms:.2?} vector {vector_ms:.2?} hybrid {hybrid_ms:.2?} (warm {warm_hybrid_ms:.2?}); read from storage MB {search_read_mb:.1?}; recall@10 {vector_recall_10:.3}; rss {rss:.0} MB (anon {rss_anon:.0})"
+            "{n}: warm: graph {graph_rows} rows {graph_s:.0} s after ingest; ms p50/p95 bm25 {bm25_ms:.2?} vector {vector_ms:.2?} hybrid {hybrid_ms:.2?} (warm {warm_hybrid_ms:.2?}); read from storage MB {search_read_mb:.1?}; recall@10 {vector_recall_10:.3}; rss {rss:.0} MB (anon {rss_anon:.0}; shards' estimate {shards_mb:.0})"
         ));
         let cold = cold_searches(
             config,
@@ -679,6 +683,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             tape_mb,
             rss_mb: rss,
             rss_anon_mb: rss_anon,
+            shards_mb,
             bm25_ms,
             vector_ms,
             hybrid_ms,

@@ -33,7 +33,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -989,7 +989,8 @@ impl AnnSlot {
 /// One run of building: load or start the graph, add the rows after it, save it.
 struct Build {
     slot: Arc<AnnSlot>,
-    docs: Arc<RwLock<Docs>>,
+    /// The shard's mirror, held only while a step reads it ([`Build::mirror`]).
+    docs: Weak<RwLock<Docs>>,
     /// The shard's file, and the graph's.
     shard: PathBuf,
     path: PathBuf,
@@ -1004,6 +1005,14 @@ struct Build {
 }
 
 impl Build {
+    /// The shard's mirror while the shard is loaded (`None` once it is evicted or
+    /// dropped). A builder holds it only for a step: a builder of low priority on a busy
+    /// machine can take long to reach its next step, and an evicted shard's memory must
+    /// go at once, not when its builder notices.
+    fn mirror(&self) -> Option<Arc<RwLock<Docs>>> {
+        self.docs.upgrade()
+    }
+
     fn run(self) {
         if let Err(e) = self.try_run() {
             tracing::warn!(
@@ -1042,7 +1051,8 @@ impl Build {
             None => {
                 let loaded = {
                     let id_of = |row: usize| {
-                        let docs = read(&self.docs);
+                        let mirror = self.mirror()?;
+                        let docs = read(&mirror);
                         (docs.build == self.build && row < docs.vectors.len())
                             .then(|| docs.ids[row])
                     };
@@ -1073,7 +1083,10 @@ impl Build {
                         }
                         self.slot.fresh.fetch_add(1, Ordering::SeqCst);
                         let (center, sample, count) = {
-                            let docs = read(&self.docs);
+                            let Some(mirror) = self.mirror() else {
+                                return Ok(());
+                            };
+                            let docs = read(&mirror);
                             if docs.build != self.build {
                                 return Ok(());
                             }
@@ -1116,7 +1129,10 @@ impl Build {
                 return Ok(());
             }
             let chunk: Vec<i8> = {
-                let docs = read(&self.docs);
+                let Some(mirror) = self.mirror() else {
+                    return Ok(());
+                };
+                let docs = read(&mirror);
                 if docs.build != self.build {
                     return Ok(());
                 }
@@ -1164,12 +1180,17 @@ impl Build {
     /// more than a chunk, and so that only the codes are held (64 bytes a row, not the
     /// vectors' 1 KiB). `None` when the shard's build changed meanwhile.
     fn sample_codes(&self, frame: &Frame, lists: usize) -> io::Result<Option<Vec<i8>>> {
-        let len = read(&self.docs).vectors.len();
+        let Some(len) = self.mirror().map(|m| read(&m).vectors.len()) else {
+            return Ok(None);
+        };
         let n = (lists * ivf::SAMPLE_PER_LIST).min(len);
         let mut codes = Vec::with_capacity(n * frame.dims(self.dim));
         let mut v = vec![0f32; self.dim];
         for first in (0..n).step_by(CHUNK) {
-            let docs = read(&self.docs);
+            let Some(mirror) = self.mirror() else {
+                return Ok(None);
+            };
+            let docs = read(&mirror);
             if docs.build != self.build {
                 return Ok(None);
             }
@@ -1188,7 +1209,10 @@ impl Build {
             return Ok(());
         }
         let last_id = {
-            let docs = read(&self.docs);
+            let Some(mirror) = self.mirror() else {
+                return Ok(());
+            };
+            let docs = read(&mirror);
             if docs.build != self.build {
                 return Ok(());
             }
@@ -1293,7 +1317,7 @@ impl Shard {
         }
         let job = Build {
             slot: self.ann.clone(),
-            docs: self.docs.clone(),
+            docs: Arc::downgrade(&self.docs),
             shard: self.path.clone(),
             path,
             embedder: embedder.id().to_owned(),
@@ -1729,6 +1753,40 @@ mod tests {
         assert_eq!(shard.ann_scan(4_000, 10_000_000), 1_500_000);
         shard.graphs.candidates.store(4_000, Ordering::Relaxed);
         assert_eq!(shard.ann_scan(4_000, 10_000_000), 400_000);
+    }
+
+    /// A builder waiting for its turn (a low-priority thread on a busy machine) must not
+    /// keep an evicted shard's mirror in memory: the mirror goes with the shard.
+    #[test]
+    fn a_builder_does_not_keep_its_shards_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+        let path = dir.path().join("shard.db");
+        append(&store, 0, 900);
+        let shard = shard_of(&path, true);
+        shard.catch_up(&store).unwrap();
+        let job = Build {
+            slot: shard.ann.clone(),
+            docs: Arc::downgrade(&shard.docs),
+            shard: path.clone(),
+            path: ann_path(&path),
+            embedder: shard.embedder_id().to_owned(),
+            dim: Seeds.dim(),
+            build: shard.read_docs().build.clone(),
+            huge_pages: false,
+            lists: true,
+        };
+        let mirror = job.docs.clone();
+        assert!(mirror.upgrade().is_some());
+        drop(shard);
+        assert!(
+            mirror.upgrade().is_none(),
+            "the mirror is gone before its builder runs"
+        );
+        let slot = job.slot.clone();
+        job.run();
+        assert!(lock(&slot.state).ann.is_none(), "and it builds nothing");
+        assert!(!ann_path(&path).exists());
     }
 
     #[test]
