@@ -1073,6 +1073,9 @@ impl Build {
                         }
                         ann
                     }
+                    // The shard went while its file was read (its rows could not be
+                    // checked): the file stays for the shard's next load.
+                    _ if self.mirror().is_none() => return Ok(()),
                     other => {
                         if let Err(e) = other {
                             tracing::info!(
@@ -1787,6 +1790,33 @@ mod tests {
         job.run();
         assert!(lock(&slot.state).ann.is_none(), "and it builds nothing");
         assert!(!ann_path(&path).exists());
+        // A saved file is kept when its shard goes before the builder reads it (the rows
+        // it covers cannot be checked then, which is not the file's fault).
+        append(&store, 900, 3_000);
+        let shard = shard_of(&path, true);
+        shard.catch_up(&store).unwrap();
+        assert!(ann_path(&path).exists());
+        let saved = std::fs::read(ann_path(&path)).unwrap();
+        let shard = {
+            // Opened again: nothing read yet (the build below is this one's).
+            drop(shard);
+            shard_of(&path, true)
+        };
+        lock(&shard.ann.state).ann = None;
+        let job = Build {
+            slot: shard.ann.clone(),
+            docs: Arc::downgrade(&shard.docs),
+            shard: path.clone(),
+            path: ann_path(&path),
+            embedder: shard.embedder_id().to_owned(),
+            dim: Seeds.dim(),
+            build: shard.read_docs().build.clone(),
+            huge_pages: false,
+            lists: true,
+        };
+        drop(shard);
+        job.run();
+        assert_eq!(std::fs::read(ann_path(&path)).unwrap(), saved);
     }
 
     #[test]
