@@ -27,7 +27,15 @@ pub(crate) fn holding(dir: &Path, needle: &str) -> Vec<String> {
         } else if meta.is_file() {
             let bytes = std::fs::read(&path).unwrap();
             for p in &patterns {
-                if bytes.windows(p.len()).any(|w| w == *p) {
+                // A match inside a longer number is not the secret's (memtape.toml holds
+                // the scripted model's port, which can be 41117 or 54111).
+                let digit =
+                    |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
+                if bytes
+                    .windows(p.len())
+                    .enumerate()
+                    .any(|(i, w)| w == *p && !(digit(i.checked_sub(1)) || digit(Some(i + p.len()))))
+                {
                     found.push(format!(
                         "{} holds {:?}",
                         path.display(),
