@@ -387,12 +387,13 @@ impl Vectors {
     ) -> io::Result<()> {
         let on_disk = self.on_disk();
         let mut row = rows.start;
-        let mut bytes = Vec::new();
+        let (mut bytes, mut values) = (Vec::new(), Vec::new());
         while row < rows.end.min(on_disk) {
             let n = READ_ROWS.min(rows.end.min(on_disk) - row);
             bytes.resize(n * self.dim, 0);
             self.read_at(row, &mut bytes)?;
-            let values: Vec<i8> = bytes.iter().map(|b| *b as i8).collect();
+            values.clear();
+            values.extend(bytes.iter().map(|b| *b as i8));
             for (i, v) in values.chunks_exact(self.dim.max(1)).enumerate() {
                 f(row + i, v);
             }

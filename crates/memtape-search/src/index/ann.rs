@@ -1758,6 +1758,21 @@ mod tests {
         assert_eq!(shard.ann_scan(4_000, 10_000_000), 400_000);
     }
 
+    /// A lists builder for `shard` (whose file is `path`), as `keep_ann` makes one.
+    fn lists_builder(shard: &Shard, path: &Path) -> Build {
+        Build {
+            slot: shard.ann.clone(),
+            docs: Arc::downgrade(&shard.docs),
+            shard: path.to_owned(),
+            path: ann_path(path),
+            embedder: shard.embedder_id().to_owned(),
+            dim: Seeds.dim(),
+            build: shard.read_docs().build.clone(),
+            huge_pages: false,
+            lists: true,
+        }
+    }
+
     /// A builder waiting for its turn (a low-priority thread on a busy machine) must not
     /// keep an evicted shard's mirror in memory: the mirror goes with the shard.
     #[test]
@@ -1768,17 +1783,7 @@ mod tests {
         append(&store, 0, 900);
         let shard = shard_of(&path, true);
         shard.catch_up(&store).unwrap();
-        let job = Build {
-            slot: shard.ann.clone(),
-            docs: Arc::downgrade(&shard.docs),
-            shard: path.clone(),
-            path: ann_path(&path),
-            embedder: shard.embedder_id().to_owned(),
-            dim: Seeds.dim(),
-            build: shard.read_docs().build.clone(),
-            huge_pages: false,
-            lists: true,
-        };
+        let job = lists_builder(&shard, &path);
         let mirror = job.docs.clone();
         assert!(mirror.upgrade().is_some());
         drop(shard);
@@ -1803,17 +1808,7 @@ mod tests {
             shard_of(&path, true)
         };
         lock(&shard.ann.state).ann = None;
-        let job = Build {
-            slot: shard.ann.clone(),
-            docs: Arc::downgrade(&shard.docs),
-            shard: path.clone(),
-            path: ann_path(&path),
-            embedder: shard.embedder_id().to_owned(),
-            dim: Seeds.dim(),
-            build: shard.read_docs().build.clone(),
-            huge_pages: false,
-            lists: true,
-        };
+        let job = lists_builder(&shard, &path);
         drop(shard);
         job.run();
         assert_eq!(std::fs::read(ann_path(&path)).unwrap(), saved);
