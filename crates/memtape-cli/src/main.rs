@@ -32,6 +32,12 @@ use clap::{Parser, Subcommand};
 
 use crate::ctx::{Ctx, Globals};
 
+/// The process's allocator: mimalloc returns the memory a thread frees to the system soon
+/// after (glibc's malloc kept hundreds of MB of it in per-thread arenas as a server loaded
+/// and evicted index shards; docs/scaling.md, "Resident memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What `memtape --help` opens with.
 const ABOUT: &str = "memtape: long-term memory for LLM agents. Conversations, tool calls, \
 memory files and their versions are entries on an append-only tape in one SQLite file (or a \
