@@ -80,6 +80,13 @@ impl WordLlama {
                 path: files.tokenizer.clone(),
                 source,
             })?;
+        // No cache of merged words: WordLlama's tokenizer does not split a text into words
+        // before its merges, so each entry would be a whole text (an agent's texts are
+        // rarely seen twice), and its 10,000 entries held about 57 MB (docs/scaling.md,
+        // "Resident memory").
+        let mut model = tokenizer.get_model().clone();
+        model.resize_cache(0);
+        tokenizer.with_model(model);
         Ok(Self {
             table,
             rows,
