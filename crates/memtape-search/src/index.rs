@@ -379,6 +379,16 @@ impl Docs {
         self.embedded = self.embedded.max(added.embedded);
     }
 
+    /// Gives back the memory allocated beyond what the rows use: a load grows the mirror
+    /// a chunk at a time, by doubling.
+    fn shrink_to_fit(&mut self) {
+        self.ids.shrink_to_fit();
+        self.meta.shrink_to_fit();
+        self.neighbours.shrink_to_fit();
+        self.scopes.shrink_to_fit();
+        self.vectors.shrink_to_fit();
+    }
+
     /// Mirrors vectors committed for documents already mirrored without them: `vectors`
     /// in id order, each for the first row still without one.
     fn fill(&mut self, vectors: Vec<(EntryId, Quantized)>, embedded: EntryId) {
@@ -701,18 +711,20 @@ impl Shard {
     /// About how many bytes this shard holds in memory (what the index's memory budget
     /// counts): its mirror (each document's id, metadata, neighbours and vector, the scopes
     /// and speakers, and a share for the maps that find them), its approximate graph (a
-    /// large shard's, [`ann`]) and its connections' page caches.
+    /// large shard's, [`ann`]), its inverted index's writers (tantivy's budget for each)
+    /// and its connections' page caches.
     pub(crate) fn memory(&self) -> u64 {
         let docs = self.read_docs();
-        let per_doc = std::mem::size_of::<u64>()
-            + std::mem::size_of::<DocMeta>()
-            + std::mem::size_of::<[Option<u32>; 2]>();
-        let scopes = docs.scopes.len() * 160;
+        // As allocated, not as used: a shard that grows holds up to twice its rows.
+        let rows = docs.ids.capacity() * std::mem::size_of::<u64>()
+            + docs.meta.capacity() * std::mem::size_of::<DocMeta>()
+            + docs.neighbours.capacity() * std::mem::size_of::<[Option<u32>; 2]>();
+        let scopes = docs.scopes.capacity() * 160;
         let speakers = docs.speaker_rows.len() * 96;
         let events = docs.events.len() * 48;
-        let mirror = docs.ids.len() * per_doc + docs.vectors.memory() + scopes + speakers + events;
+        let mirror = rows + docs.vectors.memory() + scopes + speakers + events;
         drop(docs);
-        let mirror = mirror + self.ann_memory();
+        let mirror = mirror + self.ann_memory() + self.inverted_memory();
         // And its connections' page caches (a shard's file is read through them, not mapped
         // into memory: the kernel's file cache holds the rest, outside the process).
         let connections =

@@ -242,9 +242,18 @@ fn encode(v: &[i8], words: usize, out: &mut Vec<u64>) {
 }
 
 impl Vectors {
-    /// The bytes the vectors take in memory (not the values moved to disk).
+    /// The bytes the vectors take in memory (not the values moved to disk), as allocated
+    /// (a collection that grows holds up to twice what it uses).
     pub fn memory(&self) -> usize {
-        self.values.len() + self.scales.len() * 4 + self.codes.len() * 8
+        self.values.capacity() + self.scales.capacity() * 4 + self.codes.capacity() * 8
+    }
+
+    /// Gives back the memory allocated beyond what the rows use (after a load, which grows
+    /// the collection by doubling).
+    pub fn shrink_to_fit(&mut self) {
+        self.values.shrink_to_fit();
+        self.scales.shrink_to_fit();
+        self.codes.shrink_to_fit();
     }
 
     /// An empty collection of `dim`-long vectors.

@@ -1,8 +1,8 @@
 //! The inverted index of large shards (tantivy, issue 36): a shard above the threshold
 //! ranks BM25 as a shard below it does (its candidates rescored by the same BM25F), the
 //! index beside the shard is repaired when it is behind, ahead of or broken, two indexes
-//! on one folder keep it in step one at a time, and hostile text (NUL bytes, huge words,
-//! CJK) does not break it. Erasure is tested in `erase.rs`.
+//! on one folder keep it in step one at a time, a writer kept counts against the memory
+//! budget, and hostile text (NUL bytes, huge words, CJK) does not break it. Erasure is tested in `erase.rs`.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -270,6 +270,11 @@ fn catch_ups_add_without_committing_until_a_search_and_the_lock_goes_back() {
         100,
         "five catch-ups, no commit"
     );
+    // The writer kept counts against the memory budget (tantivy's 32 MB for it), beside a
+    // mirror of 600 documents that holds far less.
+    const WRITER: u64 = 32 << 20;
+    let kept = a.shard_stats().bytes;
+    assert!((WRITER..WRITER + (4 << 20)).contains(&kept), "{kept}");
     let expected = ids(&bm25(&fts5, &store, &q));
     assert_eq!(ids(&bm25(&a, &store, &q)), expected);
     assert_eq!(
@@ -294,6 +299,9 @@ fn catch_ups_add_without_committing_until_a_search_and_the_lock_goes_back() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // a's writer, let go, has finished its merges (b has the lock): a counts none now.
+    let after = a.shard_stats().bytes;
+    assert!(after < 4 << 20, "{after}");
     // Dropped with documents waiting: they are committed.
     drop(b);
     fill(&store, &mut rng, 700, 100);

@@ -340,6 +340,7 @@ pub(crate) fn load(
         let more = added.docs.len() == LOAD_CHUNK;
         docs.extend(added);
         if !more {
+            docs.shrink_to_fit();
             return Ok(docs);
         }
     }

@@ -651,7 +651,34 @@ impl Inverted {
     }
 }
 
+impl Inverted {
+    /// The memory its writers may hold: tantivy's budget for a writer kept (or in use by
+    /// a sync now), and as much for one being let go while its merges run.
+    fn writer_memory(&self) -> usize {
+        let kept = match self.writer.try_lock() {
+            Ok(kept) => kept.is_some(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().is_some(),
+            Err(std::sync::TryLockError::WouldBlock) => true,
+        };
+        let releasing = match self.releasing.try_lock() {
+            Ok(r) => r.as_ref().is_some_and(|h| !h.is_finished()),
+            Err(_) => true,
+        };
+        (usize::from(kept) + usize::from(releasing)) * WRITER_MEMORY
+    }
+}
+
 impl Shard {
+    /// The memory the shard's inverted index's writers may hold ([`Inverted`]'s index
+    /// itself is read through mapped files, outside the budget like the page cache). An
+    /// index being opened now counts nothing.
+    pub(super) fn inverted_memory(&self) -> usize {
+        match self.inverted.try_lock() {
+            Ok(slot) => slot.as_ref().map_or(0, |i| i.writer_memory()),
+            Err(_) => 0,
+        }
+    }
+
     /// The shard's inverted index, opened when first needed: kept once the shard has
     /// [`crate::IndexConfig::inverted_from`] documents, and, once made, kept whatever its
     /// size (so erasures reach its files too). `None` when there is none, or it cannot be
