@@ -81,7 +81,15 @@ struct Slot {
 struct Loaded {
     slots: HashMap<String, Arc<Slot>>,
     clock: u64,
+    /// The memory of each large shard (at least [`REMEMBERED_SIZE`]) when it was last
+    /// evicted: loading it again first makes that much room, so the budget holds while
+    /// it loads too (a small shard's load is let past the budget until it is in).
+    sizes: HashMap<String, u64>,
 }
+
+/// The smallest shard whose size is remembered after its eviction ([`Loaded::sizes`]):
+/// a map of them holds at most one entry per this many bytes of shards evicted.
+const REMEMBERED_SIZE: u64 = 1 << 20;
 
 /// The search index of a tape: a directory of shards, one per tenant. Cheap to share
 /// between threads.
@@ -522,19 +530,26 @@ impl Index {
                 source,
             })?;
         }
+        // Room first for a shard whose size is known from an earlier load: its documents
+        // come into memory as it opens, before it can be counted.
+        let expected = lock(&self.loaded).sizes.get(tenant).copied();
+        if let Some(bytes) = expected {
+            self.evict(tenant, bytes);
+        }
         let shard = Arc::new(Shard::open(&path, tenant, &self.spec, rebuild)?);
         shard.set_vectors_behind(self.vectors_behind.load(Ordering::SeqCst));
         *held = Some(shard.clone());
         drop(held);
         self.loads.fetch_add(1, Ordering::SeqCst);
-        self.evict(tenant);
+        self.evict(tenant, 0);
         Ok(shard)
     }
 
-    /// Evicts the least recently used shards (never `keep`) while the loaded ones are over
-    /// the memory budget or the count. An evicted shard's memory goes when the last search
-    /// using it ends.
-    fn evict(&self, keep: &str) {
+    /// Evicts the least recently used shards (never `keep`, nor one being opened) while
+    /// the loaded ones and `incoming` bytes more are over the memory budget, or the loaded
+    /// ones over the count. An evicted shard's memory goes when the last search using it
+    /// ends.
+    fn evict(&self, keep: &str, incoming: u64) {
         let memory = self.memory.load(Ordering::SeqCst);
         let max = self.max_shards.load(Ordering::SeqCst);
         let mut loaded = lock(&self.loaded);
@@ -555,11 +570,14 @@ impl Index {
         sizes.sort();
         let mut evicted = Vec::new();
         for (_, tenant, bytes) in sizes {
-            if total <= memory && count <= max {
+            if total.saturating_add(incoming) <= memory && count <= max {
                 break;
             }
             if tenant == keep {
                 continue;
+            }
+            if bytes >= REMEMBERED_SIZE {
+                loaded.sizes.insert(tenant.clone(), bytes);
             }
             evicted.extend(loaded.slots.remove(&tenant));
             total -= bytes;
@@ -983,5 +1001,80 @@ impl Index {
         }
         let turn = self.next_embed.fetch_add(1, Ordering::SeqCst);
         behind.get(turn % behind.len()).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use chrono::Utc;
+    use memtape_core::{Message, NewEntry, Payload, Scope};
+    use memtape_store::SqliteStore;
+
+    use super::*;
+
+    fn fill(store: &SqliteStore, tenant: &str, n: usize) {
+        let scope = Scope::agent(tenant, "bot")
+            .unwrap()
+            .with_session("s")
+            .unwrap();
+        let entries = (0..n)
+            .map(|i| {
+                NewEntry::new(
+                    scope.clone(),
+                    Payload::Message(Message::user(format!("note {i} of {tenant}"))),
+                    Utc::now(),
+                )
+            })
+            .collect();
+        store.append(entries).unwrap();
+    }
+
+    fn search(index: &Index, store: &SqliteStore, tenant: &str) {
+        let request =
+            SearchRequest::new("note", crate::SearchFilter::tenant(tenant)).mode(crate::Mode::Bm25);
+        assert!(!index.search_caught_up(store, &request).unwrap().is_empty());
+    }
+
+    fn is_loaded(index: &Index, tenant: &str) -> bool {
+        index.loaded(tenant).is_some()
+    }
+
+    /// A large shard's size is remembered when it is evicted, and loading it again first
+    /// makes that much room, least recently used first: the budget holds while it loads
+    /// (its documents come into memory before it can be counted).
+    #[test]
+    fn a_shard_of_known_size_gets_its_room_before_it_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(dir.path()).unwrap();
+        for tenant in ["a", "b", "c"] {
+            fill(&store, tenant, 2_000);
+        }
+        let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
+        index.set_lazy(true);
+        search(&index, &store, "a");
+        let size = index.shard_stats().bytes;
+        assert!(size >= REMEMBERED_SIZE, "{size}");
+        // Room for two shards and a half.
+        index.set_memory(size * 5 / 2);
+        search(&index, &store, "b");
+        search(&index, &store, "c");
+        assert!(!is_loaded(&index, "a") && is_loaded(&index, "b") && is_loaded(&index, "c"));
+        let remembered = lock(&index.loaded).sizes.get("a").copied();
+        assert_eq!(remembered, Some(size), "a's size, kept at its eviction");
+        // b and c fit, but not with a's size beside them: b (the least recently used)
+        // goes to make room, c stays.
+        index.evict("a", size);
+        assert!(!is_loaded(&index, "b") && is_loaded(&index, "c"));
+        // Nothing more goes while what is loaded and what comes fit.
+        index.evict("a", size);
+        assert!(is_loaded(&index, "c"));
+        assert_eq!(index.shard_stats().evictions, 2);
+        // Loading a does that itself: c is the least recently used, and goes before a
+        // loads only if a's size does not fit beside it (it does).
+        search(&index, &store, "a");
+        assert!(is_loaded(&index, "a") && is_loaded(&index, "c"));
+        assert_eq!(index.shard_stats().evictions, 2);
     }
 }
