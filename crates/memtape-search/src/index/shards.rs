@@ -81,15 +81,17 @@ struct Slot {
 struct Loaded {
     slots: HashMap<String, Arc<Slot>>,
     clock: u64,
-    /// The memory of each large shard (at least [`REMEMBERED_SIZE`]) when it was last
-    /// evicted: loading it again first makes that much room, so the budget holds while
-    /// it loads too (a small shard's load is let past the budget until it is in).
+    /// The memory of each large shard (one part in [`REMEMBERED_SHARE`] of the budget or
+    /// more) when it was last evicted: loading it again first makes that much room, so
+    /// the budget holds while it loads too (a small shard's load is let past the budget
+    /// until it is in).
     sizes: HashMap<String, u64>,
 }
 
-/// The smallest shard whose size is remembered after its eviction ([`Loaded::sizes`]):
-/// a map of them holds at most one entry per this many bytes of shards evicted.
-const REMEMBERED_SIZE: u64 = 1 << 20;
+/// The share of the memory budget (one part in this many) from which a shard's size is
+/// remembered at its eviction ([`Loaded::sizes`]): the map then holds one tenant per
+/// that much of all the tenants' shards at most, however many small tenants there are.
+const REMEMBERED_SHARE: u64 = 64;
 
 /// The search index of a tape: a directory of shards, one per tenant. Cheap to share
 /// between threads.
@@ -576,7 +578,7 @@ impl Index {
             if tenant == keep {
                 continue;
             }
-            if bytes >= REMEMBERED_SIZE {
+            if bytes >= memory / REMEMBERED_SHARE {
                 loaded.sizes.insert(tenant.clone(), bytes);
             }
             evicted.extend(loaded.slots.remove(&tenant));
@@ -1055,8 +1057,7 @@ mod tests {
         index.set_lazy(true);
         search(&index, &store, "a");
         let size = index.shard_stats().bytes;
-        assert!(size >= REMEMBERED_SIZE, "{size}");
-        // Room for two shards and a half.
+        // Room for two shards and a half: each is a large share of the budget.
         index.set_memory(size * 5 / 2);
         search(&index, &store, "b");
         search(&index, &store, "c");
