@@ -656,7 +656,8 @@ impl Shard {
             inverted: Mutex::new(None),
             inverted_mark: Mutex::new(None),
         };
-        // A graph saved for this build is read (in the background), not built again.
+        // A graph saved for this build is read now, before the shard's first search, not
+        // built again.
         shard.keep_ann();
         Ok(shard)
     }

@@ -613,6 +613,23 @@ fn settle_graphs_waits_for_the_background_build(lists: bool) {
     append(&store, 5_000, 5_100);
     index.catch_up(&store).unwrap();
     assert_eq!(index.settle_graphs(), 5_000);
+    // Opened again, the shard reads its saved graph as it opens, not on its builder's
+    // thread: its first search is the graph's, with no build waited for.
+    drop(index);
+    let again = Index::open(
+        &dir.path().join("index"),
+        Some(Arc::new(Clusters)),
+        IndexConfig {
+            ann_background: true,
+            ..config(lists)
+        },
+    )
+    .unwrap();
+    again.catch_up(&store).unwrap();
+    let before = again.shard_stats().graph_searches;
+    let got = vector_search(&again, &query(3), SearchFilter::tenant("acme"), false);
+    assert_eq!(got.len(), 10);
+    assert_eq!(again.shard_stats().graph_searches, before + 1);
     // Too small for a graph: none.
     let small_dir = tempfile::tempdir().unwrap();
     let small_store = SqliteStore::create(small_dir.path()).unwrap();

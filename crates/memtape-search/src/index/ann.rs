@@ -1038,6 +1038,48 @@ impl Build {
         lock(&self.slot.state).build == self.build
     }
 
+    /// The index saved for this build, read from its file (`None` when there is none).
+    fn load_saved(&self) -> Result<Option<Ann>, String> {
+        let id_of = |row: usize| {
+            let mirror = self.mirror()?;
+            let docs = read(&mirror);
+            (docs.build == self.build && row < docs.vectors.len()).then(|| docs.ids[row])
+        };
+        let loaded = Ann::load(
+            &self.path,
+            &self.build,
+            &self.embedder,
+            self.dim,
+            self.lists,
+            id_of,
+        );
+        // Read from its file, every page of the graph is touched already.
+        if self.huge_pages && matches!(loaded, Ok(Some(_))) {
+            super::huge::advise(true);
+        }
+        loaded
+    }
+
+    /// Reads the index saved for this build into the slot, if its file holds one and the
+    /// slot has none: what the builder does first, done by the thread that opens the
+    /// shard, so that the shard's first searches use it. (A large shard's lists read in a
+    /// fraction of a second, where its builder, at the lowest priority on a busy machine,
+    /// could wait seconds for a core, its searches meanwhile scanning one-bit codes with a
+    /// lower recall.) A file it cannot use is left to the builder, which reads it again,
+    /// says why, and builds anew.
+    fn read_saved(&self) {
+        if lock(&self.slot.state).ann.is_some() || !self.path.exists() {
+            return;
+        }
+        if let Ok(Some(ann)) = self.load_saved() {
+            let mut state = lock(&self.slot.state);
+            if state.build == self.build && state.ann.is_none() {
+                state.saved = ann.rows();
+                state.ann = Some(Arc::new(ann));
+            }
+        }
+    }
+
     fn try_run(&self) -> Result<(), String> {
         let existing = {
             let state = lock(&self.slot.state);
@@ -1049,30 +1091,8 @@ impl Build {
         let ann = match existing {
             Some(ann) => ann,
             None => {
-                let loaded = {
-                    let id_of = |row: usize| {
-                        let mirror = self.mirror()?;
-                        let docs = read(&mirror);
-                        (docs.build == self.build && row < docs.vectors.len())
-                            .then(|| docs.ids[row])
-                    };
-                    Ann::load(
-                        &self.path,
-                        &self.build,
-                        &self.embedder,
-                        self.dim,
-                        self.lists,
-                        id_of,
-                    )
-                };
-                let ann = match loaded {
-                    Ok(Some(ann)) => {
-                        // Read from its file, every page of the graph is touched already.
-                        if self.huge_pages {
-                            super::huge::advise(true);
-                        }
-                        ann
-                    }
+                let ann = match self.load_saved() {
+                    Ok(Some(ann)) => ann,
                     // The shard went while its file was read (its rows could not be
                     // checked): the file stays for the shard's next load.
                     _ if self.mirror().is_none() => return Ok(()),
@@ -1330,6 +1350,7 @@ impl Shard {
             lists: self.config.ann_lists,
         };
         if self.config.ann_background {
+            job.read_saved();
             match std::thread::Builder::new()
                 .name("memtape-ann".into())
                 .spawn(move || {
