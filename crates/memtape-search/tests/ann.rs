@@ -597,15 +597,18 @@ fn settle_graphs_waits_for_the_background_build(lists: bool) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::create(dir.path()).unwrap();
     append(&store, 0, 5_000);
-    let index = Index::open(
-        &dir.path().join("index"),
-        Some(Arc::new(Clusters)),
-        IndexConfig {
-            ann_background: true,
-            ..config(lists)
-        },
-    )
-    .unwrap();
+    let open_background = || {
+        Index::open(
+            &dir.path().join("index"),
+            Some(Arc::new(Clusters)),
+            IndexConfig {
+                ann_background: true,
+                ..config(lists)
+            },
+        )
+        .unwrap()
+    };
+    let index = open_background();
     index.catch_up(&store).unwrap();
     assert_eq!(index.settle_graphs(), 5_000);
     assert!(graph_file(&index).exists(), "saved once built");
@@ -616,15 +619,7 @@ fn settle_graphs_waits_for_the_background_build(lists: bool) {
     // Opened again, the shard reads its saved graph as it opens, not on its builder's
     // thread: its first search is the graph's, with no build waited for.
     drop(index);
-    let again = Index::open(
-        &dir.path().join("index"),
-        Some(Arc::new(Clusters)),
-        IndexConfig {
-            ann_background: true,
-            ..config(lists)
-        },
-    )
-    .unwrap();
+    let again = open_background();
     again.catch_up(&store).unwrap();
     let before = again.shard_stats().graph_searches;
     let got = vector_search(&again, &query(3), SearchFilter::tenant("acme"), false);
