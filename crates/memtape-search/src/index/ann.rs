@@ -1351,6 +1351,12 @@ impl Shard {
         };
         if self.config.ann_background {
             job.read_saved();
+            // A saved index that covers the shard leaves the builder nothing to do, and a
+            // builder waiting for a core would keep it alive past the shard's eviction.
+            let covered = lock(&self.ann.state).ann.as_ref().map_or(0, |a| a.rows());
+            if covered > 0 && len.saturating_sub(covered) < STEP_ROWS {
+                return;
+            }
             match std::thread::Builder::new()
                 .name("memtape-ann".into())
                 .spawn(move || {
