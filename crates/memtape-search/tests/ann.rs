@@ -372,6 +372,44 @@ fn linked_bytes(v: &[f32], (center, axes): &(Vec<f32>, Vec<f32>)) -> Vec<u8> {
     stored_bytes(&projected)
 }
 
+/// The bytes the graph file (or with `lists`, the lists' file) at `path` holds for the
+/// secret's vector.
+fn secret_bytes(path: &Path, lists: bool) -> Vec<u8> {
+    let linked = linked_bytes(&secret_vector(), &graph_frame(path));
+    if lists {
+        listed_bytes(&linked, path)
+    } else {
+        linked
+    }
+}
+
+/// The bytes the inverted lists at `path` hold for the 8-bit code `linked`: its unit
+/// vector in 4-bit steps, axis `i` in the low half of byte `i` and axis `32 + i` in the
+/// high half, each as steps plus 8. The axes' steps are read from the file (after its
+/// format word, dims, list count and rows, and the centroids).
+fn listed_bytes(linked: &[u8], path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let (dims, count) = (word(8), word(16));
+    let steps: Vec<f32> = bytes[32 + count * dims * 4..32 + (count + 1) * dims * 4]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let code: Vec<i8> = linked.iter().map(|b| i8::from_le_bytes([*b])).collect();
+    let sq: i32 = code.iter().map(|v| i32::from(*v) * i32::from(*v)).sum();
+    let inv = 1.0 / (sq as f32).sqrt();
+    let nibble = |axis: usize| {
+        let n = (f32::from(code[axis]) * inv / steps[axis])
+            .round()
+            .clamp(-7.0, 7.0);
+        (n as i8 + 8) as u8
+    };
+    let half = dims / 2;
+    (0..half)
+        .map(|i| nibble(i) | (nibble(half + i) << 4))
+        .collect()
+}
+
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -430,7 +468,7 @@ fn an_erased_vector_leaves_the_graph_file(lists: bool) {
     index.catch_up(&f.store).unwrap();
     let needle = stored_bytes(&secret_vector());
     let path = graph_file(&index);
-    let linked = linked_bytes(&secret_vector(), &graph_frame(&path));
+    let linked = secret_bytes(&path, lists);
     let index_dir = f.dir.path().join("index");
     assert!(
         files_holding(&index_dir, &linked).contains(&path.display().to_string()),
@@ -495,7 +533,11 @@ fn two_processes_share_the_graph_file_and_an_erasure_reaches_both(lists: bool) {
     let a = open(f.dir.path(), lists);
     a.catch_up(&f.store).unwrap();
     let path = graph_file(&a);
-    let linked = linked_bytes(&secret_vector(), &graph_frame(&path));
+    let linked = secret_bytes(&path, lists);
+    assert!(
+        files_holding(&f.dir.path().join("index"), &linked).contains(&path.display().to_string()),
+        "the graph holds the vector's bytes (so the scan below can see them)"
+    );
     let saved = identity(&path);
     let b = open(f.dir.path(), lists);
     b.catch_up(&f.store).unwrap();

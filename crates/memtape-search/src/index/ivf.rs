@@ -1,24 +1,26 @@
-//! Inverted lists over short 8-bit codes: an approximate vector search for large shards
-//! that keeps about 72 bytes a row in memory and scans memory in order.
+//! Inverted lists over 4-bit codes: an approximate vector search for large shards that
+//! keeps about 40 bytes a row in memory and scans memory in order.
 //!
 //! Each row's code is its vector in a graph's [`Frame`](super::ann::Frame) (less the
 //! centre, on the first 64 principal axes, 8-bit). Spherical k-means over a sample of the
-//! codes gives the lists' centroids; every row joins the list of its nearest centroid. A
-//! search scores the centroids, scans the lists nearest the query until it has looked at
-//! enough rows, and keeps the rows whose codes are nearest; the caller rescores those with
-//! their whole vectors. On a million WordLlama vectors of `bench scale`'s texts, scanning
-//! the nearest 7.6% of the rows in 4,000 lists and rescoring the best 1,000 found 0.966 of
-//! the exact top 10, where the graph of the same codes at M 16 needs its 394 bytes a row
-//! (docs/scaling.md, "Inverted lists").
+//! codes gives the lists' centroids; every row joins the list of its nearest centroid,
+//! stored as 4 bits a value: the unit vector of its code, each axis in 15 steps over three
+//! times that axis's spread in the sample (later axes spread less, so one step for every
+//! axis would lose them). A search scores the centroids, scans the lists nearest the query
+//! until it has looked at enough rows, and keeps the rows whose codes are nearest; the
+//! caller rescores those with their whole vectors. A scan is bound by how fast memory
+//! streams, so half the bytes a row is about half the time (docs/scaling.md, "Inverted
+//! lists", and "Fewer bytes a loaded row").
 //!
 //! Adding rows never moves others, so the lists grow with the shard as a graph did; the
-//! centroids stay those of the first build (an erasure or a rebuild trains new ones).
+//! centroids and the axes' steps stay those of the first build (an erasure or a rebuild
+//! trains new ones).
 
 use std::io::{self, Read, Write};
 
 use nalgebra::DMatrix;
 
-use crate::vectors::{TopK, dot_i8};
+use crate::vectors::TopK;
 
 /// Rounds of k-means (each one assignment of the sample and one update of the centroids).
 const ROUNDS: usize = 8;
@@ -31,13 +33,22 @@ pub(crate) const SAMPLE_PER_LIST: usize = 48;
 /// centroids).
 const BLOCK: usize = 1024;
 
+/// The stored form's version, its first word (the 8-bit lists of earlier builds began
+/// with their dims, 64: such a file is refused and the lists are built again).
+const FORMAT: u64 = 0x4d54_4956_4634_0001;
+
+/// The largest 4-bit step count either side of zero: values run from -7 to 7.
+const STEPS: f32 = 7.0;
+
 /// One list: the rows whose code is nearest its centroid, in the order they were added.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct List {
     rows: Vec<u32>,
-    /// `dims` values per row, in the order of `rows`.
-    codes: Vec<i8>,
-    /// One over the length of each row's code: rows are ranked by cosine.
+    /// [`Lists::half`] bytes per row, in the order of `rows`: axis `i` in the low four bits
+    /// of byte `i`, axis `half + i` in the high four, each as its step count plus 8.
+    codes: Vec<u8>,
+    /// One over the length of each row's code as its steps give it back: rows are ranked
+    /// by cosine.
     inv_norms: Vec<f32>,
 }
 
@@ -47,8 +58,104 @@ pub(crate) struct Lists {
     dims: usize,
     /// One unit vector of `dims` per list, one after another.
     centroids: Vec<f32>,
+    /// The size of one 4-bit step on each axis (of a code's unit vector).
+    steps: Vec<f32>,
     lists: Vec<List>,
     rows: usize,
+}
+
+/// The steps of each axis for `points` (unit vectors of `dims`, one after another): three
+/// times the axis's root mean square over [`STEPS`] (a value further out is clipped).
+fn steps_for(points: &[f32], dims: usize) -> Vec<f32> {
+    let n = points.len() / dims.max(1);
+    let mut sq = vec![0f64; dims];
+    for p in points.chunks_exact(dims) {
+        for (s, x) in sq.iter_mut().zip(p) {
+            *s += f64::from(*x) * f64::from(*x);
+        }
+    }
+    sq.iter()
+        .map(|s| {
+            let rms = if n > 0 { (s / n as f64).sqrt() } else { 0.0 };
+            // An axis the sample never moved on still gets a step (its values clip).
+            ((3.0 * rms) as f32 / STEPS).max(1e-6)
+        })
+        .collect()
+}
+
+/// `code` in 4 bits a value over `steps` (layout of [`List::codes`]), written to `out`
+/// (`dims.div_ceil(2)` bytes), and one over the length of what the steps give back.
+fn encode(code: &[i8], steps: &[f32], out: &mut [u8]) -> f32 {
+    let half = out.len();
+    let inv = inv_norm(code);
+    let mut sq = 0f32;
+    let mut nibble = |axis: usize| -> u8 {
+        let Some(v) = code.get(axis) else { return 8 };
+        let n = (f32::from(*v) * inv / steps[axis])
+            .round()
+            .clamp(-STEPS, STEPS);
+        let back = n * steps[axis];
+        sq += back * back;
+        (n as i8 + 8) as u8
+    };
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = nibble(i) | (nibble(half + i) << 4);
+    }
+    if sq > 0.0 { 1.0 / sq.sqrt() } else { 0.0 }
+}
+
+/// The query's side of a 4-bit dot product: its unit vector times each axis's step, in
+/// 8 bits, split into the axes of the low and the high four bits, and the sum of all its
+/// values times 8 (the codes store each step count plus 8).
+struct Query4 {
+    low: Vec<i16>,
+    high: Vec<i16>,
+    offset: i32,
+}
+
+impl Query4 {
+    fn new(query: &[i8], steps: &[f32], half: usize) -> Query4 {
+        let inv = inv_norm(query);
+        let scaled: Vec<f32> = (0..2 * half)
+            .map(|axis| match (query.get(axis), steps.get(axis)) {
+                (Some(v), Some(s)) => f32::from(*v) * inv * s,
+                _ => 0.0,
+            })
+            .collect();
+        let max = scaled.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = if max > 0.0 { 127.0 / max } else { 0.0 };
+        let q: Vec<i16> = scaled.iter().map(|x| (x * scale).round() as i16).collect();
+        let offset = 8 * q.iter().map(|v| i32::from(*v)).sum::<i32>();
+        Query4 {
+            low: q[..half].to_vec(),
+            high: q[half..].to_vec(),
+            offset,
+        }
+    }
+
+    /// The dot product with one row's code (up to a scale the same for every row). Pairs
+    /// of products stay in 16 bits (127 × 15 twice fits) before widening, in 16 lanes.
+    fn dot(&self, code: &[u8]) -> i32 {
+        let mut lanes = [0i32; 16];
+        let chunks = code
+            .chunks_exact(16)
+            .zip(self.low.chunks_exact(16).zip(self.high.chunks_exact(16)));
+        for (c, (lo, hi)) in chunks {
+            for i in 0..16 {
+                let p = lo[i] * i16::from(c[i] & 15) + hi[i] * i16::from(c[i] >> 4);
+                lanes[i] += i32::from(p);
+            }
+        }
+        let done = code.len() / 16 * 16;
+        let tail: i32 = code[done..]
+            .iter()
+            .zip(self.low[done..].iter().zip(&self.high[done..]))
+            .map(|(c, (lo, hi))| {
+                i32::from(*lo) * i32::from(c & 15) + i32::from(*hi) * i32::from(c >> 4)
+            })
+            .sum();
+        lanes.iter().sum::<i32>() + tail - self.offset
+    }
 }
 
 /// Lists at most: training costs the square of the count (each of its sample rows is
@@ -140,9 +247,15 @@ impl Lists {
         Lists {
             dims,
             centroids,
+            steps: steps_for(&points, dims),
             lists: vec![List::default(); k],
             rows: 0,
         }
+    }
+
+    /// The bytes of one row's code.
+    fn half(&self) -> usize {
+        self.dims.div_ceil(2)
     }
 
     /// How many rows, from the first, the lists hold.
@@ -170,17 +283,20 @@ impl Lists {
     /// Adds `codes` (`dims` values per row) as rows `rows()..`, each to list `lists[i]`
     /// (from [`Lists::assign`]).
     pub(crate) fn add(&mut self, codes: &[i8], lists: &[u32]) {
+        let half = self.half();
+        let mut packed = vec![0u8; half];
         for (code, &l) in codes.chunks_exact(self.dims).zip(lists) {
+            let inv = encode(code, &self.steps, &mut packed);
             let list = &mut self.lists[l as usize];
             list.rows.push(self.rows as u32);
-            list.codes.extend_from_slice(code);
-            list.inv_norms.push(inv_norm(code));
+            list.codes.extend_from_slice(&packed);
+            list.inv_norms.push(inv);
             self.rows += 1;
         }
     }
 
     /// Up to `count` rows below `below` that `allowed` admits, the nearest `query` (a
-    /// code of `dims` values) by the cosine of their codes, best first. Lists are scanned
+    /// code of `dims` values) by the cosine of their 4-bit codes, best first. Lists are scanned
     /// nearest centroid first until at least `scan` rows have been looked at.
     pub(crate) fn search(
         &self,
@@ -199,7 +315,8 @@ impl Lists {
             .enumerate()
             .collect();
         order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let q_inv = inv_norm(query);
+        let half = self.half();
+        let q4 = Query4::new(query, &self.steps, half);
         let mut top = TopK::new(count);
         let mut seen = 0;
         for (l, _) in order {
@@ -208,9 +325,9 @@ impl Lists {
             }
             let list = &self.lists[l];
             seen += list.rows.len();
-            let rows = list.rows.iter().zip(list.codes.chunks_exact(self.dims));
+            let rows = list.rows.iter().zip(list.codes.chunks_exact(half));
             for ((row, code), inv) in rows.zip(&list.inv_norms) {
-                let score = dot_i8(code, query) as f32 * inv * q_inv;
+                let score = q4.dot(code) as f32 * inv;
                 // The filter looks at the row's metadata, a read from anywhere in memory:
                 // only for rows that would be kept.
                 let row = *row as usize;
@@ -224,7 +341,7 @@ impl Lists {
 
     /// The bytes the lists hold in memory.
     pub(crate) fn memory(&self) -> usize {
-        self.centroids.len() * 4
+        (self.centroids.len() + self.steps.len()) * 4
             + self
                 .lists
                 .iter()
@@ -233,14 +350,16 @@ impl Lists {
             + self.lists.len() * std::mem::size_of::<List>()
     }
 
-    /// Writes the stored form to `out`: dims, list count and rows (u64 each,
-    /// little-endian), the centroids (f32), then each list's length (u64), rows (u32) and
-    /// codes. Streamed, so a large shard's lists are not copied in memory to be saved.
+    /// Writes the stored form to `out`: [`FORMAT`], dims, list count and rows (u64 each,
+    /// little-endian), the centroids and the axes' steps (f32), then each list's length
+    /// (u64), rows (u32) and codes. Streamed, so a large shard's lists are not copied in
+    /// memory to be saved.
     pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&FORMAT.to_le_bytes())?;
         for n in [self.dims, self.lists.len(), self.rows] {
             out.write_all(&(n as u64).to_le_bytes())?;
         }
-        for c in &self.centroids {
+        for c in self.centroids.iter().chain(&self.steps) {
             out.write_all(&c.to_le_bytes())?;
         }
         for list in &self.lists {
@@ -248,8 +367,7 @@ impl Lists {
             for r in &list.rows {
                 out.write_all(&r.to_le_bytes())?;
             }
-            let codes: Vec<u8> = list.codes.iter().map(|v| v.to_le_bytes()[0]).collect();
-            out.write_all(&codes)?;
+            out.write_all(&list.codes)?;
         }
         Ok(())
     }
@@ -259,24 +377,35 @@ impl Lists {
     /// exactly once; no count is believed beyond what `len` bytes can hold.
     pub(crate) fn read_from(input: impl Read, len: u64, dims: usize) -> Result<Lists, String> {
         let mut r = Reader { input, left: len };
+        let format = r.take(8)?;
+        if format != FORMAT.to_le_bytes() {
+            return Err("lists of another format (an earlier build's)".to_owned());
+        }
         let (found_dims, count, rows) = (r.word()?, r.word()?, r.word()?);
         if found_dims != dims || dims == 0 {
             return Err(format!(
                 "codes of {found_dims} values where {dims} were expected"
             ));
         }
-        // Every centroid takes 4 bytes a value and every row 4 + dims.
+        let half = dims.div_ceil(2);
+        // Every centroid takes 4 bytes a value and every row 4 + half.
         let fits = |n: usize, each: usize| (n as u64).saturating_mul(each as u64) <= len;
-        if count == 0 || !fits(count, 4 * dims) || !fits(rows, 4 + dims) {
+        if count == 0 || !fits(count, 4 * dims) || !fits(rows, 4 + half) {
             return Err(format!("{count} lists of {rows} rows in {len} bytes"));
         }
-        let centroids: Vec<f32> = r
-            .take(count * dims * 4)?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let floats = |bytes: Vec<u8>| -> Vec<f32> {
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        };
+        let centroids = floats(r.take(count * dims * 4)?);
         if centroids.iter().any(|c| !c.is_finite()) {
             return Err("a centroid that is not finite".to_owned());
+        }
+        let steps = floats(r.take(dims * 4)?);
+        if steps.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+            return Err("an axis's step that is not a positive number".to_owned());
         }
         let mut held = vec![false; rows];
         let mut lists = Vec::with_capacity(count);
@@ -296,12 +425,11 @@ impl Lists {
                     _ => return Err(format!("row {row} twice, or past the {rows} rows")),
                 }
             }
-            let codes: Vec<i8> = r
-                .take(n * dims)?
-                .into_iter()
-                .map(|b| i8::from_le_bytes([b]))
+            let codes = r.take(n * half)?;
+            let inv_norms = codes
+                .chunks_exact(half)
+                .map(|c| decoded_inv_norm(c, &steps))
                 .collect();
-            let inv_norms = codes.chunks_exact(dims).map(inv_norm).collect();
             lists.push(List {
                 rows: list_rows,
                 codes,
@@ -317,10 +445,27 @@ impl Lists {
         Ok(Lists {
             dims,
             centroids,
+            steps,
             lists,
             rows,
         })
     }
+}
+
+/// One over the length of what a stored 4-bit `code` gives back over `steps` (as
+/// [`encode`] returns it).
+fn decoded_inv_norm(code: &[u8], steps: &[f32]) -> f32 {
+    let half = code.len();
+    let mut sq = 0f32;
+    for (i, c) in code.iter().enumerate() {
+        for (axis, nibble) in [(i, c & 15), (half + i, c >> 4)] {
+            if let Some(s) = steps.get(axis) {
+                let back = (f32::from(nibble) - 8.0) * s;
+                sq += back * back;
+            }
+        }
+    }
+    if sq > 0.0 { 1.0 / sq.sqrt() } else { 0.0 }
 }
 
 /// Reads a stored form front to back, never past its length.
@@ -390,7 +535,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::vectors::{quantize, top_k};
+    use crate::vectors::{dot_i8, quantize, top_k};
 
     impl Lists {
         fn to_bytes(&self) -> Vec<u8> {
@@ -439,6 +584,14 @@ mod tests {
         lists
     }
 
+    /// The best 10 of `candidates` by their whole codes (as the caller rescores them).
+    fn rescored(all: &[i8], dims: usize, q: &[i8], candidates: &[usize]) -> Vec<usize> {
+        let scored = candidates
+            .iter()
+            .map(|&r| (r, cosine(&all[r * dims..(r + 1) * dims], q)));
+        top_k(10, scored).into_iter().map(|(r, _)| r).collect()
+    }
+
     #[test]
     fn scanning_a_fifth_of_the_rows_finds_nearly_all_of_the_exact_top_ten() {
         let dims = 32;
@@ -447,24 +600,32 @@ mod tests {
         assert_eq!(lists.rows(), 20_000);
         assert_eq!(lists.lists.len(), lists_for(20_000));
         let queries = codes(50, dims, 50, 2);
-        let mut found = 0;
+        let (mut found, mut found_first) = (0, 0);
         for q in queries.chunks_exact(dims) {
             let truth = exact(&all, dims, q, 10);
-            let got = lists.search(q, 4_000, 10, usize::MAX, &|_| true);
-            found += got.iter().filter(|r| truth.contains(r)).count();
+            let got = lists.search(q, 4_000, 100, usize::MAX, &|_| true);
+            let best = rescored(&all, dims, q, &got);
+            found += best.iter().filter(|r| truth.contains(r)).count();
+            found_first += got[..10].iter().filter(|r| truth.contains(r)).count();
         }
         let recall = found as f64 / 500.0;
         assert!(recall >= 0.95, "recall@10 {recall}");
+        // Even unrescored, the 4-bit codes order the rows much as the 8-bit ones do.
+        let first = found_first as f64 / 500.0;
+        assert!(first >= 0.6, "recall@10 of the codes alone {first}");
     }
 
     #[test]
-    fn a_full_scan_is_the_exact_search_and_filters_and_bounds_apply() {
+    fn a_full_scan_rescored_is_the_exact_search_and_filters_and_bounds_apply() {
         let dims = 16;
         let all = codes(3_000, dims, 20, 3);
         let lists = built(&all, dims);
         let q = &codes(1, dims, 20, 4)[..];
-        let everything = lists.search(q, usize::MAX, 10, usize::MAX, &|_| true);
-        assert_eq!(everything, exact(&all, dims, q, 10));
+        let everything = lists.search(q, usize::MAX, 200, usize::MAX, &|_| true);
+        assert_eq!(
+            rescored(&all, dims, q, &everything),
+            exact(&all, dims, q, 10)
+        );
         let even = lists.search(q, usize::MAX, 10, 2_000, &|r| r % 2 == 0);
         assert_eq!(even.len(), 10);
         assert!(even.iter().all(|r| r % 2 == 0 && *r < 2_000), "{even:?}");
@@ -486,11 +647,16 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(Lists::from_bytes(&longer, dims).is_err());
-        let first_rows = 24 + lists.centroids.len() * 4 + 8;
+        let first_rows = 32 + (lists.centroids.len() + dims) * 4 + 8;
         let mut twice = bytes.clone();
         let other = lists.lists[0].rows[1].to_le_bytes();
         twice[first_rows..first_rows + 4].copy_from_slice(&other);
         assert!(Lists::from_bytes(&twice, dims).is_err());
+        // Another format (the 8-bit lists began with their dims) is refused as such.
+        let mut older = bytes.clone();
+        older[..8].copy_from_slice(&(dims as u64).to_le_bytes());
+        let refused = Lists::from_bytes(&older, dims).unwrap_err();
+        assert!(refused.contains("another format"), "{refused}");
         for cut in [0, 7, 8, 24, 100] {
             assert!(Lists::from_bytes(&bytes[..cut], dims).is_err(), "cut {cut}");
         }
@@ -526,6 +692,20 @@ mod tests {
             }
             let ns = started.elapsed().as_nanos() as f64 / n as f64;
             println!("dot_i8, {name}: {ns:.1} ns a row ({sum})");
+        }
+        let q4 = Query4::new(&q, &lists.steps, lists.half());
+        let packed = &lists.lists[0].codes;
+        let hot = &packed[..10_000 * lists.half()];
+        for (name, codes, rounds) in [("from memory", &packed[..], 1), ("in cache", hot, 100)] {
+            let started = std::time::Instant::now();
+            let mut sum = 0i64;
+            for _ in 0..rounds {
+                for code in codes.chunks_exact(lists.half()) {
+                    sum += i64::from(q4.dot(std::hint::black_box(code)));
+                }
+            }
+            let ns = started.elapsed().as_nanos() as f64 / n as f64;
+            println!("4-bit dot, {name}: {ns:.1} ns a row ({sum})");
         }
     }
 
