@@ -223,17 +223,69 @@ impl IndexConfig {
     }
 }
 
-/// What the index keeps in memory about one document.
+/// What the index keeps in memory about one document: 28 bytes (every loaded row has
+/// one, so a large shard's resident memory is mostly rows like it).
 #[derive(Clone, Copy, Debug)]
 struct DocMeta {
     scope: u32,
     kind: Kind,
     role: Option<Role>,
-    at: DateTime<Utc>,
+    at: Nanos,
     /// The message's speaker, by its row in `Docs::speaker_rows`.
-    speaker: Option<u32>,
+    speaker: MaybeRow,
     /// How many tokens its text and its context have (BM25F's field lengths).
     tokens: [u32; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<DocMeta>() == 28);
+const _: () = assert!(std::mem::size_of::<[MaybeRow; 2]>() == 8);
+
+/// A row number or none, in 4 bytes (`Option<u32>` takes 8): no shard holds
+/// `u32::MAX` rows, since rows are numbered in a `u32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MaybeRow(u32);
+
+impl MaybeRow {
+    const NONE: MaybeRow = MaybeRow(u32::MAX);
+
+    fn get(self) -> Option<u32> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl From<Option<u32>> for MaybeRow {
+    fn from(row: Option<u32>) -> Self {
+        row.map_or(Self::NONE, MaybeRow)
+    }
+}
+
+/// A time to the nanosecond (as the store keeps it) in two 4-byte halves, so [`DocMeta`]
+/// keeps 4-byte alignment: 8 bytes where `DateTime<Utc>` takes 12. The store refuses
+/// times outside the years 1677 to 2262, which are the ones nanoseconds in an `i64` hold;
+/// any other time clamps to that range's ends.
+#[derive(Clone, Copy, Debug)]
+struct Nanos([u32; 2]);
+
+impl Nanos {
+    fn new(at: DateTime<Utc>) -> Self {
+        let ns = at.timestamp_nanos_opt().unwrap_or(if at.timestamp() < 0 {
+            i64::MIN
+        } else {
+            i64::MAX
+        });
+        let b = ns.to_le_bytes();
+        Nanos([
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        ])
+    }
+
+    fn get(self) -> DateTime<Utc> {
+        let [low, high] = self.0.map(u32::to_le_bytes);
+        DateTime::from_timestamp_nanos(i64::from_le_bytes([
+            low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3],
+        ]))
+    }
 }
 
 /// One document committed to the file, to be mirrored.
@@ -306,7 +358,7 @@ struct Docs {
     /// The last tape id whose document (if any) has its vector; at most `covered`.
     embedded: EntryId,
     /// For each row: the conversational rows just before and after it in its scope.
-    neighbours: Vec<[Option<u32>; 2]>,
+    neighbours: Vec<[MaybeRow; 2]>,
     /// The latest conversational row of each scope row.
     scope_tail: HashMap<u32, u32>,
     /// The tokens of every document's text and context, summed (for BM25F's average
@@ -366,8 +418,8 @@ impl Docs {
             self.scopes.push(scope);
         }
         for mut doc in added.docs {
-            doc.meta.speaker = doc.speaker.map(|name| self.speaker_row(name));
-            if let Some(speaker) = doc.meta.speaker {
+            doc.meta.speaker = doc.speaker.map(|name| self.speaker_row(name)).into();
+            if let Some(speaker) = doc.meta.speaker.get() {
                 self.speaker_scopes[speaker as usize].insert(doc.meta.scope);
             }
             if let Some(event) = doc.event {
@@ -404,12 +456,12 @@ impl Docs {
     fn push(&mut self, id: EntryId, meta: DocMeta, vector: Option<&Quantized>) {
         let row = self.ids.len() as u32;
         self.ids.push(id.0);
-        let mut links = [None, None];
+        let mut links = [MaybeRow::NONE; 2];
         if meta.kind.is_conversational()
             && let Some(prev) = self.scope_tail.insert(meta.scope, row)
         {
-            links[0] = Some(prev);
-            self.neighbours[prev as usize][1] = Some(row);
+            links[0] = MaybeRow(prev);
+            self.neighbours[prev as usize][1] = MaybeRow(row);
         }
         self.neighbours.push(links);
         for (total, n) in self.field_tokens.iter_mut().zip(meta.tokens) {
@@ -719,7 +771,7 @@ impl Shard {
         // As allocated, not as used: a shard that grows holds up to twice its rows.
         let rows = docs.ids.capacity() * std::mem::size_of::<u64>()
             + docs.meta.capacity() * std::mem::size_of::<DocMeta>()
-            + docs.neighbours.capacity() * std::mem::size_of::<[Option<u32>; 2]>();
+            + docs.neighbours.capacity() * std::mem::size_of::<[MaybeRow; 2]>();
         let scopes = docs.scopes.capacity() * 160;
         let speakers = docs.speaker_rows.len() * 96;
         let events = docs.events.len() * 48;
@@ -776,6 +828,29 @@ mod tests {
             ..Added::default()
         });
         docs
+    }
+
+    /// A row's time and links keep what they were given in their smaller forms: a time
+    /// to the nanosecond at both ends of the store's range and around the epoch, and a
+    /// row or none.
+    #[test]
+    fn compact_times_and_rows_give_back_what_they_hold() {
+        let times = [
+            DateTime::from_timestamp_nanos(i64::MIN),
+            DateTime::from_timestamp_nanos(-1),
+            DateTime::from_timestamp_nanos(0),
+            DateTime::from_timestamp_nanos(1_764_000_000_123_456_789),
+            DateTime::from_timestamp_nanos(i64::MAX),
+        ];
+        for t in times {
+            assert_eq!(Nanos::new(t).get(), t);
+        }
+        // Times the store cannot hold clamp to the ends of its range.
+        assert_eq!(Nanos::new(DateTime::<Utc>::MAX_UTC).get(), times[4]);
+        assert_eq!(Nanos::new(DateTime::<Utc>::MIN_UTC).get(), times[0]);
+        for row in [Some(0), Some(7), Some(u32::MAX - 1), None] {
+            assert_eq!(MaybeRow::from(row).get(), row);
+        }
     }
 
     /// The tenant-only shortcut gives what a look at each scope gives, for one tenant's

@@ -739,8 +739,8 @@ impl Shard {
                 scope: scope_row,
                 kind: doc.kind,
                 role: doc.role,
-                at: doc.at,
-                speaker: None,
+                at: super::Nanos::new(doc.at),
+                speaker: super::MaybeRow::NONE,
                 tokens: super::bm25::field_tokens(&tokens),
             };
             out.docs.push(AddedDoc {

@@ -416,8 +416,8 @@ fn load_some(
                 .map(|r| r.parse())
                 .transpose()
                 .map_err(|e: memtape_core::Error| bad(path, e.to_string()))?,
-            at: DateTime::from_timestamp_millis(at).unwrap_or_default(),
-            speaker: None,
+            at: super::Nanos::new(DateTime::from_timestamp_millis(at).unwrap_or_default()),
+            speaker: super::MaybeRow::NONE,
             tokens: super::bm25::field_tokens(
                 r.get::<_, Option<Vec<u8>>>(9)?
                     .as_deref()

@@ -231,7 +231,9 @@ impl Shard {
         }
         if self.config.opener_weight > 0.0 {
             for (row, hit) in hits.iter_mut() {
-                if docs.meta[*row].kind.is_conversational() && docs.neighbours[*row][0].is_none() {
+                if docs.meta[*row].kind.is_conversational()
+                    && docs.neighbours[*row][0].get().is_none()
+                {
                     hit.score += self.config.opener_weight;
                 }
             }
@@ -242,7 +244,11 @@ impl Shard {
             let named = named_speakers(&docs, &words);
             if !named.is_empty() {
                 for (row, hit) in hits.iter_mut() {
-                    if docs.meta[*row].speaker.is_some_and(|s| named.contains(&s)) {
+                    if docs.meta[*row]
+                        .speaker
+                        .get()
+                        .is_some_and(|s| named.contains(&s))
+                    {
                         hit.score += self.config.speaker_weight;
                     }
                 }
@@ -363,14 +369,14 @@ impl<'a> View<'a> {
             && self
                 .request
                 .filter
-                .admits(EntryId(self.docs.ids[row]), m.kind, m.role, m.at)
+                .admits(EntryId(self.docs.ids[row]), m.kind, m.role, m.at.get())
     }
 
     /// Whether `row` falls in the period the query names (its time, or an event it
     /// tells of).
     fn in_period(&self, row: usize) -> bool {
         self.period.is_some_and(|p: Period| {
-            p.contains(self.docs.meta[row].at)
+            p.contains(self.docs.meta[row].at.get())
                 || (self
                     .docs
                     .events
@@ -416,7 +422,7 @@ fn newest(
         .scope_tail
         .iter()
         .filter(|(scope, _)| admitted[**scope as usize])
-        .map(|(_, row)| docs.meta[*row as usize].at)
+        .map(|(_, row)| docs.meta[*row as usize].at.get())
         .max()?;
     Some(filter.until.map_or(newest, |until| newest.min(until)))
 }
@@ -470,7 +476,7 @@ fn updates(docs: &Docs, hits: &mut [(usize, Hit)], weight: f32, close: f32, past
             &docs.scopes[mb.scope as usize],
         );
         let same_user = sa.agent_name() == sb.agent_name() && sa.user() == sb.user();
-        match (ma.speaker, mb.speaker) {
+        match (ma.speaker.get(), mb.speaker.get()) {
             (Some(x), Some(y)) => x == y && same_user,
             (None, None) => ma.role == mb.role && ma.scope == mb.scope,
             _ => false,
@@ -555,7 +561,7 @@ fn spread(
     let near = |row: usize| {
         docs.neighbours[row]
             .into_iter()
-            .flatten()
+            .filter_map(super::MaybeRow::get)
             .map(|n| n as usize)
     };
     let mut all: HashMap<usize, Hit> = hits.into_iter().collect();
