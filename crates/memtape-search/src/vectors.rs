@@ -10,6 +10,8 @@
 //!
 //! A large shard's 8-bit values can be kept on disk instead ([`Spill`]): searches read
 //! back only the rows they rescore, while the one-bit codes and scales stay in memory.
+//! A shard whose inverted lists cover its first rows drops those rows' one-bit codes
+//! ([`Vectors::drop_codes_below`]): its searches find their candidates in the lists.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -27,7 +29,10 @@ pub struct Vectors {
     /// The 8-bit values of the rows not on disk (rows `spill.rows..`, or all of them).
     values: Vec<i8>,
     scales: Vec<f32>,
+    /// The one-bit codes of rows `coded_from..`, `words` a row.
     codes: Vec<u64>,
+    /// The first row with a one-bit code: 0 unless inverted lists cover the rows before.
+    coded_from: usize,
     spill: Option<Spill>,
 }
 
@@ -264,6 +269,7 @@ impl Vectors {
             values: Vec::new(),
             scales: Vec::new(),
             codes: Vec::new(),
+            coded_from: 0,
             spill: None,
         }
     }
@@ -280,6 +286,27 @@ impl Vectors {
             }),
             ..Vectors::new(dim)
         }
+    }
+
+    /// The first row with a one-bit code (the rows before it are covered by inverted
+    /// lists, [`Vectors::drop_codes_below`]).
+    pub(crate) fn coded_from(&self) -> usize {
+        self.coded_from
+    }
+
+    /// Drops the one-bit codes of the rows before `rows` (at most all of them), which
+    /// inverted lists now cover: 32 bytes a row of 256 dimensions. Searches of those rows
+    /// go through the lists; should one scan them here after all (a rare fallback), they
+    /// are scored with their 8-bit values. Moves the codes kept, so it is called once the
+    /// lists have caught up, not for each row they add.
+    pub(crate) fn drop_codes_below(&mut self, rows: usize) {
+        let rows = rows.min(self.len());
+        if rows <= self.coded_from {
+            return;
+        }
+        self.codes.drain(..(rows - self.coded_from) * self.words);
+        self.codes.shrink_to_fit();
+        self.coded_from = rows;
     }
 
     /// How many rows have their values on disk (the first ones).
@@ -482,6 +509,18 @@ impl Vectors {
             })?;
             return Ok(top.into_sorted());
         }
+        let mut top = TopK::new(k);
+        // Rows without a one-bit code (inverted lists cover them, and are not used for
+        // this search) are scored with their 8-bit values.
+        let coded = first.max(self.coded_from).min(self.len());
+        if first < coded {
+            self.each_row(first..coded, |r, values| {
+                if allowed(r) {
+                    top.offer(r, self.score_values(r, values, q));
+                }
+            })?;
+        }
+        let rows = coded..self.len();
         let mut code = Vec::with_capacity(self.words);
         encode(&q.values, self.words, &mut code);
         // Hamming distances of every admitted row (u16::MAX for the rest), then the
@@ -493,7 +532,8 @@ impl Vectors {
                 if !allowed(r) {
                     return u16::MAX;
                 }
-                let c = &self.codes[r * self.words..(r + 1) * self.words];
+                let at = r - self.coded_from;
+                let c = &self.codes[at * self.words..(at + 1) * self.words];
                 c.iter()
                     .zip(&code)
                     .map(|(a, b)| (a ^ b).count_ones())
@@ -515,7 +555,6 @@ impl Vectors {
                 break;
             }
         }
-        let mut top = TopK::new(k);
         for (r, d) in rows.zip(&distances) {
             if usize::from(*d) <= threshold {
                 top.offer(r, self.score(r, q)?);
@@ -572,6 +611,46 @@ mod tests {
         let filtered = vectors.search(&query, 5, 0, 50, |r| r != 42);
         assert!(filtered.iter().all(|(r, _)| *r != 42));
         assert_eq!(filtered.len(), 5);
+    }
+
+    /// Rows whose one-bit codes were dropped (inverted lists cover them) are still
+    /// searched, with their 8-bit values; the codes kept still serve the rest, and new
+    /// rows get theirs.
+    #[test]
+    fn rows_without_one_bit_codes_are_scored_with_their_values() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let dim = 64;
+        let mut vectors = Vectors::new(dim);
+        let base: Vec<Vec<f32>> = (0..2_000)
+            .map(|_| unit(&(0..dim).map(|_| rng.f32() - 0.5).collect::<Vec<_>>()))
+            .collect();
+        base.iter().for_each(|v| vectors.push(&quantize(v)));
+        let query = unit(&(0..dim).map(|_| rng.f32() - 0.5).collect::<Vec<_>>());
+        let exact = vectors.search(&query, 10, usize::MAX, 1, |_| true);
+        vectors.shrink_to_fit();
+        let memory = vectors.memory();
+        vectors.drop_codes_below(1_200);
+        assert_eq!(vectors.coded_from(), 1_200);
+        assert_eq!(memory - vectors.memory(), 1_200 * 8);
+        // Dropping fewer than are gone changes nothing; more than are held drops them all.
+        vectors.drop_codes_below(100);
+        assert_eq!(vectors.coded_from(), 1_200);
+        // Every coded row a candidate: the search is exact over both parts.
+        let both = vectors.search(&query, 10, 0, 800, |_| true);
+        assert_eq!(both, exact);
+        // Filters apply to the rows without codes too.
+        let odd = vectors.search(&query, 10, 0, 800, |r| r % 2 == 1);
+        assert_eq!(
+            odd,
+            vectors.search(&query, 10, usize::MAX, 1, |r| r % 2 == 1)
+        );
+        // A row added afterwards gets its code: a query on it finds it first.
+        vectors.push(&quantize(&query));
+        let found = vectors.search(&query, 1, 0, 1, |r| r >= 1_200);
+        assert_eq!(found[0].0, 2_000);
+        vectors.drop_codes_below(usize::MAX);
+        assert_eq!(vectors.coded_from(), 2_001);
+        assert_eq!(vectors.search(&query, 1, 0, 1, |_| true)[0].0, 2_000);
     }
 
     #[test]

@@ -1072,10 +1072,31 @@ impl Build {
             return;
         }
         if let Ok(Some(ann)) = self.load_saved() {
-            let mut state = lock(&self.slot.state);
-            if state.build == self.build && state.ann.is_none() {
+            let ann = Arc::new(ann);
+            {
+                let mut state = lock(&self.slot.state);
+                if state.build != self.build || state.ann.is_some() {
+                    return;
+                }
                 state.saved = ann.rows();
-                state.ann = Some(Arc::new(ann));
+                state.ann = Some(ann.clone());
+            }
+            self.drop_covered_codes(&ann);
+        }
+    }
+
+    /// With inverted lists, drops the mirror's one-bit codes of the rows `ann` covers
+    /// (their searches go through the lists): a third of what a loaded row holds.
+    fn drop_covered_codes(&self, ann: &Ann) {
+        if !ann.is_lists() {
+            return;
+        }
+        if let Some(mirror) = self.mirror() {
+            let mut docs = mirror
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if docs.build == self.build {
+                docs.vectors.drop_codes_below(ann.rows());
             }
         }
     }
@@ -1194,7 +1215,16 @@ impl Build {
         // Saved when it grew by an eighth since the file was written (or there is none),
         // so that saving costs a bounded share of building.
         let saved = lock(&self.slot.state).saved;
-        self.save_past(&ann, saved + saved / 8)
+        self.save_past(&ann, saved + saved / 8)?;
+        // Caught up: the rows it covers need no one-bit codes (the lists only).
+        if lock(&self.slot.state)
+            .ann
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(a, &ann))
+        {
+            self.drop_covered_codes(&ann);
+        }
+        Ok(())
     }
 
     /// The codes in `frame` of [`ivf::SAMPLE_PER_LIST`] rows per list of `lists`, spread
@@ -1432,11 +1462,21 @@ impl Shard {
                 .search_from(first, &q, k, limit, candidates, allowed)
                 .map_err(crate::Error::VectorsOnDisk)
         };
-        let Some(ann) = ann.filter(|_| rows > 0 && wide(rows)) else {
+        let Some(ann) = ann.filter(|_| rows > 0) else {
             return rest(0);
         };
+        // A filter that admits few rows scans them here, unless the lists cover rows that
+        // no longer have one-bit codes: then the lists are scanned whole, with the filter.
+        let whole = !wide(rows);
+        if whole && !(ann.is_lists() && docs.vectors.coded_from() > 0) {
+            return rest(0);
+        }
         let count = self.ann_count(k, rows);
-        let scan = self.ann_scan(count, rows);
+        let scan = if whole {
+            usize::MAX
+        } else {
+            self.ann_scan(count, rows)
+        };
         let found = match ann.search(query, count, scan, rows, allowed) {
             Ok(found) => found,
             Err(e) => {
@@ -1918,7 +1958,8 @@ mod tests {
         );
         assert_eq!(graph[0].id, exact[0].id);
         assert_eq!(graph[0].score, exact[0].score);
-        // A filter admitting the last twentieth of the rows scans them.
+        // A filter admitting the last twentieth of the rows scans them; with lists, whose
+        // rows keep no one-bit codes, the lists are scanned whole with the filter.
         let recent = SearchFilter {
             since: Some(DateTime::<Utc>::UNIX_EPOCH + Duration::days(20_001)),
             ..SearchFilter::tenant("acme")
@@ -1930,10 +1971,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             shard.graphs.searches.load(Ordering::SeqCst),
-            1,
-            "a selective filter scans"
+            1 + u64::from(lists),
+            "a selective filter scans (the lists, with lists)"
         );
-        assert!(few.iter().all(|h| h.id.0 > 3_000));
+        assert!(few.len() == 10 && few.iter().all(|h| h.id.0 > 3_000));
         // One admitting most rows goes through the graph, and keeps to what it admits.
         let older = SearchFilter {
             until: Some(DateTime::<Utc>::UNIX_EPOCH + Duration::days(20_001)),
@@ -1944,7 +1985,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             shard.graphs.searches.load(Ordering::SeqCst),
-            2,
+            2 + u64::from(lists),
             "a wide filter uses the graph"
         );
         assert!(!most.is_empty() && most.iter().all(|h| h.id.0 <= 3_000));
