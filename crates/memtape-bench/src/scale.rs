@@ -101,6 +101,9 @@ pub struct SizeReport {
     pub warm_hybrid_ms: [f64; 2],
     /// Timed hybrid searches that found their shard loaded.
     pub warm_hybrid_searches: usize,
+    /// The timed hybrid searches by the size of the tenant searched (with more than one
+    /// tenant): where the warm searches' time goes.
+    pub hybrid_by_size: Vec<SizeBand>,
     /// How many of the exact top 10 the vector search returned (mean over queries); 1.0
     /// when the search is exact.
     pub vector_recall_10: f64,
@@ -134,6 +137,24 @@ pub struct HugePages {
     /// Hybrid query latency, ms (p50, p95), before and after.
     pub hybrid_ms: [[f64; 2]; 2],
 }
+
+/// The timed hybrid searches of tenants of one range of sizes.
+#[derive(Debug, Serialize)]
+pub struct SizeBand {
+    /// The tenants' entries, from (inclusive) and to (exclusive).
+    pub entries: [usize; 2],
+    /// How many searches were of such a tenant, and how many of those found its shard
+    /// loaded.
+    pub searches: usize,
+    /// How many found the shard loaded.
+    pub warm: usize,
+    /// The warm ones' latency, ms (p50, p95; 0 for none).
+    pub warm_ms: [f64; 2],
+}
+
+/// The bands [`SizeBand`] reports: below the exact scan's limit, below the approximate
+/// index's threshold, and above it.
+const SIZE_BANDS: [[usize; 2]; 3] = [[0, 20_000], [20_000, 100_000], [100_000, usize::MAX]];
 
 /// Vector search with one candidate count for the graph.
 #[derive(Debug, Serialize)]
@@ -503,7 +524,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         }
         let ingest = n as f64 / started.elapsed().as_secs_f64();
         // Each query searches one tenant that has entries, busy tenants more often.
-        let queries: Vec<(String, SearchFilter)> = (0..QUERIES)
+        let queries: Vec<(String, SearchFilter, usize)> = (0..QUERIES)
             .map(|_| {
                 let len = rng.usize(2..=5);
                 let text = (0..len)
@@ -520,8 +541,13 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
                         break k;
                     }
                 };
-                (text, SearchFilter::tenant(tenant_name(k)))
+                (text, SearchFilter::tenant(tenant_name(k)), sizes_of[k])
             })
+            .collect();
+        let query_sizes: Vec<usize> = queries.iter().map(|(_, _, size)| *size).collect();
+        let queries: Vec<(String, SearchFilter)> = queries
+            .into_iter()
+            .map(|(text, filter, _)| (text, filter))
             .collect();
         // Each search's time, and whether its shard was loaded already (no load during it).
         let run_all = |mode: Mode| -> Result<Vec<(f64, bool)>, Error> {
@@ -576,6 +602,32 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             .collect();
         let warm_hybrid_searches = warm.len();
         let warm_hybrid_ms = p50_p95(warm);
+        let hybrid_by_size = if tenants > 1 {
+            SIZE_BANDS
+                .iter()
+                .map(|&[from, to]| {
+                    let of: Vec<(f64, bool)> = hybrid
+                        .iter()
+                        .zip(&query_sizes)
+                        .filter(|(_, size)| (from..to).contains(*size))
+                        .map(|(h, _)| *h)
+                        .collect();
+                    let warm: Vec<f64> = of.iter().filter(|(_, w)| *w).map(|(ms, _)| *ms).collect();
+                    SizeBand {
+                        entries: [from, to],
+                        searches: of.len(),
+                        warm: warm.len(),
+                        warm_ms: if warm.is_empty() {
+                            [0.0; 2]
+                        } else {
+                            p50_p95(warm)
+                        },
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let after = engine_index(&engine)?.shard_stats();
         // The quality price of the approximate search (the graph, or the one-bit scan):
         // overlap with an exact search's top 10, over the first 50 queries. The exact lists
@@ -690,6 +742,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             search_read_mb,
             warm_hybrid_ms,
             warm_hybrid_searches,
+            hybrid_by_size,
             vector_recall_10,
             ann_sweep,
             huge_pages,

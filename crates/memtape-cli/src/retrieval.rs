@@ -315,7 +315,7 @@ pub struct Tuning {
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     huge_pages: Option<bool>,
     /// Whether a large shard's approximate index is inverted lists over short codes
-    /// (true: less memory, seconds to build) rather than a graph (default false).
+    /// (default true: less memory, seconds to build) rather than a graph (false).
     #[arg(long, help_heading = TUNING, hide_short_help = true)]
     ann_lists: Option<bool>,
     /// From this many vectors, a shard keeps its 8-bit vectors in a private file instead

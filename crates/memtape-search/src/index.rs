@@ -139,10 +139,11 @@ pub struct IndexConfig {
     /// search p50 10.6 → 7.7 ms at 1M rows, docs/scaling.md). Advice only: nothing
     /// happens where the kernel has none.
     pub huge_pages: bool,
-    /// Whether a large shard's approximate index is inverted lists over 64-value codes
-    /// (about 72 bytes a row in memory; built by a k-means over a sample, then one
-    /// nearest centroid per row) rather than an HNSW graph (about 400 bytes a row, minutes
-    /// to build): compared in docs/scaling.md, "Inverted lists".
+    /// Whether a large shard's approximate index is inverted lists over 64-value 4-bit
+    /// codes (about 40 bytes a row in memory; built by a k-means over a sample, then one
+    /// nearest centroid per row; the default) rather than an HNSW graph (about 400 bytes
+    /// a row, minutes to build): compared in docs/scaling.md, "Inverted lists" and
+    /// "Fewer bytes a loaded row".
     pub ann_lists: bool,
     /// From this many vectors on, a shard keeps its 8-bit vectors (but for the newest few
     /// thousand) in a private file beside it instead of in memory, and reads back only the
@@ -183,7 +184,7 @@ impl Default for IndexConfig {
             inverted_from: 100_000,
             inverted_candidates: 1000,
             huge_pages: true,
-            ann_lists: false,
+            ann_lists: true,
             vectors_on_disk: 100_000,
         }
     }
