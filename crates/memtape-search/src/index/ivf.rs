@@ -88,20 +88,17 @@ fn steps_for(points: &[f32], dims: usize) -> Vec<f32> {
 fn encode(code: &[i8], steps: &[f32], out: &mut [u8]) -> f32 {
     let half = out.len();
     let inv = inv_norm(code);
-    let mut sq = 0f32;
-    let mut nibble = |axis: usize| -> u8 {
+    let nibble = |axis: usize| -> u8 {
         let Some(v) = code.get(axis) else { return 8 };
         let n = (f32::from(*v) * inv / steps[axis])
             .round()
             .clamp(-STEPS, STEPS);
-        let back = n * steps[axis];
-        sq += back * back;
         (n as i8 + 8) as u8
     };
     for (i, o) in out.iter_mut().enumerate() {
         *o = nibble(i) | (nibble(half + i) << 4);
     }
-    if sq > 0.0 { 1.0 / sq.sqrt() } else { 0.0 }
+    decoded_inv_norm(out, steps)
 }
 
 /// The query's side of a 4-bit dot product: its unit vector times each axis's step, in
@@ -452,8 +449,8 @@ impl Lists {
     }
 }
 
-/// One over the length of what a stored 4-bit `code` gives back over `steps` (as
-/// [`encode`] returns it).
+/// One over the length of what a stored 4-bit `code` gives back over `steps` (what
+/// [`encode`] returns, and a read of the stored form computes again).
 fn decoded_inv_norm(code: &[u8], steps: &[f32]) -> f32 {
     let half = code.len();
     let mut sq = 0f32;
