@@ -189,6 +189,10 @@ pub struct ScaleArgs {
     /// searching one tenant.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     tenants: u32,
+    /// Searches timed in each mode (BM25, vector, hybrid); the first 50 also measure the
+    /// vector search's recall. More give a steadier p95.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(50..=100_000))]
+    queries: u32,
     /// How the entries are indexed as they are appended: `write` brings the index up to
     /// date before each append returns (the library's default); `server` as `memtape
     /// serve` does, an append acknowledged once durable and the index following on the
@@ -324,6 +328,7 @@ pub fn bench(ctx: &Ctx, command: &BenchCommand, out: &mut impl Write) -> Result<
                 tenants: a.tenants as usize,
                 index_memory: a.tuning.index_memory,
                 server_ingest: matches!(a.ingest, IngestArg::Server),
+                queries: a.queries as usize,
             };
             let progress = Progress::spinner(&ctx, "scale: building the first tape");
             // A run logged to a file (a 10M point takes an hour) still says how far it got.

@@ -506,8 +506,21 @@ impl Docs {
         })
     }
 
-    fn row_of(&self, id: u64) -> Option<usize> {
-        self.ids.binary_search(&id).ok()
+    /// The rows of `ids` (sorted, distinct), `None` for an id the mirror does not hold.
+    fn rows_of(&self, ids: &[u64]) -> Vec<Option<usize>> {
+        let mut from = 0;
+        ids.iter()
+            .map(|&id| match find_sorted(&self.ids, from, id) {
+                Ok(row) => {
+                    from = row + 1;
+                    Some(row)
+                }
+                Err(at) => {
+                    from = at;
+                    None
+                }
+            })
+            .collect()
     }
 
     /// Which scopes `filter` admits, by scope row.
@@ -816,11 +829,100 @@ impl Shard {
     }
 }
 
+/// Where `id` is in `ids[from..]` (sorted, distinct), as `binary_search` answers: a guess
+/// from the ids at both ends (a shard's ids are spread over the tape about evenly), then
+/// steps doubling away from it until `id` is bracketed, then a binary search of the
+/// bracket. A binary search of a million ids misses the cache about ten times; a good
+/// guess lands within a few lines of the row (`perf`: 78% of BM25 scoring's time was a
+/// binary search's loads).
+fn find_sorted(ids: &[u64], from: usize, id: u64) -> Result<usize, usize> {
+    let from = from.min(ids.len());
+    let rest = &ids[from..];
+    let (Some(&first), Some(&last)) = (rest.first(), rest.last()) else {
+        return Err(from);
+    };
+    if id <= first || id > last {
+        return if id == first {
+            Ok(from)
+        } else if id < first {
+            Err(from)
+        } else {
+            Err(from + rest.len())
+        };
+    }
+    // first < id <= last, so the span is positive.
+    let span = (last - first) as u128;
+    let guess = ((id - first) as u128 * (rest.len() - 1) as u128 / span) as usize;
+    // Bracket [lo, hi) with rest[lo] < id <= rest[hi - 1] … found by doubling steps.
+    let (mut lo, mut hi);
+    if rest[guess] < id {
+        let mut step = 1;
+        lo = guess;
+        hi = guess + 1;
+        while hi < rest.len() && rest[hi] < id {
+            lo = hi;
+            hi = (hi + step).min(rest.len());
+            step *= 2;
+        }
+        hi = (hi + 1).min(rest.len());
+    } else {
+        let mut step = 1;
+        hi = guess + 1;
+        lo = guess;
+        while lo > 0 && rest[lo] >= id {
+            hi = lo + 1;
+            lo = lo.saturating_sub(step);
+            step *= 2;
+        }
+    }
+    match rest[lo..hi].binary_search(&id) {
+        Ok(i) => Ok(from + lo + i),
+        Err(i) => Err(from + lo + i),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn find_sorted_answers_as_binary_search_does_on_any_spread() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for shape in 0..4 {
+            // Even, random, clustered (runs far apart) and extreme (u64's ends) ids.
+            let mut ids: Vec<u64> = match shape {
+                0 => (0..5000).map(|i| 3 * i + 1).collect(),
+                1 => (0..5000).map(|_| rng.u64(0..1_000_000)).collect(),
+                2 => (0..5000)
+                    .map(|i| (i / 100) * 1_000_000_000 + rng.u64(0..1000))
+                    .collect(),
+                _ => (0..50)
+                    .map(|i| if i % 2 == 0 { i } else { u64::MAX - i })
+                    .collect(),
+            };
+            ids.sort_unstable();
+            ids.dedup();
+            let mut probes: Vec<u64> = ids.iter().step_by(3).copied().collect();
+            probes.extend((0..2000).map(|_| rng.u64(..)));
+            probes.extend([0, 1, u64::MAX, u64::MAX - 1]);
+            for from in [0, 1, ids.len() / 2, ids.len() - 1, ids.len(), ids.len() + 5] {
+                for &id in &probes {
+                    let rest = &ids[from.min(ids.len())..];
+                    let want = match rest.binary_search(&id) {
+                        Ok(i) => Ok(from.min(ids.len()) + i),
+                        Err(i) => Err(from.min(ids.len()) + i),
+                    };
+                    assert_eq!(
+                        find_sorted(&ids, from, id),
+                        want,
+                        "shape {shape} from {from} id {id}"
+                    );
+                }
+            }
+        }
+    }
 
     fn docs_with(scopes: &[Scope]) -> Docs {
         let mut docs = Docs::empty(0, "b".into(), None);

@@ -137,7 +137,20 @@ impl Postings {
         );
         let norm =
             |tf: u32, len: u32, avg: f64| f64::from(tf) / (1.0 - b + b * f64::from(len) / avg);
-        let mut scores: std::collections::HashMap<usize, f64> = std::collections::HashMap::new();
+        // Each document the postings name is looked up in the mirror once, in id order
+        // (a lookup is a few cache misses in a large shard); the sums are kept by its
+        // place among them, each term's part added in term order as before.
+        let mut ids: Vec<u64> = self
+            .terms
+            .iter()
+            .flatten()
+            .map(|(id, _)| *id)
+            .chain(self.cjk.iter().map(|(id, _)| *id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let rows = docs.rows_of(&ids);
+        let mut sums: Vec<Option<f64>> = vec![None; ids.len()];
         for (i, postings) in self.terms.iter().enumerate() {
             let counts = |tf: &[u32; 2]| tf[0] > 0 || (w > 0.0 && tf[1] > 0);
             let df = match &self.df {
@@ -149,22 +162,28 @@ impl Postings {
             }
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
             for (id, tf) in postings.iter().filter(|(_, tf)| counts(tf)) {
-                let Some(row) = docs.row_of(*id) else {
+                let Ok(i) = ids.binary_search(id) else {
+                    continue;
+                };
+                let Some(row) = rows[i] else {
                     continue;
                 };
                 let len = docs.meta[row].tokens;
                 let x = norm(tf[0], len[0], avg[0]) + w * norm(tf[1], len[1], avg[1]);
-                *scores.entry(row).or_default() += idf * x * (k1 + 1.0) / (x + k1);
+                *sums[i].get_or_insert(0.0) += idf * x * (k1 + 1.0) / (x + k1);
             }
         }
         for (id, score) in &self.cjk {
-            if let Some(row) = docs.row_of(*id) {
-                *scores.entry(row).or_default() += score;
+            if let Ok(i) = ids.binary_search(id)
+                && rows[i].is_some()
+            {
+                *sums[i].get_or_insert(0.0) += score;
             }
         }
-        let mut out: Vec<(usize, f32)> = scores
-            .into_iter()
-            .map(|(row, score)| (row, score as f32))
+        let mut out: Vec<(usize, f32)> = sums
+            .iter()
+            .zip(&rows)
+            .filter_map(|(sum, row)| Some((row.as_ref().copied()?, sum.as_ref().copied()? as f32)))
             .collect();
         // Best first; equal scores in tape order, so rankings are deterministic.
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

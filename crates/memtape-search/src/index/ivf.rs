@@ -130,20 +130,33 @@ impl Query4 {
         }
     }
 
-    /// The dot product with one row's code (up to a scale the same for every row). Pairs
-    /// of products stay in 16 bits (127 × 15 twice fits) before widening, in 16 lanes.
+    /// The dot product with one row's code (up to a scale the same for every row). Up to
+    /// four chunks of 16 bytes (codes of up to 128 values), the products are summed in 16
+    /// lanes of 16 bits (127 × 15 twice a chunk, four times: 15,240 fits), which one
+    /// 256-bit register holds; longer codes widen each chunk's pairs to 32 bits.
     fn dot(&self, code: &[u8]) -> i32 {
-        let mut lanes = [0i32; 16];
-        let chunks = code
+        let done = code.len() / 16 * 16;
+        let chunks = code[..done]
             .chunks_exact(16)
             .zip(self.low.chunks_exact(16).zip(self.high.chunks_exact(16)));
-        for (c, (lo, hi)) in chunks {
-            for i in 0..16 {
-                let p = lo[i] * i16::from(c[i] & 15) + hi[i] * i16::from(c[i] >> 4);
-                lanes[i] += i32::from(p);
+        let sum = if done <= 64 {
+            let mut lanes = [0i16; 16];
+            for (c, (lo, hi)) in chunks {
+                for i in 0..16 {
+                    lanes[i] += lo[i] * i16::from(c[i] & 15) + hi[i] * i16::from(c[i] >> 4);
+                }
             }
-        }
-        let done = code.len() / 16 * 16;
+            lanes.iter().map(|v| i32::from(*v)).sum::<i32>()
+        } else {
+            let mut lanes = [0i32; 16];
+            for (c, (lo, hi)) in chunks {
+                for i in 0..16 {
+                    let p = lo[i] * i16::from(c[i] & 15) + hi[i] * i16::from(c[i] >> 4);
+                    lanes[i] += i32::from(p);
+                }
+            }
+            lanes.iter().sum::<i32>()
+        };
         let tail: i32 = code[done..]
             .iter()
             .zip(self.low[done..].iter().zip(&self.high[done..]))
@@ -151,7 +164,7 @@ impl Query4 {
                 i32::from(*lo) * i32::from(c & 15) + i32::from(*hi) * i32::from(c >> 4)
             })
             .sum();
-        lanes.iter().sum::<i32>() + tail - self.offset
+        sum + tail - self.offset
     }
 }
 
