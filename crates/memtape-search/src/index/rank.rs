@@ -13,6 +13,13 @@ use crate::text::terms;
 use crate::when::{self, Period};
 use crate::{Embedder, Error, Hit, Mode, Result, SearchRequest};
 
+/// BM25 scores taken on the mirror as it was: its build and rows then.
+struct Scored {
+    build: String,
+    rows: usize,
+    matches: Vec<(usize, f32)>,
+}
+
 impl Shard {
     /// Embeds `texts` with the index's embedder, checking the shape of the answer.
     pub(super) fn embed(&self, texts: &[&str]) -> Result<Option<Vec<Vec<f32>>>> {
@@ -94,11 +101,11 @@ impl Shard {
         match request.mode {
             Mode::Vector => {
                 before()?;
-                return self.rank(request, embed_query()?, None, None);
+                return self.rank(request, embed_query()?, None, None, None);
             }
             Mode::Bm25 => {
                 before()?;
-                return self.rank(request, None, postings()?.as_ref(), None);
+                return self.rank(request, None, postings()?.as_ref(), None, None);
             }
             Mode::Hybrid => {}
         }
@@ -109,12 +116,23 @@ impl Shard {
         // anew.
         std::thread::scope(|scope| {
             let (caught_up, wait) = std::sync::mpsc::sync_channel::<()>(1);
+            // The BM25 thread also scores its matches, off the vector search's path.
             let matches = scope.spawn(move || {
                 before()?;
                 let _ = caught_up.send(());
-                postings()
+                let postings = postings()?;
+                let scored = postings.as_ref().map(|p| {
+                    let docs = self.read_docs();
+                    Scored {
+                        build: docs.build.clone(),
+                        rows: docs.ids.len(),
+                        matches: self.bm25_scores(&docs, p),
+                    }
+                });
+                Ok((postings, scored))
             });
-            let joined = |matches: std::thread::ScopedJoinHandle<'_, Result<Option<Postings>>>| {
+            type Matched = Result<(Option<Postings>, Option<Scored>)>;
+            let joined = |matches: std::thread::ScopedJoinHandle<'_, Matched>| {
                 matches
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -132,9 +150,9 @@ impl Shard {
                 (Some(q), Ok(())) => Some(self.vector_list(request, q)),
                 _ => None,
             };
-            let postings = joined(matches)?;
+            let (postings, scored) = joined(matches)?;
             let early = early.transpose()?;
-            self.rank(request, query, postings.as_ref(), early)
+            self.rank(request, query, postings.as_ref(), scored, early)
         })
     }
 
@@ -170,14 +188,28 @@ impl Shard {
         Ok(vector)
     }
 
+    /// The BM25 scores of `postings` over `docs`, best first.
+    fn bm25_scores(&self, docs: &Docs, postings: &Postings) -> Vec<(usize, f32)> {
+        postings.scores(
+            docs,
+            bm25::Params {
+                k1: self.config.bm25_k1,
+                b: self.config.bm25_b,
+                context: self.config.context_weight,
+            },
+        )
+    }
+
     /// The rest of [`Shard::search`], over the mirror, with the query's vector and BM25
-    /// matches (if any), and the vector list if it was searched already (with the build
-    /// it was searched in: from another build, it is searched again).
+    /// postings (if any) and their scores if taken already (used when the mirror has not
+    /// changed since), and the vector list if it was searched already (with the build it
+    /// was searched in: from another build, it is searched again).
     fn rank(
         &self,
         request: &SearchRequest,
         query_vector: Option<Vec<f32>>,
         postings: Option<&Postings>,
+        scored: Option<Scored>,
         searched: Option<(String, List)>,
     ) -> Result<Vec<Hit>> {
         // Every mode looks at the same number of candidates, so the boosts below can lift a
@@ -185,16 +217,13 @@ impl Shard {
         let depth = self.config.candidates.max(request.limit);
         let floor = self.min_similarity();
         let docs = self.read_docs();
-        let matches = postings.map(|p| {
-            p.scores(
-                &docs,
-                bm25::Params {
-                    k1: self.config.bm25_k1,
-                    b: self.config.bm25_b,
-                    context: self.config.context_weight,
-                },
-            )
-        });
+        let matches = match scored {
+            // Scored on the mirror as it is now (same build, no rows added since).
+            Some(scored) if scored.build == docs.build && scored.rows == docs.ids.len() => {
+                Some(scored.matches)
+            }
+            _ => postings.map(|p| self.bm25_scores(&docs, p)),
+        };
         let view = View::new(self, &docs, request);
         let allowed = |row: usize| view.allowed(row);
         let in_period = |row: usize| view.in_period(row);
