@@ -841,14 +841,11 @@ fn find_sorted(ids: &[u64], from: usize, id: u64) -> Result<usize, usize> {
     let (Some(&first), Some(&last)) = (rest.first(), rest.last()) else {
         return Err(from);
     };
-    if id <= first || id > last {
-        return if id == first {
-            Ok(from)
-        } else if id < first {
-            Err(from)
-        } else {
-            Err(from + rest.len())
-        };
+    if id <= first {
+        return if id == first { Ok(from) } else { Err(from) };
+    }
+    if id > last {
+        return Err(from + rest.len());
     }
     // first < id <= last, so the span is positive.
     let span = (last - first) as u128;

@@ -183,7 +183,7 @@ impl Postings {
         let mut out: Vec<(usize, f32)> = sums
             .iter()
             .zip(&rows)
-            .filter_map(|(sum, row)| Some((row.as_ref().copied()?, sum.as_ref().copied()? as f32)))
+            .filter_map(|(sum, row)| Some(((*row)?, (*sum)? as f32)))
             .collect();
         // Best first; equal scores in tape order, so rankings are deterministic.
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
