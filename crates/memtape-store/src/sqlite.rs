@@ -258,6 +258,7 @@ impl SqliteStore {
                 )));
             }
             configure(&writer, &path)?;
+            crate::checkpoint::checkpoint_behind(&mut writer, &path)?;
             migrate(&mut writer, &path)?;
             Ok(writer)
         };
@@ -357,6 +358,13 @@ fn diagnose(err: Error, path: &Path) -> Error {
         cause,
         source,
     }
+}
+
+/// How far apart `n` wanted ids may lie for [`Store::vectors_of`] to scan the vectors
+/// kept in their range once instead of looking each id up: a page of the tape (a quarter
+/// of its entries may be other tenants') scans at most twice what it wants.
+fn dense_span(n: usize) -> u64 {
+    2 * n as u64 + 64
 }
 
 /// A read-only connection to `path`; `immutable` reads it without any locking or
@@ -1094,27 +1102,61 @@ impl Store for SqliteStore {
         embedder: &str,
         wanted: &[(&str, EntryId)],
     ) -> Result<Vec<(EntryId, Vec<u8>)>> {
+        let (Some(lo), Some(hi)) = (
+            wanted.iter().map(|(_, id)| *id).min(),
+            wanted.iter().map(|(_, id)| *id).max(),
+        ) else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::with_capacity(wanted.len());
-        // One reading connection and one statement for every id, each with its tenant.
-        self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT v.vec FROM entries e CROSS JOIN scopes s USING (scope_id)
-                 CROSS JOIN vectors v ON v.entry = e.id
-                 WHERE e.id = ?1 AND s.tenant = ?2
-                   AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?3)",
-            )?;
-            for (tenant, id) in wanted {
-                if let Some(vec) = stmt
-                    .query_row(params![sql_id(*id), tenant, embedder], |r| {
-                        r.get::<_, Vec<u8>>(0)
-                    })
-                    .optional()?
-                {
-                    out.push((*id, vec));
+        if hi.0 - lo.0 <= dense_span(wanted.len()) {
+            // The ids lie close together (a page of the tape): one scan of the vectors
+            // kept in their range, each row checked against the tenant its id was asked
+            // with. A fresh page has none kept, and costs one probe instead of one a row.
+            let asked: HashMap<EntryId, Vec<&str>> =
+                wanted.iter().fold(HashMap::new(), |mut m, (tenant, id)| {
+                    m.entry(*id).or_default().push(*tenant);
+                    m
+                });
+            self.read(|c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT v.entry, v.vec, s.tenant FROM vectors v
+                     CROSS JOIN entries e ON e.id = v.entry CROSS JOIN scopes s USING (scope_id)
+                     WHERE v.entry BETWEEN ?1 AND ?2
+                       AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?3)",
+                )?;
+                let mut rows = stmt.query(params![sql_id(lo), sql_id(hi), embedder])?;
+                while let Some(r) = rows.next()? {
+                    let id = unsql(r.get(0)?);
+                    let tenant: String = r.get(2)?;
+                    if asked.get(&id).is_some_and(|t| t.contains(&tenant.as_str())) {
+                        out.push((id, r.get::<_, Vec<u8>>(1)?));
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
+        } else {
+            // One reading connection and one statement for every id, each with its tenant.
+            self.read(|c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT v.vec FROM entries e CROSS JOIN scopes s USING (scope_id)
+                     CROSS JOIN vectors v ON v.entry = e.id
+                     WHERE e.id = ?1 AND s.tenant = ?2
+                       AND v.embedder_id = (SELECT embedder_id FROM embedders WHERE name = ?3)",
+                )?;
+                for (tenant, id) in wanted {
+                    if let Some(vec) = stmt
+                        .query_row(params![sql_id(*id), tenant, embedder], |r| {
+                            r.get::<_, Vec<u8>>(0)
+                        })
+                        .optional()?
+                    {
+                        out.push((*id, vec));
+                    }
+                }
+                Ok(())
+            })?;
+        }
         out.sort_by_key(|(id, _)| *id);
         out.dedup_by_key(|(id, _)| *id);
         Ok(out)

@@ -818,6 +818,29 @@ fn vectors_are_kept_once_per_entry_and_embedder_and_read_within_the_tenant() {
         );
         assert!(store.vectors_of("m@1", &[]).unwrap().is_empty());
         assert!(store.vectors_of("m@9", &[("acme", a1)]).unwrap().is_empty());
+        // Ids asked far apart (a tenant's own entries on a long tape) are read as ids
+        // close together are (a page of the tape), with the same tenant check.
+        let filler: Vec<_> = (0..300)
+            .map(|i| msg(&theirs, Message::user("filler"), 3 + i))
+            .collect();
+        store.append(filler).unwrap();
+        let far = store
+            .append(vec![msg(&ours, Message::user("far"), 400)])
+            .unwrap()[0]
+            .id;
+        store.put_vectors("m@1", &[vector(far, 4)]).unwrap();
+        assert_eq!(
+            store
+                .vectors_of("m@1", &[("acme", far), ("zeta", a2), ("acme", a1)])
+                .unwrap(),
+            vec![(a1, vec![1; 388]), (far, vec![4; 388])]
+        );
+        assert_eq!(
+            store
+                .vectors_of("m@1", &[("zeta", far), ("zeta", z1), ("nobody", a1)])
+                .unwrap(),
+            vec![(z1, vec![9; 388])]
+        );
         // The tape is untouched by all of this.
         assert_eq!(store.get("acme", a1).unwrap().unwrap(), a[0]);
     });
