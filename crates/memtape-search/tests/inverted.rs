@@ -310,6 +310,65 @@ fn catch_ups_add_without_committing_until_a_search_and_the_lock_goes_back() {
     assert_eq!(payload(&inverted)["covered"], 800);
 }
 
+/// A catch-up hands the documents it wrote to the inverted index instead of the index
+/// reading their entries again: each one's own words and its context (the message
+/// before it) are found through it, as read ones are.
+#[test]
+fn documents_handed_over_by_a_catch_up_are_found_by_their_text_and_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::create(&dir.path().join("tape")).unwrap();
+    let mut rng = fastrand::Rng::with_seed(12);
+    let index = Index::open(&dir.path().join("index"), None, config(0)).unwrap();
+    fill(&store, &mut rng, 0, 100);
+    index.catch_up(&store).unwrap();
+    // Then one message at a time, each with a word of its own, each caught up on its
+    // own (the index is in step, so each catch-up hands its document over).
+    let scope = session(900);
+    let unique = |i: usize| format!("handedword{i}");
+    for i in 0..30 {
+        let text = format!("{} {}", unique(i), zipf(&mut rng));
+        store
+            .append(vec![NewEntry::new(
+                scope.clone(),
+                Payload::Message(Message::user(text)),
+                t(1000 + i as i64),
+            )])
+            .unwrap();
+        index.catch_up(&store).unwrap();
+    }
+    assert_eq!(
+        payload(&tantivy_dir(&index))["covered"],
+        100,
+        "not committed yet"
+    );
+    let fts5 = Index::open(&dir.path().join("fts5"), None, config(usize::MAX)).unwrap();
+    for i in 0..30 {
+        let (hits, expected) = (
+            bm25(&index, &store, &unique(i)),
+            bm25(&fts5, &store, &unique(i)),
+        );
+        // Its own message first; the next one, whose context it is, second (the session's
+        // other neighbours may follow, boosted by these two).
+        let own = 101 + i as u64;
+        let top: Vec<u64> = ids(&hits).into_iter().take(2).collect();
+        if i < 29 {
+            assert_eq!(top, [own, own + 1], "{}", unique(i));
+        } else {
+            assert_eq!(top[0], own, "{}", unique(i));
+        }
+        // Hit for hit and score for score what FTS5 finds.
+        assert_eq!(ids(&hits), ids(&expected), "{}", unique(i));
+        assert!(
+            hits.iter()
+                .zip(&expected)
+                .all(|(a, b)| (a.1 - b.1).abs() < 1e-4),
+            "{}: {hits:?} against {expected:?}",
+            unique(i)
+        );
+    }
+    assert_eq!(payload(&tantivy_dir(&index))["covered"], 130);
+}
+
 #[test]
 fn two_indexes_on_one_folder_keep_the_inverted_index_in_step() {
     let dir = tempfile::tempdir().unwrap();

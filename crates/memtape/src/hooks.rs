@@ -23,13 +23,14 @@ pub trait WriteHook: Send + Sync {
 }
 
 /// The search index follows the tape: each write brings it up to date
-/// ([`Index::catch_up`] reads everything after its mark, so nothing is missed when a
-/// catch-up failed before).
+/// ([`Index::catch_up_written`] takes the entries written as they are when they are the
+/// tape's next ones after its mark, and reads everything after its mark otherwise, so
+/// nothing is missed when a catch-up failed before).
 impl WriteHook for Index {
-    fn written(&self, store: &dyn Store, _entries: &[Entry]) {
+    fn written(&self, store: &dyn Store, entries: &[Entry]) {
         // Deliberately not propagated: the index records and logs a failure, and the next
         // search retries and reports it.
-        let _ = self.catch_up(store);
+        let _ = self.catch_up_written(store, entries);
     }
 }
 

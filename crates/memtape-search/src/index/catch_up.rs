@@ -18,6 +18,7 @@ use memtape_core::{Entry, EntryId, Kind, Role, Scope};
 use memtape_store::Store;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
+use super::inverted::Handed;
 use super::{Added, AddedDoc, DocMeta, Docs, IndexConfig, Progress, Shard, file, lock};
 use crate::text::cjk_bigrams;
 use crate::vectors::quantize;
@@ -220,7 +221,7 @@ impl Shard {
         };
         *lock(&self.tape) = tape;
         // The inverted index of a large shard follows the file, after it committed.
-        self.sync_inverted(store, &conn);
+        self.sync_inverted(store, &conn, None);
         drop(conn);
         // After an erasure's new build this drops the graph and its file.
         self.keep_ann();
@@ -429,6 +430,20 @@ impl Shard {
             let vectors_current =
                 embedded >= covered || self.vectors_behind() || self.embedder.is_none();
             if covered >= page.start && vectors_current {
+                // The inverted index of a large shard takes these documents as they are
+                // (unless an erasure among them rewrites others).
+                let handed = (self.may_keep_inverted(part.docs.len())
+                    && !part.entries.iter().any(is_erasure_receipt))
+                .then(|| Handed {
+                    after: covered.0,
+                    through: page.last.0,
+                    docs: part
+                        .docs
+                        .iter()
+                        .filter(|d| d.id > covered)
+                        .map(|d| (d.id, d.text.clone(), d.context.clone()))
+                        .collect(),
+                });
                 let prepared = Batch {
                     docs: part.docs,
                     vectors: part.vectors,
@@ -440,7 +455,7 @@ impl Shard {
                     && let Outcome::Done(_) = self.advance(&mut conn, tape, page.last)?
                 {
                     // As after any catch-up: the inverted index follows the file.
-                    self.sync_inverted(store, &conn);
+                    self.sync_inverted(store, &conn, handed.as_ref());
                     drop(conn);
                     // As after any catch-up: the graph follows (an erasure's build drops it).
                     self.keep_ann();
@@ -1087,10 +1102,11 @@ impl Batch {
 }
 
 /// Makes a page of the tape into documents once, for every shard it feeds: their
-/// contexts are read in one go, and (with `embedder`) their vectors are read from the
-/// store or made in one model call, then handed to the store, where a shard not loaded
-/// now finds them when it is. Returns the parts of the tenants `follows` accepts, by
-/// tenant. Entries erased whole make nothing.
+/// contexts are read in one go (only theirs, unless vectors are made with contexts), and
+/// (with `embedder`) their vectors are read from the store or made in one model call,
+/// then handed to the store, where a shard not loaded now finds them when it is. Returns
+/// the parts of the tenants `follows` accepts, by tenant. Entries erased whole make
+/// nothing.
 pub(crate) fn prepare_page(
     embedder: Option<&dyn Embedder>,
     config: IndexConfig,
@@ -1099,7 +1115,12 @@ pub(crate) fn prepare_page(
     entries: &[Entry],
     follows: impl Fn(&str) -> bool,
 ) -> Result<HashMap<String, PagePart>> {
-    let docs = new_docs(store, entries)?;
+    let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
+    // A followed tenant's documents need their contexts (a field of its shard); the
+    // others' are made for their vectors only, which need them only when embedded with
+    // them (a lazy index's page of a thousand tenants looks back once for each scope).
+    let with_context = embedder.is_some() && config.embed_context;
+    add_context(store, entries, &mut docs, |t| with_context || follows(t))?;
     let mut vectors = match embedder {
         Some(embedder) => Some(vectors_for(embedder, config, label, store, &docs)?.into_iter()),
         None => None,
@@ -1124,6 +1145,14 @@ pub(crate) fn prepare_page(
         part.docs.push(doc);
     }
     Ok(parts)
+}
+
+/// Whether `entry` is an erasure receipt (`tape.erased`).
+pub(super) fn is_erasure_receipt(entry: &Entry) -> bool {
+    matches!(
+        BuiltinEvent::from_payload(&entry.payload),
+        Ok(Some(BuiltinEvent::Erased(_)))
+    )
 }
 
 /// The entries the erasure receipts (`tape.erased`) among `entries` change in the index:
@@ -1185,7 +1214,7 @@ pub(super) fn erasure_affected(
 /// The documents `entries` make, each with its context.
 pub(super) fn new_docs(store: &dyn Store, entries: &[Entry]) -> Result<Vec<NewDoc>> {
     let mut docs: Vec<NewDoc> = entries.iter().filter_map(NewDoc::from_entry).collect();
-    add_context(store, entries, &mut docs)?;
+    add_context(store, entries, &mut docs, |_| true)?;
     Ok(docs)
 }
 
@@ -1232,8 +1261,18 @@ fn pages(
 /// entry before it in its scope, from this batch or, for a batch's first message of a
 /// scope, from the tape (one read for all those scopes, [`Store::previous_messages`]).
 /// So an index rebuilt from scratch and one caught up in pieces hold the same documents.
-fn add_context(store: &dyn Store, entries: &[Entry], docs: &mut [NewDoc]) -> Result<()> {
-    let conversational = || entries.iter().filter(|e| e.kind().is_conversational());
+/// Only the documents of the tenants `wanted` accepts get theirs; the others' stay empty.
+fn add_context(
+    store: &dyn Store,
+    entries: &[Entry],
+    docs: &mut [NewDoc],
+    wanted: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let conversational = || {
+        entries
+            .iter()
+            .filter(|e| e.kind().is_conversational() && wanted(e.scope.tenant()))
+    };
     // The first message of each scope in the batch that is a document looks back on the
     // tape (one without text leaves its successor no context either way).
     let has_doc: HashSet<EntryId> = docs.iter().map(|d| d.id).collect();

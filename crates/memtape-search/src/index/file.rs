@@ -229,6 +229,8 @@ fn try_open(path: &Path, embedder: &str) -> Result<Open> {
     conn.pragma_update(None, "journal_size_limit", 1 << 20)?;
     // What a write frees (an erased document's rows) is zeroed, not left in free space.
     conn.pragma_update(None, "secure_delete", "ON")?;
+    // The writer's catch-up does not wait for checkpoints.
+    memtape_store::checkpoint::checkpoint_behind(&mut conn, path)?;
     if tables == 0 {
         // Schema, identity and first marks in one transaction: a crash leaves either an
         // empty file or a complete index. Another process may create it first.

@@ -23,10 +23,12 @@
 //! leaves the work to it, and that process's searches of the shard use FTS5 until the
 //! holder's commit reaches its mirror.
 //!
-//! Not done yet (issue 36): a sync reads again from the store the entries the catch-up
-//! just indexed (the catch-up's documents could be handed over instead). Filtered
-//! searches and queries naming a period still score every match through FTS5. 10M
-//! entries were not measured.
+//! A catch-up that has just written a page's documents to the shard hands them over
+//! ([`Handed`]): when they are exactly what lies between the index's state and the
+//! shard's, the sync adds them without reading their entries again.
+//!
+//! Not done yet (issue 36): filtered searches and queries naming a period still score
+//! every match through FTS5, so FTS5 is still written for a shard that has this index.
 
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -239,6 +241,20 @@ pub(super) struct Found {
     pub df: Vec<f64>,
 }
 
+/// Documents a catch-up has just written to the shard, handed to the inverted index so
+/// that its sync adds them as they are instead of reading their entries from the store
+/// again ([`Shard::sync_inverted`]).
+#[derive(Debug, Default)]
+pub(super) struct Handed {
+    /// The shard's covered mark before them.
+    pub after: u64,
+    /// The covered mark they bring the shard to.
+    pub through: u64,
+    /// Each document's id, text and context, in id order: every document of the tenant's
+    /// entries after `after` up to `through`.
+    pub docs: Vec<(EntryId, String, String)>,
+}
+
 impl Inverted {
     /// Opens the index at `dir`, creating it if missing; one that cannot be opened (of
     /// another schema, or broken) is removed and created anew, empty.
@@ -285,12 +301,19 @@ impl Inverted {
         Ok(parse_mark(metas.payload.as_deref()))
     }
 
-    /// Brings the index to the shard state `target`, reading the tenant's entries from
-    /// `store`. Returns `false` when another writer (thread or process) holds the index:
+    /// Brings the index to the shard state `target`, taking the catch-up's `handed`
+    /// documents when they are exactly what it lacks and reading the tenant's entries
+    /// from `store` otherwise. Returns `false` when another writer (thread or process) holds the index:
     /// it is left to that one. What is added waits in the kept writer, committed once
     /// [`COMMIT_EVERY`] documents wait, when a search needs it ([`Inverted::commit_added`])
     /// or at once when something was deleted. See the module's description.
-    pub(super) fn sync(&self, store: &dyn Store, tenant: &str, target: &Mark) -> Result<bool> {
+    pub(super) fn sync(
+        &self,
+        store: &dyn Store,
+        tenant: &str,
+        target: &Mark,
+        handed: Option<&Handed>,
+    ) -> Result<bool> {
         let mut slot = lock(&self.writer);
         let kept = match slot.as_mut() {
             Some(kept) => kept,
@@ -307,7 +330,7 @@ impl Inverted {
                 })
             }
         };
-        match self.sync_kept(kept, store, tenant, target) {
+        match self.sync_kept(kept, store, tenant, target, handed) {
             Ok(false) => {
                 // Nothing waits to be committed: the lock goes back (another process may
                 // have work for the index).
@@ -344,9 +367,29 @@ impl Inverted {
         store: &dyn Store,
         tenant: &str,
         target: &Mark,
+        handed: Option<&Handed>,
     ) -> Result<bool> {
         let mark = kept.added.clone();
         if mark == *target {
+            return Ok(false);
+        }
+        // The catch-up's own documents, when they are exactly what lies between the
+        // index's state and the shard's: added as they are, nothing read again.
+        if let Some(handed) = handed.filter(|h| {
+            mark.origin == target.origin
+                && mark.build == target.build
+                && mark.covered == h.after
+                && target.covered == h.through
+        }) {
+            for (id, text, context) in &handed.docs {
+                self.add(&kept.writer, *id, text, context)?;
+                kept.pending += 1;
+            }
+            kept.added = target.clone();
+            if kept.pending >= COMMIT_EVERY {
+                commit(kept)?;
+                self.reload()?;
+            }
             return Ok(false);
         }
         let writer = &mut kept.writer;
@@ -701,6 +744,12 @@ impl Shard {
         slot.clone()
     }
 
+    /// Whether the shard keeps (or, with `adding` documents more, will keep) an inverted
+    /// index that a catch-up brings up to date: what it hands over is worth making.
+    pub(super) fn may_keep_inverted(&self, adding: usize) -> bool {
+        lock(&self.inverted).is_some() || self.len() + adding >= self.config.inverted_from
+    }
+
     /// Whether a catch-up has nothing to do for the inverted index: the shard keeps none,
     /// or this process brought it to the mirror's state.
     pub(super) fn inverted_current(&self) -> bool {
@@ -720,10 +769,16 @@ impl Shard {
     }
 
     /// Brings the inverted index (if the shard keeps one) to the state of the shard file
-    /// `conn` is open on, after a catch-up, under the write lock. A failure is logged and
+    /// `conn` is open on, after a catch-up, under the write lock, with the documents the
+    /// catch-up wrote when it hands them over ([`Handed`]). A failure is logged and
     /// recorded ([`Shard::last_failure`]), never returned: searches use FTS5 meanwhile, and
     /// the next catch-up tries again.
-    pub(super) fn sync_inverted(&self, store: &dyn Store, conn: &Connection) {
+    pub(super) fn sync_inverted(
+        &self,
+        store: &dyn Store,
+        conn: &Connection,
+        handed: Option<&Handed>,
+    ) {
         let Some(inverted) = self.inverted() else {
             return;
         };
@@ -735,7 +790,7 @@ impl Shard {
                 covered: meta.covered.0,
             };
             Ok(inverted
-                .sync(store, &self.tenant, &target)?
+                .sync(store, &self.tenant, &target, handed)?
                 .then_some(target))
         })();
         match synced {

@@ -18,8 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memtape_core::EntryId;
-use memtape_core::events::BuiltinEvent;
+use memtape_core::{Entry, EntryId};
 use memtape_store::Store;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use sha2::{Digest, Sha256};
@@ -707,14 +706,21 @@ impl Index {
     /// [`Index::catch_up`], calling `progress(done, total)` with the tape entries read so
     /// far and to read in all.
     pub fn catch_up_with(&self, store: &dyn Store, progress: Progress<'_>) -> Result<usize> {
-        self.recorded(self.route(store, usize::MAX, progress))
+        self.recorded(self.route(store, usize::MAX, &[], progress))
+    }
+
+    /// [`Index::catch_up`] after this process appended `written`: when they are the
+    /// tape's next entries after what the index followed, they are taken as they are
+    /// instead of read back from the store.
+    pub fn catch_up_written(&self, store: &dyn Store, written: &[Entry]) -> Result<usize> {
+        self.recorded(self.route(store, usize::MAX, written, &mut |_, _| {}))
     }
 
     /// One step of a catch-up, for a background indexer that must be able to stop between
     /// steps: follows at most one batch of the tape ([`Index::covered`] then tells how far
     /// it got). Returns how many documents were added.
     pub fn catch_up_step(&self, store: &dyn Store) -> Result<usize> {
-        let added = self.recorded(self.route(store, 1, &mut |_, _| {}))?;
+        let added = self.recorded(self.route(store, 1, &[], &mut |_, _| {}))?;
         Ok(added + self.recorded(self.build_step(store))?)
     }
 
@@ -799,7 +805,13 @@ impl Index {
     }
 
     /// Follows the tape after the routed mark, at most `max_pages` batches.
-    fn route(&self, store: &dyn Store, max_pages: usize, progress: Progress<'_>) -> Result<usize> {
+    fn route(
+        &self,
+        store: &dyn Store,
+        max_pages: usize,
+        written: &[Entry],
+        progress: Progress<'_>,
+    ) -> Result<usize> {
         let target = store.last_id()?;
         let routed = *lock(&self.routed);
         if routed.is_some_and(|r| r >= target) && !*lock(&self.rebuild) {
@@ -836,21 +848,28 @@ impl Index {
         let wanted = lock(&self.wanted).clone();
         // Whether the last page read reached the tape's end (it was not full).
         let mut ended = false;
+        // The entries this process just appended, if they follow the routed mark with no
+        // id missing (no other entry can lie among them): the first page.
+        let mut given = contiguous_after(written, after, ROUTE_BATCH);
         for _ in 0..max_pages {
-            let page = store.entries_after(after, ROUTE_BATCH)?;
-            ended = page.len() < ROUTE_BATCH;
+            let page = match given.take() {
+                Some(given) => {
+                    ended = given.last().is_some_and(|e| e.id >= target);
+                    given.to_vec()
+                }
+                None => {
+                    let page = store.entries_after(after, ROUTE_BATCH)?;
+                    ended = page.len() < ROUTE_BATCH;
+                    page
+                }
+            };
             let Some(last) = page.last().map(|e| e.id) else {
                 break;
             };
             // The tenants whose erasure receipts are on this page.
             let erasing: HashSet<&str> = page
                 .iter()
-                .filter(|e| {
-                    matches!(
-                        BuiltinEvent::from_payload(&e.payload),
-                        Ok(Some(BuiltinEvent::Erased(_)))
-                    )
-                })
+                .filter(|e| super::catch_up::is_erasure_receipt(e))
                 .map(|e| e.scope.tenant())
                 .collect();
             let mut tenants: Vec<&str> = Vec::new();
@@ -1006,6 +1025,18 @@ impl Index {
     }
 }
 
+/// The first `max` of `entries` if their ids run on from `after` with none missing (they
+/// are then the tape's next entries: no other can lie among them); `None` otherwise, or
+/// when there are none.
+fn contiguous_after(entries: &[Entry], after: EntryId, max: usize) -> Option<&[Entry]> {
+    let head = &entries[..entries.len().min(max)];
+    let dense = head
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.id.0.checked_sub(after.0) == Some(i as u64 + 1));
+    (dense && !head.is_empty()).then_some(head)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1041,6 +1072,80 @@ mod tests {
 
     fn is_loaded(index: &Index, tenant: &str) -> bool {
         index.loaded(tenant).is_some()
+    }
+
+    fn note_hits(index: &Index, store: &SqliteStore, text: &str) -> Vec<u64> {
+        let request =
+            SearchRequest::new(text, crate::SearchFilter::tenant("a")).mode(crate::Mode::Bm25);
+        let mut ids: Vec<u64> = index
+            .search_caught_up(store, &request)
+            .unwrap()
+            .iter()
+            .map(|h| h.id.0)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn only_entries_right_after_the_mark_with_no_id_missing_are_taken_as_a_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(dir.path()).unwrap();
+        fill(&store, "a", 10);
+        let all = store.entries_after(EntryId(0), 10).unwrap();
+        let ids = |page: Option<&[Entry]>| page.map(|p| p.iter().map(|e| e.id.0).collect());
+        let got: Option<Vec<u64>> = ids(contiguous_after(&all, EntryId(0), 1024));
+        assert_eq!(got, Some((1..=10).collect()));
+        // At most `max`, from the first.
+        let got: Option<Vec<u64>> = ids(contiguous_after(&all, EntryId(0), 4));
+        assert_eq!(got, Some(vec![1, 2, 3, 4]));
+        // Not right after the mark (behind it, or past it), one missing, none: not taken.
+        assert!(contiguous_after(&all[2..], EntryId(0), 1024).is_none());
+        assert!(contiguous_after(&all, EntryId(1), 1024).is_none());
+        let gap: Vec<Entry> = all.iter().filter(|e| e.id.0 != 5).cloned().collect();
+        assert!(contiguous_after(&gap, EntryId(0), 1024).is_none());
+        assert!(contiguous_after(&gap, EntryId(0), 4).is_some());
+        assert!(contiguous_after(&[], EntryId(0), 1024).is_none());
+        assert!(contiguous_after(&all, EntryId(u64::MAX), 1024).is_none());
+    }
+
+    /// Entries handed to the catch-up are taken only when they are the tape's next ones;
+    /// any others (another process's appends between, a part of a write) are read from
+    /// the store, so the index ends with every entry either way.
+    #[test]
+    fn a_catch_up_given_the_entries_written_indexes_the_tape_whatever_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::create(dir.path()).unwrap();
+        fill(&store, "a", 10);
+        let index = Index::open(&dir.path().join("index"), None, IndexConfig::plain()).unwrap();
+        index.catch_up(&store).unwrap();
+        assert_eq!(index.covered(), EntryId(10));
+        // Handed only the last three of five new entries: the first two are read.
+        fill(&store, "a", 5);
+        let tail = store.entries_after(EntryId(12), 10).unwrap();
+        index.catch_up_written(&store, &tail).unwrap();
+        assert_eq!(index.covered(), EntryId(15));
+        // Handed exactly the next ones, then more than a page of them.
+        fill(&store, "a", 3);
+        let next = store.entries_after(EntryId(15), 10).unwrap();
+        index.catch_up_written(&store, &next).unwrap();
+        assert_eq!(index.covered(), EntryId(18));
+        fill(&store, "a", ROUTE_BATCH + 7);
+        let many = store.entries_after(EntryId(18), ROUTE_BATCH + 7).unwrap();
+        index.catch_up_written(&store, &many).unwrap();
+        let last = 18 + ROUTE_BATCH as u64 + 7;
+        assert_eq!(index.covered(), EntryId(last));
+        // Every note is found, once, as an index that read them all finds them.
+        let fresh = Index::open(&dir.path().join("fresh"), None, IndexConfig::plain()).unwrap();
+        for text in ["note", "note 11 of a", "note 2 of a", "note 1030 of a"] {
+            let (got, want) = (
+                note_hits(&index, &store, text),
+                note_hits(&fresh, &store, text),
+            );
+            assert!(!want.is_empty(), "{text}");
+            assert_eq!(got, want, "{text}");
+        }
+        assert_eq!(index.len(), last as usize);
     }
 
     /// A large shard's size is remembered when it is evicted, and loading it again first
