@@ -99,6 +99,20 @@ fn payload(dir: &Path) -> serde_json::Value {
     serde_json::from_str(meta["payload"].as_str().unwrap()).unwrap()
 }
 
+/// The shard's FTS5 merge settings (`automerge`, `crisismerge`); `None` for the default.
+fn fts_merges(index: &Index) -> (Option<i64>, Option<i64>) {
+    let conn = rusqlite::Connection::open_with_flags(
+        index.shard_path("acme"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let get = |k: &str| {
+        conn.query_row("SELECT v FROM fts_config WHERE k = ?1", [k], |r| r.get(0))
+            .ok()
+    };
+    (get("automerge"), get("crisismerge"))
+}
+
 fn queries(rng: &mut fastrand::Rng, n: usize) -> Vec<String> {
     (0..n)
         .map(|_| {
@@ -149,12 +163,15 @@ fn the_inverted_index_is_made_when_the_shard_crosses_the_threshold_and_follows_i
         ids(&bm25(&fts5, &store, &q))
     );
     assert!(!tantivy_dir(&index).exists());
+    assert_eq!(fts_merges(&index), (None, None), "FTS5's defaults below it");
     fill(&store, &mut rng, 500, 700);
     assert_eq!(
         ids(&bm25(&index, &store, &q)),
         ids(&bm25(&fts5, &store, &q))
     );
     assert_eq!(payload(&tantivy_dir(&index))["covered"], 1200);
+    // FTS5 now answers only what the inverted index does not: it merges less often.
+    assert_eq!(fts_merges(&index), (Some(16), Some(32)));
     // Appends after it are added to it.
     fill(&store, &mut rng, 1200, 30);
     assert_eq!(

@@ -747,7 +747,8 @@ impl Shard {
     /// Whether the shard keeps (or, with `adding` documents more, will keep) an inverted
     /// index that a catch-up brings up to date: what it hands over is worth making.
     pub(super) fn may_keep_inverted(&self, adding: usize) -> bool {
-        lock(&self.inverted).is_some() || self.len() + adding >= self.config.inverted_from
+        let opened = lock(&self.inverted).is_some();
+        opened || self.len() + adding >= self.config.inverted_from
     }
 
     /// Whether a catch-up has nothing to do for the inverted index: the shard keeps none,
@@ -782,6 +783,12 @@ impl Shard {
         let Some(inverted) = self.inverted() else {
             return;
         };
+        if lock(&self.inverted_mark).is_none()
+            && let Err(e) = file::merge_less(conn)
+        {
+            // Only slower: FTS5 merges as it did.
+            tracing::warn!("search index {}: {e}", self.path.display());
+        }
         let synced = (|| -> Result<Option<Mark>> {
             let meta = file::meta(conn)?;
             let target = Mark {
