@@ -365,8 +365,8 @@ fn diagnose(err: Error, path: &Path) -> Error {
 const WRITER_CACHE_KIB: i64 = -16 * 1024;
 
 /// How far apart `n` wanted ids may lie for [`Store::vectors_of`] to scan the vectors
-/// kept in their range once instead of looking each id up: a page of the tape (a quarter
-/// of its entries may be other tenants') scans at most twice what it wants.
+/// kept in their range once instead of looking each id up: about twice their number (a
+/// page of the tape, or a tenant's part of one where it has at least half the entries).
 fn dense_span(n: usize) -> u64 {
     2 * n as u64 + 64
 }

@@ -610,6 +610,25 @@ fn ids_at_the_integer_edges_read_as_missing_never_as_errors() {
                 1 - expect,
                 "before {edge}"
             );
+            assert!(store.vectors_of("m@1", &[("acme", id)]).unwrap().is_empty());
+        }
+        // Kept vectors asked for beside ids at the edges, close together (one scan of the
+        // range) and far apart (one lookup each): only what exists comes back.
+        let first = store.entries_after(EntryId(0), 1).unwrap()[0].id;
+        store.put_vectors("m@1", &[vector(first, 1)]).unwrap();
+        let top = EntryId(u64::MAX);
+        for wanted in [
+            vec![("acme", EntryId(u64::MAX - 1)), ("acme", top)],
+            vec![("acme", EntryId(i64::MAX as u64)), ("acme", top)],
+            vec![("acme", first), ("acme", top), ("acme", EntryId(0))],
+        ] {
+            let got = store.vectors_of("m@1", &wanted).unwrap();
+            let expect = if wanted[0].1 == first {
+                vec![(first, vec![1; 388])]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(got, expect, "{wanted:?}");
         }
         let huge_limit = Filter {
             limit: Some(usize::MAX),

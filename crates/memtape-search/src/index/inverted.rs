@@ -303,10 +303,11 @@ impl Inverted {
 
     /// Brings the index to the shard state `target`, taking the catch-up's `handed`
     /// documents when they are exactly what it lacks and reading the tenant's entries
-    /// from `store` otherwise. Returns `false` when another writer (thread or process) holds the index:
-    /// it is left to that one. What is added waits in the kept writer, committed once
-    /// [`COMMIT_EVERY`] documents wait, when a search needs it ([`Inverted::commit_added`])
-    /// or at once when something was deleted. See the module's description.
+    /// from `store` otherwise. Returns `false` when another writer (thread or process)
+    /// holds the index: it is left to that one. What is added waits in the kept writer,
+    /// committed once [`COMMIT_EVERY`] documents wait, when a search needs it
+    /// ([`Inverted::commit_added`]) or at once when something was deleted. See the
+    /// module's description.
     pub(super) fn sync(
         &self,
         store: &dyn Store,
