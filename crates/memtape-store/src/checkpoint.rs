@@ -112,3 +112,72 @@ pub fn checkpoint_behind(conn: &mut Connection, path: &Path) -> rusqlite::Result
         Ok(())
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A WAL-mode database at `path` with SQLite's own checkpoints off, its writer set up
+    /// by `setup`, after `pages` pages of rows were committed in transactions of 100.
+    fn write(path: &Path, pages: usize, setup: impl FnOnce(&mut Connection)) -> Connection {
+        let mut conn = Connection::open(path).unwrap();
+        conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+            .unwrap();
+        conn.execute_batch("PRAGMA wal_autocheckpoint=0; CREATE TABLE t (b BLOB);")
+            .unwrap();
+        setup(&mut conn);
+        for _ in 0..pages / 100 {
+            let tx = conn.transaction().unwrap();
+            for _ in 0..100 {
+                tx.execute("INSERT INTO t VALUES (zeroblob(4000))", [])
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        conn
+    }
+
+    fn size(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().len()
+    }
+
+    /// Waits up to 10 s for the database file to hold at least `bytes`.
+    fn grows_to(path: &Path, bytes: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while size(path) < bytes {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+
+    #[test]
+    fn a_long_log_is_copied_into_the_file_by_the_background_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        // Without anyone checkpointing, the rows stay in the log: the file is a page or two.
+        let alone = dir.path().join("alone.db");
+        let _held = write(&alone, 1500, |_| {});
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(size(&alone) < 64 << 10, "{}", size(&alone));
+        // Left to the background thread past 1,000 pages: the file gets them, while the
+        // writer (still open, never checkpointing itself below 8,000) does nothing.
+        let behind = dir.path().join("behind.db");
+        let _writer = write(&behind, 1500, |c| checkpoint_behind(c, &behind).unwrap());
+        assert!(grows_to(&behind, 4 << 20), "{}", size(&behind));
+    }
+
+    #[test]
+    fn a_writer_whose_log_is_not_taken_checkpoints_it_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        // The background thread is asked about another file (one that does not exist), so
+        // nobody else checkpoints this one: past 8,000 pages the writer does.
+        let elsewhere = dir.path().join("missing.db");
+        let _writer = write(&path, 8200, |c| checkpoint_behind(c, &elsewhere).unwrap());
+        assert!(size(&path) >= 30 << 20, "{}", size(&path));
+    }
+}
