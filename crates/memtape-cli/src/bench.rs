@@ -189,7 +189,8 @@ pub struct ScaleArgs {
     /// searching one tenant.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     tenants: u32,
-    /// Searches timed in each mode (BM25, vector, hybrid); the first 50 also measure the
+    /// Searches timed in each mode (BM25, vector, hybrid) and, with more than one tenant,
+    /// once more each on a loaded shard (the warm pass); the first 50 also measure the
     /// vector search's recall. More give a steadier p95.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(50..=100_000))]
     queries: u32,
