@@ -401,6 +401,16 @@ impl Docs {
         }
     }
 
+    /// Makes room for `rows` more documents at once, so that a load of a known number
+    /// grows no collection by doubling (each doubling copies, and leaves the allocator the
+    /// freed smaller blocks).
+    fn reserve_exact(&mut self, rows: usize) {
+        self.ids.reserve_exact(rows);
+        self.meta.reserve_exact(rows);
+        self.neighbours.reserve_exact(rows);
+        self.vectors.reserve_exact(rows);
+    }
+
     /// Mirrors what was committed: only ever called after the commit.
     fn extend(&mut self, added: Added) {
         // Vectors of rows already mirrored first, so new rows can bring their own.

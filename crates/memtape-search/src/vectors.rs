@@ -251,6 +251,19 @@ impl Vectors {
         self.codes.shrink_to_fit();
     }
 
+    /// Makes room for `rows` more vectors at once (their 8-bit values too unless they
+    /// move to disk).
+    pub fn reserve_exact(&mut self, rows: usize) {
+        if self.dim == 0 {
+            return;
+        }
+        self.scales.reserve_exact(rows);
+        self.codes.reserve_exact(rows * self.words);
+        if self.spill.is_none() {
+            self.values.reserve_exact(rows * self.dim);
+        }
+    }
+
     /// An empty collection of `dim`-long vectors.
     pub fn new(dim: usize) -> Self {
         Vectors {

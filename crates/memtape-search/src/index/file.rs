@@ -349,6 +349,12 @@ pub(crate) fn load(
     };
     let meta = meta(conn)?;
     let mut docs = Docs::empty(dim, meta.build.clone(), spill);
+    let rows: i64 = conn.query_row(
+        "SELECT count(*) FROM docs WHERE id <= ?1",
+        [meta.covered.0 as i64],
+        |r| r.get(0),
+    )?;
+    docs.reserve_exact(usize::try_from(rows).unwrap_or(0));
     // A chunk at a time, so that a large shard's documents are never all held twice (as
     // read, and as mirrored) and its vectors can move to disk as they come.
     loop {
