@@ -169,9 +169,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Has mimalloc give the memory a thread frees back to the system 1 ms after, not 10:
 /// with its default, the memory freed as index shards were loaded and evicted stayed with
 /// the process (at 500k entries, 50 tenants and a 32 MiB budget, 279 MB anonymous memory
-/// against 167; docs/scaling.md, "Resident memory with a full budget"). At once (0) kept
-/// as little but cost 4% of the ingest. `MIMALLOC_PURGE_DELAY` in the environment still
-/// decides, when set.
+/// against 167; docs/scaling.md, "Warm shards, resident memory with a full budget"). At
+/// once (0) kept as little but cost 4% of the ingest. `MIMALLOC_PURGE_DELAY` in the
+/// environment still decides, when set.
 fn purge_sooner() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
