@@ -556,20 +556,23 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             .map(|(text, filter, _)| (text, filter))
             .collect();
         // Each search's time, and whether its shard was loaded already (no load during it).
-        let run_all = |mode: Mode| -> Result<Vec<(f64, bool)>, Error> {
-            let index = engine_index(&engine)?;
-            let mut ms = Vec::new();
-            for (q, filter) in &queries {
-                let request = SearchRequest::new(q.clone(), filter.clone())
+        let search =
+            |text: &str, filter: &SearchFilter, mode: Mode| -> Result<(f64, bool), Error> {
+                let index = engine_index(&engine)?;
+                let request = SearchRequest::new(text, filter.clone())
                     .mode(mode)
                     .limit(10);
                 let loads = index.shard_stats().loads;
                 let started = Instant::now();
                 std::hint::black_box(engine.search(&request)?);
                 let took = started.elapsed().as_secs_f64() * 1000.0;
-                ms.push((took, index.shard_stats().loads == loads));
-            }
-            Ok(ms)
+                Ok((took, index.shard_stats().loads == loads))
+            };
+        let run_all = |mode: Mode| -> Result<Vec<(f64, bool)>, Error> {
+            queries
+                .iter()
+                .map(|(q, filter)| search(q, filter, mode))
+                .collect()
         };
         // A warm-up pass loads the shards the queries need (and repeats no query's vector:
         // each mode's queries below are embedded again only where the cache has them).
@@ -610,7 +613,6 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
         // also timed as a BM25 search of one user's entries of its tenant: a filter a
         // large shard's inverted index cannot answer, so FTS5 scores every match.
         let (warm_pass, filtered) = {
-            let index = engine_index(&engine)?;
             let mut order: Vec<usize> = (0..queries.len()).collect();
             order.sort_by_key(|&i| query_tenants[i]);
             let mut timed = vec![(0.0, false); queries.len()];
@@ -618,38 +620,21 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report, Er
             let mut loaded = None;
             for i in order {
                 let (q, filter) = &queries[i];
-                if loaded != Some(query_tenants[i]) {
-                    let other = &queries[(i + 1) % queries.len()].0;
-                    let request = SearchRequest::new(other.clone(), filter.clone())
-                        .mode(Mode::Hybrid)
-                        .limit(10);
-                    std::hint::black_box(engine.search(&request)?);
-                    loaded = Some(query_tenants[i]);
+                // One tenant's timed hybrid pass was on its loaded shard already.
+                if tenants > 1 {
+                    if loaded != Some(query_tenants[i]) {
+                        search(&queries[(i + 1) % queries.len()].0, filter, Mode::Hybrid)?;
+                        loaded = Some(query_tenants[i]);
+                    }
+                    timed[i] = search(q, filter, Mode::Hybrid)?;
                 }
-                let request = SearchRequest::new(q.clone(), filter.clone())
-                    .mode(Mode::Hybrid)
-                    .limit(10);
-                let loads = index.shard_stats().loads;
-                let started = Instant::now();
-                std::hint::black_box(engine.search(&request)?);
-                let took = started.elapsed().as_secs_f64() * 1000.0;
-                timed[i] = (took, index.shard_stats().loads == loads);
                 let one_user = SearchFilter {
                     user: Some(format!("user{}", i % 10)),
                     ..filter.clone()
                 };
-                let request = SearchRequest::new(q.clone(), one_user)
-                    .mode(Mode::Bm25)
-                    .limit(10);
-                let started = Instant::now();
-                std::hint::black_box(engine.search(&request)?);
-                filtered.push(started.elapsed().as_secs_f64() * 1000.0);
+                filtered.push(search(q, &one_user, Mode::Bm25)?.0);
             }
-            // One tenant's timed hybrid pass was on its loaded shard already.
-            (
-                if tenants > 1 { timed } else { hybrid.clone() },
-                p50_p95(filtered),
-            )
+            (if tenants > 1 { timed } else { hybrid }, p50_p95(filtered))
         };
         let warm: Vec<f64> = warm_pass
             .iter()
