@@ -404,11 +404,26 @@ impl Docs {
     /// Makes room for `rows` more documents at once, so that a load of a known number
     /// grows no collection by doubling (each doubling copies, and leaves the allocator the
     /// freed smaller blocks).
-    fn reserve_exact(&mut self, rows: usize) {
+    fn reserve_exact(&mut self, rows: usize, scopes: usize) {
+        self.scopes.reserve_exact(scopes);
         self.ids.reserve_exact(rows);
         self.meta.reserve_exact(rows);
         self.neighbours.reserve_exact(rows);
         self.vectors.reserve_exact(rows);
+    }
+
+    /// About how many bytes the mirror holds: each document's id, metadata, neighbours
+    /// and vector, the scopes and speakers, and a share for the maps that find them. As
+    /// allocated, not as used: a mirror that grows holds up to twice its rows, and one
+    /// reserved for a load ([`Docs::reserve_exact`]) counts its rows before they come.
+    fn memory(&self) -> usize {
+        let rows = self.ids.capacity() * std::mem::size_of::<u64>()
+            + self.meta.capacity() * std::mem::size_of::<DocMeta>()
+            + self.neighbours.capacity() * std::mem::size_of::<[MaybeRow; 2]>();
+        let scopes = self.scopes.capacity() * 160;
+        let speakers = self.speaker_rows.len() * 96;
+        let events = self.events.len() * 48;
+        rows + self.vectors.memory() + scopes + speakers + events
     }
 
     /// Mirrors what was committed: only ever called after the commit.
@@ -685,11 +700,16 @@ impl Shard {
     /// [`Error::EmbedderChanged`]. A file that is not a database or is an index of
     /// another format is replaced by an empty one (with a warning); the next catch-up
     /// fills it. A file kept for another tenant is refused ([`Error::OtherTenant`]).
+    ///
+    /// `room` is told, before the documents and the saved graph come into memory, how many
+    /// bytes the shard will then hold (so that an index can evict others first and keep
+    /// its memory budget while a large shard loads).
     pub(crate) fn open(
         path: &Path,
         tenant: &str,
         spec: &ShardSpec,
         rebuild: bool,
+        room: &dyn Fn(u64),
     ) -> Result<Shard> {
         let embedder = spec.embedder.clone();
         let given = embedder
@@ -711,8 +731,15 @@ impl Shard {
                     given,
                 });
             }
-            file::load(&writer, dim, path, spill_at(&spec.config, path))?
+            file::load(&writer, dim, path, spill_at(&spec.config, path), room)?
         };
+        if !rebuild
+            && dim > 0
+            && let Ok(saved) = std::fs::metadata(ann::ann_path(path))
+        {
+            // The graph as saved is about what it holds once read (`keep_ann` below).
+            room(docs.memory() as u64 + saved.len());
+        }
         let reader = open_reader(path)?;
         let shard = Shard {
             path: path.to_owned(),
@@ -791,16 +818,7 @@ impl Shard {
     /// large shard's, [`ann`]), its inverted index's writers (tantivy's budget for each)
     /// and its connections' page caches.
     pub(crate) fn memory(&self) -> u64 {
-        let docs = self.read_docs();
-        // As allocated, not as used: a shard that grows holds up to twice its rows.
-        let rows = docs.ids.capacity() * std::mem::size_of::<u64>()
-            + docs.meta.capacity() * std::mem::size_of::<DocMeta>()
-            + docs.neighbours.capacity() * std::mem::size_of::<[MaybeRow; 2]>();
-        let scopes = docs.scopes.capacity() * 160;
-        let speakers = docs.speaker_rows.len() * 96;
-        let events = docs.events.len() * 48;
-        let mirror = rows + docs.vectors.memory() + scopes + speakers + events;
-        drop(docs);
+        let mirror = self.read_docs().memory();
         let mirror = mirror + self.ann_memory() + self.inverted_memory();
         // And its connections' page caches (a shard's file is read through them, not mapped
         // into memory: the kernel's file cache holds the rest, outside the process).

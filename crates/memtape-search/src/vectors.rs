@@ -252,14 +252,18 @@ impl Vectors {
     }
 
     /// Makes room for `rows` more vectors at once (their 8-bit values too unless they
-    /// move to disk).
+    /// will move to disk).
     pub fn reserve_exact(&mut self, rows: usize) {
         if self.dim == 0 {
             return;
         }
         self.scales.reserve_exact(rows);
         self.codes.reserve_exact(rows * self.words);
-        if self.spill.is_none() {
+        let stay = self
+            .spill
+            .as_ref()
+            .is_none_or(|s| self.len() + rows < s.at.from);
+        if stay {
             self.values.reserve_exact(rows * self.dim);
         }
     }

@@ -1786,6 +1786,11 @@ mod tests {
 
     /// A shard whose approximate index is a graph, or with `lists` inverted lists.
     fn shard_of(path: &Path, lists: bool) -> Shard {
+        shard_with_room(path, lists, &|_| {})
+    }
+
+    /// [`shard_of`], telling `room` what it will hold as it opens.
+    fn shard_with_room(path: &Path, lists: bool, room: &dyn Fn(u64)) -> Shard {
         let spec = ShardSpec {
             embedder: Some(Arc::new(Seeds)),
             config: IndexConfig {
@@ -1797,7 +1802,7 @@ mod tests {
             queries: Arc::default(),
             graphs: Arc::default(),
         };
-        Shard::open(path, "acme", &spec, false).unwrap()
+        Shard::open(path, "acme", &spec, false, room).unwrap()
     }
 
     #[test]
@@ -1902,8 +1907,28 @@ mod tests {
         assert_eq!((first.ann.fresh(), first.ann.rows()), (1, 3_000));
         drop(first);
         // Reopened: read from its file, not built again; then extended by the new rows.
-        let second = shard_of(&path, lists);
+        // Before its documents and then its graph come in, it says how much they will
+        // take (so an index can make room first).
+        let told = std::cell::RefCell::new(Vec::new());
+        let second = shard_with_room(&path, lists, &|bytes| told.borrow_mut().push(bytes));
         assert_eq!((second.ann.fresh(), second.ann.rows()), (0, 3_000));
+        let told = told.into_inner();
+        let saved = std::fs::metadata(ann_path(&path)).unwrap().len();
+        let (mirror, graph) = (
+            second.read_docs().memory() as u64,
+            second.ann_memory() as u64,
+        );
+        assert_eq!(told.len(), 2, "{told:?}");
+        // The documents as reserved (lists drop the one-bit codes their rows no longer
+        // need once read), then the index as saved: about what lists hold in memory; a
+        // graph holds more (its working memory for each thread, counted once it is in).
+        assert!(
+            told[0] >= mirror && told[0] <= mirror + 3_000 * 8,
+            "{told:?} {mirror}"
+        );
+        assert_eq!(told[1], told[0] + saved);
+        assert!(saved / 2 <= graph, "{saved} {graph}");
+        assert!(!lists || graph <= saved * 2, "{saved} {graph}");
         append(&store, 3_000, 4_000);
         second.catch_up(&store).unwrap();
         assert_eq!((second.ann.fresh(), second.ann.rows()), (0, 4_000));
@@ -1921,7 +1946,7 @@ mod tests {
             queries: Arc::default(),
             graphs: Arc::default(),
         };
-        let third = Shard::open(&path, "acme", &spec, false).unwrap();
+        let third = Shard::open(&path, "acme", &spec, false, &|_| {}).unwrap();
         third.ann.wait();
         assert_eq!((third.ann.fresh(), third.ann.rows()), (0, 4_000));
         let kind = lock(&third.ann.state).ann.as_ref().map(|a| a.is_lists());

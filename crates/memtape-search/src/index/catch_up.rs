@@ -296,6 +296,9 @@ impl Shard {
                 dim,
                 &self.path,
                 super::spill_at(&self.config, &self.path),
+                // Read again in place of the mirror held (another process's new build):
+                // not counted against the index's budget until it is in.
+                &|_| {},
             )?;
             *self.write_docs() = fresh;
             // A new build may be an erasure's: no query vector outlives it.
@@ -543,6 +546,7 @@ impl Shard {
                 dim,
                 &self.path,
                 super::spill_at(&self.config, &self.path),
+                &|_| {},
             )?;
             self.forget_queries();
             if !file::truncate_wal(conn)? {

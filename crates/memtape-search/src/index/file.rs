@@ -333,12 +333,14 @@ fn bad(path: &Path, why: String) -> Error {
     }
 }
 
-/// Reads the whole index file into memory.
+/// Reads the whole index file into memory. `room` is told how many bytes the documents
+/// will hold once read, before they are read (their collections are reserved first).
 pub(crate) fn load(
     conn: &Connection,
     dim: usize,
     path: &Path,
     spill: Option<SpillAt>,
+    room: &dyn Fn(u64),
 ) -> Result<Docs> {
     // One snapshot for the meta and every chunk (the caller's transaction, or this one,
     // only read, so dropped unfinished).
@@ -354,7 +356,12 @@ pub(crate) fn load(
         [meta.covered.0 as i64],
         |r| r.get(0),
     )?;
-    docs.reserve_exact(usize::try_from(rows).unwrap_or(0));
+    let scopes: i64 = conn.query_row("SELECT count(*) FROM scopes", [], |r| r.get(0))?;
+    docs.reserve_exact(
+        usize::try_from(rows).unwrap_or(0),
+        usize::try_from(scopes).unwrap_or(0),
+    );
+    room(docs.memory() as u64);
     // A chunk at a time, so that a large shard's documents are never all held twice (as
     // read, and as mirrored) and its vectors can move to disk as they come.
     loop {

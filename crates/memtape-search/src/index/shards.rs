@@ -80,17 +80,7 @@ struct Slot {
 struct Loaded {
     slots: HashMap<String, Arc<Slot>>,
     clock: u64,
-    /// The memory of each large shard (one part in [`REMEMBERED_SHARE`] of the budget or
-    /// more) when it was last evicted: loading it again first makes that much room, so
-    /// the budget holds while it loads too (a small shard's load is let past the budget
-    /// until it is in).
-    sizes: HashMap<String, u64>,
 }
-
-/// The share of the memory budget (one part in this many) from which a shard's size is
-/// remembered at its eviction ([`Loaded::sizes`]): the map then holds one tenant per
-/// that much of all the tenants' shards at most, however many small tenants there are.
-const REMEMBERED_SHARE: u64 = 64;
 
 /// The search index of a tape: a directory of shards, one per tenant. Cheap to share
 /// between threads.
@@ -531,13 +521,10 @@ impl Index {
                 source,
             })?;
         }
-        // Room first for a shard whose size is known from an earlier load: its documents
-        // come into memory as it opens, before it can be counted.
-        let expected = lock(&self.loaded).sizes.get(tenant).copied();
-        if let Some(bytes) = expected {
-            self.evict(tenant, bytes);
-        }
-        let shard = Arc::new(Shard::open(&path, tenant, &self.spec, rebuild)?);
+        // The shard's documents and graph come into memory as it opens, before it can be
+        // counted among the loaded: it says how large it will be first, and room is made.
+        let room = |bytes: u64| self.evict(tenant, bytes);
+        let shard = Arc::new(Shard::open(&path, tenant, &self.spec, rebuild, &room)?);
         shard.set_vectors_behind(self.vectors_behind.load(Ordering::SeqCst));
         *held = Some(shard.clone());
         drop(held);
@@ -576,9 +563,6 @@ impl Index {
             }
             if tenant == keep {
                 continue;
-            }
-            if bytes >= memory / REMEMBERED_SHARE {
-                loaded.sizes.insert(tenant.clone(), bytes);
             }
             evicted.extend(loaded.slots.remove(&tenant));
             total -= bytes;
@@ -1148,11 +1132,11 @@ mod tests {
         assert_eq!(index.len(), last as usize);
     }
 
-    /// A large shard's size is remembered when it is evicted, and loading it again first
-    /// makes that much room, least recently used first: the budget holds while it loads
-    /// (its documents come into memory before it can be counted).
+    /// A loading shard says how large it will be before its documents come in
+    /// ([`Shard::open`]'s `room`), and the index evicts for it then, least recently used
+    /// first: the budget holds while it loads, the first time as every other.
     #[test]
-    fn a_shard_of_known_size_gets_its_room_before_it_loads() {
+    fn a_loading_shard_gets_its_room_before_its_documents_come_in() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::create(dir.path()).unwrap();
         for tenant in ["a", "b", "c"] {
@@ -1165,22 +1149,22 @@ mod tests {
         // Room for two shards and a half: each is a large share of the budget.
         index.set_memory(size * 5 / 2);
         search(&index, &store, "b");
-        search(&index, &store, "c");
-        assert!(!is_loaded(&index, "a") && is_loaded(&index, "b") && is_loaded(&index, "c"));
-        let remembered = lock(&index.loaded).sizes.get("a").copied();
-        assert_eq!(remembered, Some(size), "a's size, kept at its eviction");
-        // b and c fit, but not with a's size beside them: b (the least recently used)
-        // goes to make room, c stays.
-        index.evict("a", size);
-        assert!(!is_loaded(&index, "b") && is_loaded(&index, "c"));
+        assert!(is_loaded(&index, "a") && is_loaded(&index, "b"));
+        // What c's load says it will hold, as the index is told it.
+        index.evict("c", size);
+        assert!(!is_loaded(&index, "a") && is_loaded(&index, "b"));
         // Nothing more goes while what is loaded and what comes fit.
-        index.evict("a", size);
-        assert!(is_loaded(&index, "c"));
-        assert_eq!(index.shard_stats().evictions, 2);
-        // Loading a does that itself: c is the least recently used, and goes before a
-        // loads only if a's size does not fit beside it (it does).
+        index.evict("c", size);
+        assert!(is_loaded(&index, "b"));
+        assert_eq!(index.shard_stats().evictions, 1);
+        // Loading c, then a again, does that itself: each time the least recently used
+        // goes, and two stay loaded.
+        search(&index, &store, "c");
+        assert!(is_loaded(&index, "b") && is_loaded(&index, "c"));
         search(&index, &store, "a");
-        assert!(is_loaded(&index, "a") && is_loaded(&index, "c"));
-        assert_eq!(index.shard_stats().evictions, 2);
+        assert!(!is_loaded(&index, "b") && is_loaded(&index, "c") && is_loaded(&index, "a"));
+        let stats = index.shard_stats();
+        assert_eq!((stats.loaded, stats.evictions), (2, 2));
+        assert!(stats.bytes <= index.memory_budget());
     }
 }
