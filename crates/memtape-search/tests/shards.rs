@@ -466,6 +466,21 @@ fn sixty_four_threads_write_and_search_across_tenants_under_evictions() {
     );
 }
 
+/// The same 64 threads on an index whose memory budget holds no shard: every load makes
+/// its room before its documents come in, evicting every other shard not in use, and
+/// every search still finds its writer's entries and nothing of another tenant.
+#[test]
+fn sixty_four_threads_write_and_search_when_every_load_must_make_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::create(dir.path()).unwrap());
+    let model = Arc::new(Counted::default());
+    let index = Arc::new(open(dir.path(), &model));
+    index.set_memory(1);
+    sixty_four_writers(&index, &store, false);
+    let stats = index.shard_stats();
+    assert!(stats.evictions > 0, "{stats:?}");
+}
+
 /// The same 64 threads with every shard keeping an inverted index and an approximate
 /// graph (thresholds at their least) and evictions reloading them: every BM25 search finds
 /// exactly its thread's words, and every vector search answers with its own tenant's
